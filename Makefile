@@ -1,0 +1,60 @@
+# dnsfleet — two commands do all set-up: `make run` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-8)
+# Debian packages the tests drive for real (binary -> package).
+TEST_DEBS := unbound:unbound named:bind9 dig:bind9-dnsutils prometheus:prometheus \
+             promtool:prometheus alertmanager:prometheus-alertmanager \
+             amtool:prometheus-alertmanager resperf:dnsperf dnsperf:dnsperf ip:iproute2 \
+             getent:libc-bin unshare:util-linux
+BENCH_DEBS := prometheus-blackbox-exporter:prometheus-blackbox-exporter \
+              prometheus-node-exporter:prometheus-node-exporter
+ARGS ?=
+
+.PHONY: run test lint check-deps bench bench-host bench-soak stack dashboards clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+venv: $(STAMP)
+
+define install_debs
+	@missing=""; for pair in $(1); do bin=$${pair%%:*}; pkg=$${pair##*:}; \
+	  command -v $$bin >/dev/null 2>&1 || [ -x /usr/sbin/$$bin ] || [ -x /usr/bin/$$bin ] || missing="$$missing $$pkg"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$(echo $$missing | tr ' ' '\n' | sort -u) >/dev/null; \
+	fi
+endef
+
+check-deps:
+	$(call install_debs,$(TEST_DEBS))
+
+## make run: install what is needed and run the exporter on its built-in default
+run: $(STAMP)
+	$(BIN)/dnsfleet-exporter $(ARGS)
+
+## make test: install what the tests need and pass them
+test: $(STAMP) check-deps
+	$(BIN)/ruff check exporter tests bench dashboards
+	$(BIN)/mypy
+	$(BIN)/pytest -q $(ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check exporter tests bench dashboards
+	$(BIN)/ruff format --check exporter tests bench dashboards || true
+	$(BIN)/mypy
+
+## benchmarks (by hand; print ratios against peers installed from Debian and PyPI)
+bench: $(STAMP) check-deps
+	$(call install_debs,$(BENCH_DEBS))
+	$(BIN)/python bench/bench_probe.py $(ARGS)
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,5 @@
+import sys
+
+from dnsfleet.cli import exporter_main
+
+sys.exit(exporter_main())

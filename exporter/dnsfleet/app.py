@@ -1,0 +1,133 @@
+"""The exporter: configuration, reloads, and what one scrape does."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import platform
+import time
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
+from prometheus_client.exposition import generate_latest
+
+from dnsfleet import __version__
+from dnsfleet import config as config_mod
+from dnsfleet.collectors import COLLECTORS, CollectContext, run_collectors
+from dnsfleet.config import Config, ConfigError, Module, Target
+from dnsfleet.exposition import Family, merge, render
+from dnsfleet.hostfs import HostFS
+from dnsfleet.parsers.resolvconf import parse_resolv_conf
+from dnsfleet.prober import Prober, probe_result_families, query_for
+from dnsfleet.probes import REASONS, ProbeResult, probe
+
+log = logging.getLogger(__name__)
+
+MIN_PROBE_TIMEOUT = 0.05
+
+
+@dataclass(frozen=True)
+class ReloadStatus:
+    successful: bool
+    timestamp: float          # of the last successful load
+    error: str = ""
+
+
+class Exporter:
+    def __init__(self, *, fs: HostFS, config_file: str | None) -> None:
+        self.fs = fs
+        self.config_file = config_file
+        self.prober = Prober()
+        self.collector_state: dict[str, object] = {}
+        self.scrape_lock = asyncio.Lock()
+        self.started = time.time()
+        self.config = self._load()
+        self.prober.configure(self.config)
+        self.reload_status = ReloadStatus(True, time.time())
+        self.scrapes_total = 0
+        self._registry = CollectorRegistry(auto_describe=True)
+        ProcessCollector(namespace="", registry=self._registry)
+        PlatformCollector(registry=self._registry)
+
+    def _load(self) -> Config:
+        if self.config_file:
+            return config_mod.load(self.config_file)
+        path = self.fs.root("etc", "resolv.conf")
+        text = ""
+        try:
+            text = self.fs.read_text(path)
+        except (OSError, ValueError) as e:
+            log.warning("built-in default: cannot read %s: %s; no targets", path, e)
+        return config_mod.builtin_default(list(parse_resolv_conf(text).nameservers))
+
+    def reload(self) -> ReloadStatus:
+        try:
+            cfg = self._load()
+        except ConfigError as e:
+            log.error("reload failed, keeping the running configuration: %s", e)
+            self.reload_status = ReloadStatus(False, self.reload_status.timestamp, str(e))
+            return self.reload_status
+        self.config = cfg
+        self.prober.configure(cfg)
+        self.reload_status = ReloadStatus(True, time.time())
+        log.info("configuration loaded from %s: %d modules, %d targets", cfg.source,
+                 len(cfg.modules), len(cfg.targets))
+        return self.reload_status
+
+    def scrape_budget(self, header_timeout: float | None) -> float:
+        lim = self.config.limits
+        if header_timeout is None or header_timeout <= 0:
+            return lim.default_scrape_timeout - lim.scrape_timeout_offset
+        return max(header_timeout - lim.scrape_timeout_offset, MIN_PROBE_TIMEOUT)
+
+    async def scrape(self, header_timeout: float | None = None) -> str:
+        """One full probe-and-collect cycle; returns the exposition text."""
+        loop = asyncio.get_running_loop()
+        async with self.scrape_lock:
+            cfg = self.config
+            start = loop.time()
+            deadline = start + self.scrape_budget(header_timeout)
+            ctx = CollectContext(fs=self.fs, config=cfg, deadline=deadline,
+                                 state=self.collector_state)
+            _, collected = await asyncio.gather(self.prober.probe_all(cfg, deadline),
+                                                run_collectors(ctx, COLLECTORS))
+            self.scrapes_total += 1
+            fams = [*self.prober.families(), *merge(collected), *self.self_families(cfg)]
+            fams.append(Family("dnsfleet_scrape_duration_seconds",
+                               "Time this exporter spent on the current scrape.")
+                        .add(loop.time() - start))
+            text = render(fams)
+        return text + generate_latest(self._registry).decode()
+
+    def self_families(self, cfg: Config) -> list[Family]:
+        st = self.reload_status
+        return [
+            Family("dnsfleet_build_info", "dnsfleet version, as a label; always 1.").add(
+                1, {"version": __version__, "python": platform.python_version()}),
+            Family("dnsfleet_config_last_reload_successful",
+                   "1 if the last configuration load succeeded.").add(float(st.successful)),
+            Family("dnsfleet_config_last_reload_success_timestamp_seconds",
+                   "When the running configuration was loaded.").add(st.timestamp),
+            Family("dnsfleet_targets", "Configured probe targets.").add(len(cfg.targets)),
+            Family("dnsfleet_probes_total", "Probes sent by this exporter on /metrics.",
+                   "counter").add(self.prober.probes_total),
+            Family("dnsfleet_scrapes_total", "/metrics scrapes served.", "counter").add(
+                self.scrapes_total),
+        ]
+
+    async def probe_one(self, target: Target, module: Module, timeout: float,
+                        *, qname: str | None = None, qtype: str | None = None) -> ProbeResult:
+        if qname is not None or qtype is not None:
+            module = Module(**{**module.__dict__, "query_name": qname or module.query_name,
+                               "query_type": qtype or module.query_type})
+            query = query_for(module)
+        else:
+            query = self.prober.queries.get(module.name) or query_for(module)
+        return await probe(sockaddr=target.sockaddr, family=target.family, module=module,
+                           query=query, timeout=min(module.timeout, timeout))
+
+
+def probe_exposition(result: ProbeResult) -> str:
+    """/probe output: the per-probe gauges without target labels."""
+    reason_labels = tuple(f'reason="{r.value}"' for r in REASONS)
+    return render(probe_result_families([("", reason_labels, result)]))

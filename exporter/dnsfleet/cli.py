@@ -1,0 +1,142 @@
+"""Command line: ``dnsfleet-exporter`` (the daemon) and ``dnsfleet`` (on-call tools)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import resource
+import signal
+import sys
+from collections.abc import Callable, Sequence
+
+from aiohttp import web
+
+from dnsfleet import __version__
+from dnsfleet.app import Exporter
+from dnsfleet.config import ConfigError, parse_address
+from dnsfleet.hostfs import HostFS
+from dnsfleet.web import make_app
+
+DEFAULT_PORT = 9853
+log = logging.getLogger("dnsfleet")
+
+
+def _listen(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not port.isdigit():
+        raise argparse.ArgumentTypeError(f"invalid listen address {value!r}: want [host]:port")
+    host = host.strip("[]")
+    if host:
+        try:
+            parse_address(host)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"invalid listen address {value!r}: {e}") from None
+    return host, int(port)
+
+
+def exporter_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="dnsfleet-exporter",
+        description="Prometheus exporter for DNS resolver fleets. With no --config.file it "
+                    "probes the nameservers of the host's /etc/resolv.conf.")
+    p.add_argument("--config.file", dest="config_file", default=None,
+                   help="YAML configuration (default: built-in, resolv.conf nameservers)")
+    p.add_argument("--config.check", dest="config_check", action="store_true",
+                   help="validate the configuration, print the verdict, exit 0 or 1")
+    p.add_argument("--web.listen-address", dest="listen", type=_listen,
+                   default=("", DEFAULT_PORT), help=f"[host]:port (default :{DEFAULT_PORT})")
+    p.add_argument("--web.telemetry-path", dest="telemetry_path", default="/metrics")
+    p.add_argument("--path.procfs", dest="procfs", default="/proc")
+    p.add_argument("--path.sysfs", dest="sysfs", default="/sys")
+    p.add_argument("--path.rootfs", dest="rootfs", default="/")
+    p.add_argument("--log.level", dest="log_level", default="info",
+                   choices=["debug", "info", "warn", "error"])
+    p.add_argument("--once", action="store_true",
+                   help="run one probe-and-collect cycle, print the exposition, exit")
+    p.add_argument("--version", action="version", version=f"dnsfleet-exporter {__version__}")
+    return p
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level={"warn": logging.WARNING}.get(level, getattr(logging, level.upper(), logging.INFO)),
+        format="ts=%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)s",
+        stream=sys.stderr)
+
+
+def raise_fd_limit() -> None:
+    """Every in-flight probe holds a socket: lift the soft descriptor limit to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def exporter_main(argv: Sequence[str] | None = None) -> int:
+    args = exporter_parser().parse_args(argv)
+    setup_logging(args.log_level)
+    fs = HostFS.from_flags(procfs=args.procfs, sysfs=args.sysfs, rootfs=args.rootfs)
+    try:
+        exp = Exporter(fs=fs, config_file=args.config_file)
+    except ConfigError as e:
+        print(f"configuration invalid: {e}", file=sys.stderr)
+        return 1
+    if args.config_check:
+        cfg = exp.config
+        print(f"configuration valid: {cfg.source}: {len(cfg.modules)} modules, "
+              f"{len(cfg.targets)} targets")
+        return 0
+    raise_fd_limit()
+    if args.once:
+        text = asyncio.run(exp.scrape())
+        sys.stdout.write(text)
+        return 0
+    return asyncio.run(serve(exp, args))
+
+
+async def serve(exp: Exporter, args: argparse.Namespace) -> int:
+    app = make_app(exp, metrics_path=args.telemetry_path)
+    ssl_context = None
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    host, port = args.listen
+    site = web.TCPSite(runner, host or None, port, ssl_context=ssl_context)
+    try:
+        await site.start()
+    except OSError as e:
+        log.error("cannot listen on %s:%d: %s", host, port, e.strerror or e)
+        await runner.cleanup()
+        return 1
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGHUP, exp.reload)
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    log.info("dnsfleet-exporter %s listening on %s:%d%s (config: %s, %d targets)",
+             __version__, host or "*", port, args.telemetry_path, exp.config.source,
+             len(exp.config.targets))
+    await stop.wait()
+    await runner.cleanup()
+    return 0
+
+
+# ------------------------------------------------------------------ `dnsfleet` on-call tools
+
+Subcommand = tuple[Callable[[argparse.ArgumentParser], None],
+                   Callable[[argparse.Namespace], int], str]
+SUBCOMMANDS: dict[str, Subcommand] = {}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="dnsfleet", description="dnsfleet on-call tools")
+    p.add_argument("--version", action="version", version=f"dnsfleet {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, (add_args, _, help_text) in SUBCOMMANDS.items():
+        add_args(sub.add_parser(name, help=help_text, description=help_text))
+    args = p.parse_args(argv)
+    setup_logging("warn")
+    return SUBCOMMANDS[args.command][1](args)
+
+
+if __name__ == "__main__":
+    sys.exit(exporter_main())

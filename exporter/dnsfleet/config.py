@@ -1,0 +1,571 @@
+"""Strict YAML configuration: unknown keys rejected, defaults then validation, once at load.
+
+Every error names the file, the key path and the problem, e.g.::
+
+    dnsfleet.yml: modules.recursive.timeout: invalid duration "2x" (use a number and
+    a unit: 500ms, 2s, 1m)
+
+The schema lives here, one ``_parse_*`` function per top-level section. Readers of each
+section get a :class:`Node`, which knows where it is in the file so messages can say so.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import socket
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import dns.exception
+import dns.name
+import dns.rcode
+import dns.rdataclass
+import dns.rdatatype
+import yaml
+
+T = TypeVar("T")
+
+DEFAULT_DNS_PORT = 53
+BUILTIN_SOURCE = "<built-in default>"
+LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+# Labels the exporter sets itself; a target may not override them.
+RESERVED_LABELS = frozenset({"target", "module", "reason", "le", "instance", "job"})
+
+
+class ConfigError(Exception):
+    """A configuration problem, with the file and key path in the message."""
+
+
+# --------------------------------------------------------------------------- strict reader
+
+
+class Node:
+    """A value at a key path in a config file."""
+
+    __slots__ = ("file", "path", "value")
+
+    def __init__(self, file: str, path: str, value: Any) -> None:
+        self.file = file
+        self.path = path
+        self.value = value
+
+    def error(self, problem: str) -> ConfigError:
+        where = f"{self.file}: {self.path}: " if self.path else f"{self.file}: "
+        return ConfigError(where + problem)
+
+    def child(self, key: str | int) -> Node:
+        path = f"{self.path}[{key}]" if isinstance(key, int) else (
+            f"{self.path}.{key}" if self.path else str(key))
+        return Node(self.file, path, None)
+
+    # -- scalars
+    def string(self, *, allow_empty: bool = False) -> str:
+        if isinstance(self.value, bool) or not isinstance(self.value, str | int | float):
+            raise self.error(f"expected a string, got {_kind(self.value)}")
+        s = f"{self.value}"
+        if not s and not allow_empty:
+            raise self.error("must not be empty")
+        return s
+
+    def integer(self, *, minimum: int | None = None, maximum: int | None = None) -> int:
+        if isinstance(self.value, bool) or not isinstance(self.value, int):
+            raise self.error(f"expected an integer, got {_kind(self.value)}")
+        if minimum is not None and self.value < minimum:
+            raise self.error(f"must be at least {minimum}, got {self.value}")
+        if maximum is not None and self.value > maximum:
+            raise self.error(f"must be at most {maximum}, got {self.value}")
+        return self.value
+
+    def number(self, *, minimum: float | None = None) -> float:
+        if isinstance(self.value, bool) or not isinstance(self.value, int | float):
+            raise self.error(f"expected a number, got {_kind(self.value)}")
+        if minimum is not None and self.value < minimum:
+            raise self.error(f"must be at least {minimum}, got {self.value}")
+        return float(self.value)
+
+    def boolean(self) -> bool:
+        if not isinstance(self.value, bool):
+            raise self.error(f"expected true or false, got {_kind(self.value)}")
+        return self.value
+
+    def duration(self, *, minimum: float = 0.0, maximum: float | None = None) -> float:
+        seconds = parse_duration(self.value)
+        if seconds is None:
+            raise self.error(
+                f"invalid duration {_show(self.value)} (use a number and a unit: 500ms, 2s, 1m)")
+        if seconds <= minimum:
+            raise self.error(f"duration must be greater than {minimum:g}s")
+        if maximum is not None and seconds > maximum:
+            raise self.error(f"duration must be at most {maximum:g}s")
+        return seconds
+
+    def choice(self, choices: tuple[str, ...]) -> str:
+        s = self.string()
+        if s not in choices:
+            raise self.error(f"{_show(s)} is not one of: {', '.join(choices)}")
+        return s
+
+    # -- containers
+    def items(self) -> Iterator[tuple[str, Node]]:
+        if not isinstance(self.value, dict):
+            raise self.error(f"expected a mapping, got {_kind(self.value)}")
+        for k, v in self.value.items():
+            n = self.child(str(k))
+            n.value = v
+            yield str(k), n
+
+    def sequence(self) -> list[Node]:
+        if self.value is None:
+            return []
+        if not isinstance(self.value, list):
+            raise self.error(f"expected a list, got {_kind(self.value)}")
+        out = []
+        for i, v in enumerate(self.value):
+            n = self.child(i)
+            n.value = v
+            out.append(n)
+        return out
+
+    def fields(self) -> Fields:
+        if not isinstance(self.value, dict):
+            raise self.error(f"expected a mapping, got {_kind(self.value)}")
+        return Fields(self)
+
+
+class Fields:
+    """Reads the keys of a mapping; :meth:`done` rejects the keys nobody asked for."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.data: dict[Any, Any] = node.value
+        self.seen: set[str] = set()
+
+    def has(self, key: str) -> bool:
+        return key in self.data and self.data[key] is not None
+
+    def get(self, key: str) -> Node:
+        self.seen.add(key)
+        n = self.node.child(key)
+        n.value = self.data.get(key)
+        return n
+
+    def req(self, key: str) -> Node:
+        if not self.has(key):
+            self.seen.add(key)
+            raise self.node.error(f"missing required key {_show(key)}")
+        return self.get(key)
+
+    def opt(self, key: str, default: T, read: Callable[[Node], T]) -> T:
+        if not self.has(key):
+            self.seen.add(key)
+            return default
+        return read(self.get(key))
+
+    def done(self, known: tuple[str, ...] = ()) -> None:
+        valid = sorted(self.seen | set(known))
+        for key in self.data:
+            if str(key) not in self.seen and str(key) not in known:
+                raise self.node.child(str(key)).error(
+                    f"unknown key (valid keys: {', '.join(valid)})")
+
+
+def _kind(v: Any) -> str:
+    if v is None:
+        return "nothing"
+    return {dict: "a mapping", list: "a list", bool: "a boolean", str: f"string {_show(v)}",
+            int: f"integer {v}", float: f"number {v}"}.get(type(v), type(v).__name__)
+
+
+def _show(v: Any) -> str:
+    return '"' + str(v).replace('"', '\\"') + '"'
+
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)\s*$")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(value: Any) -> float | None:
+    """``500ms``, ``2s``, ``1.5m``, ``1h`` -> seconds; a bare number is seconds."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if not isinstance(value, str):
+        return None
+    m = _DURATION_RE.match(value)
+    if not m:
+        return None
+    return float(m.group(1)) * _UNIT[m.group(2)]
+
+
+# --------------------------------------------------------------------------- the schema
+
+
+Transport = Literal["udp", "tcp"]
+TRANSPORTS: tuple[Transport, ...] = ("udp", "tcp")
+
+
+@dataclass(frozen=True)
+class Module:
+    """A probe definition: what to ask and what counts as a good answer."""
+
+    name: str
+    query_name: str = "."
+    query_type: str = "NS"
+    query_class: str = "IN"
+    transport: Transport = "udp"
+    timeout: float = 2.0
+    valid_rcodes: tuple[str, ...] = ("NOERROR",)
+    recursion_desired: bool = True
+    edns: bool = True
+    edns_udp_size: int = 1232
+    # Fewer answer RRs than this is answer_mismatch.
+    min_answers: int = 0
+    # Regexes against each answer RR in presentation form ("name ttl IN TYPE rdata").
+    fail_if_not_matches: tuple[str, ...] = ()
+    fail_if_matches: tuple[str, ...] = ()
+    # /probe may override query_name / query_type only when this is true.
+    allow_query_override: bool = False
+
+    @property
+    def qtype(self) -> int:
+        return int(dns.rdatatype.from_text(self.query_type))
+
+    @property
+    def qclass(self) -> int:
+        return int(dns.rdataclass.from_text(self.query_class))
+
+    @property
+    def valid_rcode_numbers(self) -> frozenset[int]:
+        return frozenset(int(dns.rcode.from_text(r)) for r in self.valid_rcodes)
+
+
+@dataclass(frozen=True)
+class Target:
+    address: str                  # as configured: the `target` label
+    host: str                     # literal IP address
+    port: int
+    module: str
+    labels: tuple[tuple[str, str], ...] = ()
+    scope_id: int = 0             # IPv6 link-local zone
+
+    @property
+    def family(self) -> socket.AddressFamily:
+        return socket.AF_INET6 if ":" in self.host else socket.AF_INET
+
+    @property
+    def sockaddr(self) -> tuple[str, int] | tuple[str, int, int, int]:
+        if self.family == socket.AF_INET6:
+            return (self.host, self.port, 0, self.scope_id)
+        return (self.host, self.port)
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_concurrent_probes: int = 1024
+    max_targets: int = 20000
+    # Subtracted from X-Prometheus-Scrape-Timeout-Seconds (blackbox's --timeout-offset).
+    scrape_timeout_offset: float = 0.5
+    # Used when Prometheus sends no timeout header.
+    default_scrape_timeout: float = 10.0
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """Host collectors (bonding, NIC interrupts, CPU latency)."""
+
+    collectors: tuple[str, ...] = ("bonding", "nic", "cpu_latency")
+    # Process name whose threads' CPUs are compared with the NIC's interrupt CPUs.
+    resolver_process: str | None = None
+
+
+@dataclass(frozen=True)
+class Config:
+    source: str
+    modules: Mapping[str, Module]
+    targets: tuple[Target, ...]
+    limits: Limits = field(default_factory=Limits)
+    host: HostConfig = field(default_factory=HostConfig)
+    probe_allowlist: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def module_for(self, target: Target) -> Module:
+        return self.modules[target.module]
+
+
+def parse_address(text: str, *, default_port: int = DEFAULT_DNS_PORT) -> tuple[str, int, int]:
+    """``127.0.0.1``, ``127.0.0.1:5353``, ``::1``, ``[::1]:5353``, ``[fe80::1%eth0]:53`` ->
+    (ip, port, scope_id). Raises ValueError with a reason. Names are not resolved: a monitor
+    that depends on DNS to find its DNS servers fails exactly when it is needed."""
+    text = text.strip()
+    host, port_s = text, ""
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            raise ValueError(f"unbalanced [ in {_show(text)}")
+        host, rest = text[1:end], text[end + 1:]
+        if rest:
+            if not rest.startswith(":"):
+                raise ValueError(f"unexpected {_show(rest)} after ]")
+            port_s = rest[1:]
+    elif text.count(":") == 1:
+        host, port_s = text.split(":")
+    scope = ""
+    if "%" in host:
+        host, scope = host.split("%", 1)
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        raise ValueError(f"{_show(host)} is not an IP address (names are not resolved)") from None
+    port = default_port
+    if port_s:
+        if not port_s.isdigit() or not 0 < int(port_s) < 65536:
+            raise ValueError(f"invalid port {_show(port_s)}")
+        port = int(port_s)
+    scope_id = 0
+    if scope:
+        if ip.version != 6:
+            raise ValueError("a %zone is only valid on IPv6 addresses")
+        scope_id = int(scope) if scope.isdigit() else _if_index(scope)
+    return str(ip), port, scope_id
+
+
+def _if_index(name: str) -> int:
+    try:
+        return socket.if_nametoindex(name)
+    except OSError:
+        raise ValueError(f"unknown interface {_show(name)}") from None
+
+
+def _transport(n: Node) -> Transport:
+    return "tcp" if n.choice(TRANSPORTS) == "tcp" else "udp"
+
+
+def _parse_module(name: str, node: Node) -> Module:
+    f = node.fields()
+    qtype = f.opt("query_type", "NS", lambda n: n.string().upper())
+    try:
+        dns.rdatatype.from_text(qtype)
+    except (dns.rdatatype.UnknownRdatatype, ValueError):
+        raise f.get("query_type").error(f"unknown query type {_show(qtype)}") from None
+    qclass = f.opt("query_class", "IN", lambda n: n.string().upper())
+    try:
+        dns.rdataclass.from_text(qclass)
+    except (dns.rdataclass.UnknownRdataclass, ValueError):
+        raise f.get("query_class").error(f"unknown query class {_show(qclass)}") from None
+    qname = f.opt("query_name", ".", lambda n: n.string())
+    try:
+        dns.name.from_text(qname)
+    except dns.exception.DNSException as e:
+        raise f.get("query_name").error(f"invalid name {_show(qname)}: {e}") from None
+
+    def rcodes(n: Node) -> tuple[str, ...]:
+        out = []
+        for item in n.sequence():
+            r = item.string().upper()
+            try:
+                dns.rcode.from_text(r)
+            except dns.rcode.UnknownRcode:
+                raise item.error(f"unknown rcode {_show(r)}") from None
+            out.append(r)
+        if not out:
+            raise n.error("must list at least one rcode")
+        return tuple(out)
+
+    def regexes(n: Node) -> tuple[str, ...]:
+        out = []
+        for item in n.sequence():
+            try:
+                re.compile(item.string())
+            except re.error as e:
+                raise item.error(f"invalid regular expression: {e}") from None
+            out.append(item.string())
+        return tuple(out)
+
+    mod = Module(
+        name=name,
+        query_name=qname,
+        query_type=qtype,
+        query_class=qclass,
+        transport=f.opt("transport", "udp", _transport),
+        timeout=f.opt("timeout", 2.0, lambda n: n.duration(maximum=60)),
+        valid_rcodes=f.opt("valid_rcodes", ("NOERROR",), rcodes),
+        recursion_desired=f.opt("recursion_desired", True, Node.boolean),
+        edns=f.opt("edns", True, Node.boolean),
+        edns_udp_size=f.opt("edns_udp_size", 1232, lambda n: n.integer(minimum=512, maximum=65535)),
+        min_answers=f.opt("min_answers", 0, lambda n: n.integer(minimum=0)),
+        fail_if_not_matches=f.opt("fail_if_not_matches", (), regexes),
+        fail_if_matches=f.opt("fail_if_matches", (), regexes),
+        allow_query_override=f.opt("allow_query_override", False, Node.boolean),
+    )
+    f.done()
+    return mod
+
+
+def _parse_labels(node: Node) -> tuple[tuple[str, str], ...]:
+    out: list[tuple[str, str]] = []
+    for k, v in node.items():
+        if not LABEL_NAME_RE.match(k) or k.startswith("__"):
+            raise v.error("invalid label name")
+        if k in RESERVED_LABELS:
+            raise v.error(f"label {_show(k)} is set by the exporter and cannot be configured")
+        out.append((k, v.string(allow_empty=True)))
+    return tuple(sorted(out))
+
+
+def _parse_target(node: Node, modules: Mapping[str, Module]) -> Target:
+    f = node.fields()
+    addr_node = f.req("address")
+    address = addr_node.string()
+    try:
+        host, port, scope = parse_address(address)
+    except ValueError as e:
+        raise addr_node.error(str(e)) from None
+    mod_node = f.req("module")
+    module = mod_node.string()
+    if module not in modules:
+        known = ", ".join(sorted(modules)) or "none defined"
+        raise mod_node.error(f"unknown module {_show(module)} (modules: {known})")
+    labels: tuple[tuple[str, str], ...] = f.opt("labels", (), _parse_labels)
+    f.done()
+    return Target(address=address, host=host, port=port, module=module, labels=labels,
+                  scope_id=scope)
+
+
+def _parse_limits(node: Node) -> Limits:
+    f = node.fields()
+    d = Limits()
+    lim = Limits(
+        max_concurrent_probes=f.opt("max_concurrent_probes", d.max_concurrent_probes,
+                                    lambda n: n.integer(minimum=1, maximum=65536)),
+        max_targets=f.opt("max_targets", d.max_targets, lambda n: n.integer(minimum=1)),
+        scrape_timeout_offset=f.opt("scrape_timeout_offset", d.scrape_timeout_offset,
+                                    lambda n: n.duration(minimum=-0.000001, maximum=10)),
+        default_scrape_timeout=f.opt("default_scrape_timeout", d.default_scrape_timeout,
+                                     lambda n: n.duration(maximum=600)),
+    )
+    f.done()
+    return lim
+
+
+HOST_COLLECTORS = ("bonding", "nic", "cpu_latency")
+
+
+def _parse_host(node: Node) -> HostConfig:
+    f = node.fields()
+    d = HostConfig()
+
+    def names(n: Node) -> tuple[str, ...]:
+        return tuple(item.choice(HOST_COLLECTORS) for item in n.sequence())
+
+    host = HostConfig(
+        collectors=f.opt("collectors", d.collectors, names),
+        resolver_process=f.opt("resolver_process", None, lambda n: n.string()),
+    )
+    f.done()
+    return host
+
+
+def _parse_allowlist(node: Node) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    out = []
+    for item in node.sequence():
+        try:
+            out.append(ipaddress.ip_network(item.string(), strict=False))
+        except ValueError as e:
+            raise item.error(f"invalid CIDR: {e}") from None
+    return tuple(out)
+
+
+def parse(data: Any, *, source: str) -> Config:
+    """Validate a loaded YAML document into a :class:`Config`."""
+    root = Node(source, "", data if data is not None else {})
+    f = root.fields()
+    modules: dict[str, Module] = {}
+    module_nodes: list[tuple[str, Node]] = f.opt("modules", [], lambda n: list(n.items()))
+    for name, mnode in module_nodes:
+        modules[name] = _parse_module(name, mnode)
+    target_nodes: list[Node] = f.opt("targets", [], Node.sequence)
+    targets = tuple(_parse_target(t, modules) for t in target_nodes)
+    seen: set[tuple[str, str]] = set()
+    for i, t in enumerate(targets):
+        if (t.address, t.module) in seen:
+            raise root.child("targets").child(i).error(
+                f"duplicate target {_show(t.address)} with module {_show(t.module)}")
+        seen.add((t.address, t.module))
+    limits = f.opt("limits", Limits(), _parse_limits)
+    if len(targets) > limits.max_targets:
+        raise root.child("targets").error(
+            f"{len(targets)} targets exceed limits.max_targets ({limits.max_targets})")
+    cfg = Config(
+        source=source,
+        modules=modules,
+        targets=targets,
+        limits=limits,
+        host=f.opt("host", HostConfig(), _parse_host),
+        probe_allowlist=f.opt("probe_allowlist", (), _parse_allowlist),
+        raw=data if isinstance(data, dict) else {},
+    )
+    f.done()
+    return cfg
+
+
+def load(path: str | Path) -> Config:
+    path = str(path)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError(f"{path}: invalid YAML{where}: {problem}") from None
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {_kind(data)}")
+    return parse(data, source=path)
+
+
+DEFAULT_MODULE = Module(name="recursive")
+
+
+def builtin_default(nameservers: list[str]) -> Config:
+    """The configuration ``dnsfleet-exporter`` runs with no --config.file: probe every
+    nameserver of the host's resolv.conf with the ``recursive`` module."""
+    targets = []
+    for ns in nameservers:
+        try:
+            host, port, scope = parse_address(ns)
+        except ValueError:
+            continue
+        targets.append(Target(address=ns, host=host, port=port, module="recursive",
+                              scope_id=scope))
+    return Config(source=BUILTIN_SOURCE, modules={"recursive": DEFAULT_MODULE},
+                  targets=tuple(targets))
+
+
+def to_yaml(cfg: Config) -> str:
+    """The effective configuration, defaults filled in (served on /config)."""
+    doc: dict[str, Any] = {
+        "modules": {
+            m.name: {k: (list(v) if isinstance(v, tuple) else v)
+                     for k, v in m.__dict__.items() if k != "name"}
+            for m in cfg.modules.values()
+        },
+        "targets": [
+            {"address": t.address, "module": t.module, "labels": dict(t.labels)}
+            for t in cfg.targets
+        ],
+        "limits": dict(cfg.limits.__dict__),
+        "host": {"collectors": list(cfg.host.collectors),
+                 "resolver_process": cfg.host.resolver_process},
+        "probe_allowlist": [str(n) for n in cfg.probe_allowlist],
+    }
+    return f"# source: {cfg.source}\n" + yaml.safe_dump(doc, sort_keys=False)

@@ -1,0 +1,204 @@
+"""DNS messages on the wire: build a query once, read responses fast and defensively.
+
+The query is built with dnspython once per module and only its ID is patched per probe. A
+response is read by a small bounds-checked walker rather than ``dns.message.from_wire``:
+probing needs the header, the question, counts, answer TTLs and the EDNS OPT record (NSID,
+extended rcode), and the walker does that in a fraction of the time. Skipping a name never
+follows a compression pointer (a pointer ends a name), so pointer loops cannot hang it.
+Full decoding with dnspython happens only for modules that match answer text.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import dns.edns
+import dns.flags
+import dns.message
+import dns.name
+import dns.rdataclass
+import dns.rdatatype
+
+HEADER = struct.Struct("!HHHHHH")
+RR_FIXED = struct.Struct("!HHIH")
+OPT = 41
+NSID_OPTION = 3
+FLAG_QR = 0x8000
+FLAG_AA = 0x0400
+FLAG_TC = 0x0200
+FLAG_RA = 0x0080
+
+
+class Malformed(ValueError):
+    """The bytes are not a well-formed DNS message."""
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    wire: bytes            # the whole query with ID 0
+    question: bytes        # the question section, lower-cased, for matching
+    qname: str
+    qtype: int
+    qclass: int
+
+    def with_id(self, qid: int) -> bytes:
+        return qid.to_bytes(2, "big") + self.wire[2:]
+
+
+def build_query(
+    qname: str,
+    qtype: int,
+    qclass: int = dns.rdataclass.IN,
+    *,
+    recursion_desired: bool = True,
+    edns: bool = True,
+    payload: int = 1232,
+    nsid: bool = True,
+) -> Query:
+    msg = dns.message.make_query(qname, dns.rdatatype.RdataType(qtype),
+                                 dns.rdataclass.RdataClass(qclass))
+    msg.id = 0
+    if not recursion_desired:
+        msg.flags &= ~dns.flags.RD
+    if edns:
+        options: list[dns.edns.Option] = (
+            [dns.edns.GenericOption(dns.edns.NSID, b"")] if nsid else [])
+        msg.use_edns(0, payload=payload, options=options)
+    wire = msg.to_wire()
+    end = _skip_name(wire, 12) + 4
+    return Query(wire=wire, question=wire[12:end].lower(), qname=qname, qtype=qtype,
+                 qclass=qclass)
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    id: int
+    flags: int
+    rcode: int             # including the EDNS extended rcode bits
+    answer_rrs: int        # RRs in the answer section
+    matching_answers: int  # answer RRs of the query's type and class
+    min_ttl: int | None    # smallest TTL among matching answers
+    nsid: bytes | None
+    wire: bytes
+
+    @property
+    def truncated(self) -> bool:
+        return bool(self.flags & FLAG_TC)
+
+    @property
+    def authoritative(self) -> bool:
+        return bool(self.flags & FLAG_AA)
+
+
+def _skip_name(data: bytes, pos: int) -> int:
+    """Offset just past the name at ``pos``; never follows pointers."""
+    n = len(data)
+    total = 0
+    while True:
+        if pos >= n:
+            raise Malformed("name runs past the end of the message")
+        length = data[pos]
+        if length == 0:
+            return pos + 1
+        kind = length & 0xC0
+        if kind == 0xC0:
+            if pos + 2 > n:
+                raise Malformed("truncated compression pointer")
+            return pos + 2
+        if kind:
+            raise Malformed(f"unsupported label type 0x{kind:02x}")
+        total += length + 1
+        if total > 255:
+            raise Malformed("name longer than 255 octets")
+        pos += length + 1
+
+
+def header_id(data: bytes) -> int | None:
+    return int.from_bytes(data[:2], "big") if len(data) >= 2 else None
+
+
+def parse_response(data: bytes, query: Query, qid: int) -> Response | None:
+    """Read a response to ``query`` sent with ID ``qid``.
+
+    Returns None for a datagram that is not an answer to this query (too short to carry a
+    header, wrong ID, not a response, another question): a stub resolver ignores those and
+    keeps waiting. Raises :class:`Malformed` for an answer to this query that is broken.
+    """
+    if len(data) < 12:
+        return None
+    rid, flags, qd, an, ns, ar = HEADER.unpack_from(data)
+    if rid != qid or not flags & FLAG_QR:
+        return None
+    pos = 12
+    if qd:
+        if qd != 1:
+            raise Malformed(f"{qd} questions in a response to one")
+        end = _skip_name(data, pos) + 4
+        if end > len(data):
+            raise Malformed("question runs past the end of the message")
+        if data[pos:end].lower() != query.question:
+            return None
+        pos = end
+    rcode = flags & 0x000F
+    tc = bool(flags & FLAG_TC)
+    answer_rrs = 0
+    matching = 0
+    min_ttl: int | None = None
+    nsid: bytes | None = None
+    n = len(data)
+    try:
+        for section, count in ((0, an), (1, ns), (2, ar)):
+            for _ in range(count):
+                pos = _skip_name(data, pos)
+                if pos + 10 > n:
+                    raise Malformed("resource record header runs past the end")
+                rtype, rclass, ttl, rdlen = RR_FIXED.unpack_from(data, pos)
+                pos += 10
+                if pos + rdlen > n:
+                    raise Malformed("rdata runs past the end of the message")
+                if section == 0:
+                    answer_rrs += 1
+                    if rtype == query.qtype and rclass == query.qclass:
+                        matching += 1
+                        if min_ttl is None or ttl < min_ttl:
+                            min_ttl = ttl
+                elif section == 2 and rtype == OPT:
+                    rcode |= (ttl >> 24) << 4
+                    nsid = _read_nsid(data, pos, pos + rdlen)
+                pos += rdlen
+    except Malformed:
+        # A truncated answer may legitimately stop mid-section; report what we have.
+        if not tc:
+            raise
+    return Response(id=rid, flags=flags, rcode=rcode, answer_rrs=answer_rrs,
+                    matching_answers=matching, min_ttl=min_ttl, nsid=nsid, wire=data)
+
+
+def _read_nsid(data: bytes, pos: int, end: int) -> bytes | None:
+    while pos + 4 <= end:
+        code, length = struct.unpack_from("!HH", data, pos)
+        pos += 4
+        if pos + length > end:
+            raise Malformed("EDNS option runs past its record")
+        if code == NSID_OPTION:
+            return data[pos:pos + length]
+        pos += length
+    return None
+
+
+def answer_texts(wire: bytes) -> list[str]:
+    """The answer section in presentation form, for modules that match answer text.
+    Raises Malformed when dnspython cannot decode the message."""
+    try:
+        msg = dns.message.from_wire(wire, ignore_trailing=True)
+    except Exception as e:  # dnspython raises many exception types for hostile input
+        raise Malformed(f"undecodable answer: {e}") from None
+    return [line for rrset in msg.answer for line in rrset.to_text().splitlines()]
+
+
+def nsid_text(raw: bytes) -> str:
+    """NSID payload as a label value: printable ASCII as is, anything else as hex."""
+    if raw and all(0x20 <= b < 0x7F for b in raw):
+        return raw.decode("ascii")
+    return raw.hex()

@@ -1,0 +1,99 @@
+"""The one door to the host filesystem.
+
+Every path under /proc, /sys, /dev and the root filesystem goes through a :class:`HostFS`
+rooted at ``--path.procfs``, ``--path.sysfs`` and ``--path.rootfs`` (node_exporter's
+``paths.go``). A fixture tree can stand in for a whole host, /dev/cpu_dma_latency included.
+No other module names a literal host path.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+# Kernel pseudo-files are small, but a hostile or broken mount must not make us read forever.
+MAX_READ_BYTES = 4 * 1024 * 1024
+
+
+class HostReadError(Exception):
+    """A host file exists but could not be read or was larger than any sane pseudo-file."""
+
+
+@dataclass(frozen=True)
+class HostFS:
+    procfs: Path = Path("/proc")
+    sysfs: Path = Path("/sys")
+    rootfs: Path = Path("/")
+
+    @classmethod
+    def from_flags(cls, *, procfs: str, sysfs: str, rootfs: str) -> HostFS:
+        """Build from flag values. When only --path.rootfs is moved (containers mounting the
+        host at /host), /proc and /sys follow it unless they were given explicitly."""
+        root = Path(rootfs)
+        proc = Path(procfs)
+        sys_ = Path(sysfs)
+        if root != Path("/"):
+            if proc == Path("/proc"):
+                proc = root / "proc"
+            if sys_ == Path("/sys"):
+                sys_ = root / "sys"
+        return cls(procfs=proc, sysfs=sys_, rootfs=root)
+
+    def proc(self, *parts: str) -> Path:
+        return self.procfs.joinpath(*parts)
+
+    def sys(self, *parts: str) -> Path:
+        return self.sysfs.joinpath(*parts)
+
+    def root(self, *parts: str) -> Path:
+        """A path on the host's root filesystem, e.g. ``root("etc", "resolv.conf")``."""
+        return self.rootfs.joinpath(*(p.lstrip("/") for p in parts))
+
+    def dev(self, *parts: str) -> Path:
+        return self.rootfs.joinpath("dev", *parts)
+
+    # Reading. FileNotFoundError passes through untouched: callers treat it as "no data".
+    # Anything else that stops a read becomes HostReadError with the path in the message.
+
+    def read_bytes(self, path: Path, *, limit: int = MAX_READ_BYTES) -> bytes:
+        try:
+            with open(path, "rb") as f:
+                data = f.read(limit + 1)
+        except FileNotFoundError:
+            raise
+        except OSError as e:
+            raise HostReadError(f"{path}: {e.strerror or e}") from e
+        if len(data) > limit:
+            raise HostReadError(f"{path}: larger than {limit} bytes")
+        return data
+
+    def read_text(self, path: Path, *, limit: int = MAX_READ_BYTES) -> str:
+        return self.read_bytes(path, limit=limit).decode("utf-8", errors="replace")
+
+    def read_optional(self, path: Path) -> str | None:
+        """Text of the file, or None when it does not exist."""
+        try:
+            return self.read_text(path)
+        except FileNotFoundError:
+            return None
+
+    def exists(self, path: Path) -> bool:
+        return path.exists()
+
+    def listdir(self, path: Path) -> list[str]:
+        """Sorted entry names; [] when the directory does not exist."""
+        try:
+            return sorted(os.listdir(path))
+        except FileNotFoundError:
+            return []
+        except NotADirectoryError:
+            return []
+        except OSError as e:
+            raise HostReadError(f"{path}: {e.strerror or e}") from e
+
+    def pids(self) -> Iterator[int]:
+        for name in self.listdir(self.procfs):
+            if name.isdigit():
+                yield int(name)

@@ -1,0 +1,1 @@
+"""Pure parsers: text in, frozen typed dataclasses out. No I/O here."""

@@ -1,0 +1,167 @@
+"""Probing the configured fleet: all targets concurrently, state kept between scrapes.
+
+Per-target state (:class:`TargetState`) survives scrapes and reloads for targets whose
+(address, module) is unchanged: failure counters, the latency histogram, the last result.
+Later stages (restart and cache-reset detection) keep their own state beside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from dnsfleet.config import Config, Module, Target
+from dnsfleet.dnswire import Query, build_query
+from dnsfleet.exposition import Family, histogram_samples, join_labels, labelset
+from dnsfleet.probes import REASONS, ProbeResult, Reason, failed, probe
+
+log = logging.getLogger(__name__)
+
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+_REASON_SUFFIXES = tuple(f'reason="{r.value}"' for r in REASONS)
+
+TargetKey = tuple[str, str]  # (address, module)
+
+
+def query_for(module: Module) -> Query:
+    return build_query(module.query_name, module.qtype, module.qclass,
+                       recursion_desired=module.recursion_desired, edns=module.edns,
+                       payload=module.edns_udp_size, nsid=module.edns)
+
+
+@dataclass(slots=True)
+class TargetState:
+    target: Target
+    labels: str                                   # target, module and configured labels
+    reason_labels: tuple[str, ...] = ()
+    last: ProbeResult | None = None
+    last_wall: float = 0.0                        # epoch seconds of the last probe
+    failures: list[int] = field(default_factory=lambda: [0] * len(REASONS))
+    buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
+    latency_sum: float = 0.0
+
+    def observe(self, result: ProbeResult, wall: float) -> None:
+        self.last = result
+        self.last_wall = wall
+        if result.reason is not None:
+            self.failures[REASONS.index(result.reason)] += 1
+        if result.response is not None:
+            # Latency of answers only: a timeout's duration is the timeout, not latency.
+            d = result.duration
+            i = 0
+            for le in LATENCY_BUCKETS:
+                if d <= le:
+                    break
+                i += 1
+            self.buckets[i] += 1
+            self.latency_sum += d
+
+
+def target_labels(target: Target) -> str:
+    return labelset([("target", target.address), ("module", target.module), *target.labels])
+
+
+def new_state(target: Target) -> TargetState:
+    labels = target_labels(target)
+    return TargetState(target=target, labels=labels,
+                       reason_labels=tuple(join_labels(labels, s) for s in _REASON_SUFFIXES))
+
+
+class Prober:
+    def __init__(self) -> None:
+        self.states: dict[TargetKey, TargetState] = {}
+        self.queries: dict[str, Query] = {}
+        self.probes_total = 0
+
+    def configure(self, cfg: Config) -> None:
+        """Adopt a new config, keeping the state of targets that are still configured."""
+        self.queries = {name: query_for(m) for name, m in cfg.modules.items()}
+        states: dict[TargetKey, TargetState] = {}
+        for t in cfg.targets:
+            key = (t.address, t.module)
+            old = self.states.get(key)
+            if old is not None and old.target == t:
+                states[key] = old
+            elif old is not None:  # same target, new labels: keep the counters
+                fresh = new_state(t)
+                fresh.failures, fresh.buckets, fresh.latency_sum = (
+                    old.failures, old.buckets, old.latency_sum)
+                fresh.last, fresh.last_wall = old.last, old.last_wall
+                states[key] = fresh
+            else:
+                states[key] = new_state(t)
+        self.states = states
+
+    async def probe_all(self, cfg: Config, deadline: float) -> None:
+        """Probe every configured target once; ``deadline`` is in ``loop.time()`` terms."""
+        loop = asyncio.get_running_loop()
+        sem = asyncio.Semaphore(cfg.limits.max_concurrent_probes)
+
+        async def one(st: TargetState) -> None:
+            t = st.target
+            module = cfg.modules[t.module]
+            async with sem:
+                budget = min(module.timeout, deadline - loop.time())
+                if budget <= 0:
+                    result = failed(Reason.TIMEOUT, 0.0,
+                                    "scrape deadline reached before the probe could start")
+                else:
+                    result = await probe(sockaddr=t.sockaddr, family=t.family, module=module,
+                                         query=self.queries[t.module], timeout=budget)
+            st.observe(result, time.time())
+            if result.reason is not None:
+                log.debug("probe %s (%s) failed: %s: %s", t.address, t.module,
+                          result.reason.value, result.detail)
+
+        states = list(self.states.values())
+        self.probes_total += len(states)
+        await asyncio.gather(*(one(st) for st in states))
+
+    def families(self) -> list[Family]:
+        states = list(self.states.values())
+        fams = probe_result_families((st.labels, st.reason_labels, st.last) for st in states)
+        failures = Family("dnsfleet_probe_failures_total",
+                          "Failed probes per target by reason since the exporter started.",
+                          "counter")
+        hist = Family("dnsfleet_probe_latency_seconds",
+                      "Latency of probes that got an answer (any rcode).", "histogram")
+        for st in states:
+            for lab, n in zip(st.reason_labels, st.failures, strict=True):
+                failures.add_raw(lab, n)
+            cum, acc = [], 0
+            for c in st.buckets:
+                acc += c
+                cum.append(acc)
+            histogram_samples(hist, st.labels, LATENCY_BUCKETS, cum, st.latency_sum)
+        return [*fams, failures, hist]
+
+
+def probe_result_families(
+    rows: Iterable[tuple[str, tuple[str, ...], ProbeResult | None]],
+) -> list[Family]:
+    """Pure: the per-probe gauges for (labels, reason labels, result) rows. /metrics and
+    /probe share it; /probe passes empty labels."""
+    success = Family("dnsfleet_probe_success", "1 if the last probe succeeded.")
+    duration = Family("dnsfleet_probe_duration_seconds",
+                      "Duration of the last probe, answer or not.")
+    failure = Family("dnsfleet_probe_failure",
+                     "1 for the reason the last probe failed, 0 for every other reason.")
+    rcode = Family("dnsfleet_probe_dns_rcode",
+                   "Response code of the last answer (numeric), -1 when there was none.")
+    answers = Family("dnsfleet_probe_answer_rrs",
+                     "Resource records in the answer section of the last answer.")
+    for labels, reason_labels, r in rows:
+        if r is None:
+            continue
+        success.add_raw(labels, 1.0 if r.success else 0.0)
+        duration.add_raw(labels, r.duration)
+        current = REASONS.index(r.reason) if r.reason is not None else -1
+        for i, lab in enumerate(reason_labels):
+            failure.add_raw(lab, 1.0 if i == current else 0.0)
+        rcode.add_raw(labels, r.rcode)
+        answers.add_raw(labels, r.answer_rrs)
+    return [success, duration, failure, rcode, answers]

@@ -1,0 +1,31 @@
+"""One probe per transport, listed explicitly (blackbox_exporter's ``prober/``)."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Awaitable, Callable
+
+from dnsfleet.config import Module, Transport
+from dnsfleet.dnswire import Query
+from dnsfleet.probes import tcp, udp
+from dnsfleet.probes.result import REASONS, Exchange, ProbeResult, Reason, failed, judge
+
+ExchangeFn = Callable[..., Awaitable[Exchange]]
+
+PROBES: dict[Transport, ExchangeFn] = {
+    "udp": udp.exchange,
+    "tcp": tcp.exchange,
+}
+
+
+async def probe(*, sockaddr: tuple[str, int] | tuple[str, int, int, int],
+                family: socket.AddressFamily, module: Module, query: Query,
+                timeout: float) -> ProbeResult:
+    """Send ``query`` to ``sockaddr`` over the module's transport and judge the answer.
+    Never raises for network conditions."""
+    ex = await PROBES[module.transport](sockaddr=sockaddr, family=family, query=query,
+                                        timeout=timeout)
+    return judge(ex, module)
+
+
+__all__ = ["PROBES", "REASONS", "Exchange", "ProbeResult", "Reason", "failed", "judge", "probe"]

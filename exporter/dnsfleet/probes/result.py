@@ -1,0 +1,98 @@
+"""What a probe found, and the judgement of it against a module."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import lru_cache
+
+import dns.rcode
+
+from dnsfleet.config import Module
+from dnsfleet.dnswire import Malformed, Response, answer_texts
+
+
+class Reason(StrEnum):
+    """Why a probe failed: a closed set, each member always exported (1 current, 0 others)."""
+
+    TIMEOUT = "timeout"                  # nothing usable before the deadline
+    REFUSED = "refused"                  # ICMP port unreachable / TCP RST: host up, no DNS
+    UNREACHABLE = "unreachable"          # no route, host or network unreachable
+    RCODE = "rcode"                      # answered with an rcode not in valid_rcodes
+    ANSWER_MISMATCH = "answer_mismatch"  # answered, but not what the module expects
+    TRUNCATED = "truncated"              # TC bit set on a UDP answer
+    MALFORMED = "malformed"              # bytes came back, but no well-formed answer
+    NETWORK_ERROR = "network_error"      # any other socket error
+
+
+REASONS: tuple[Reason, ...] = tuple(Reason)
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """The network's side: a response, or the reason there was none."""
+
+    response: Response | None
+    error: Reason | None
+    duration: float
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    success: bool
+    reason: Reason | None
+    duration: float
+    rcode: int          # -1 when no response
+    answer_rrs: int
+    detail: str
+    response: Response | None = None
+
+    @property
+    def rcode_text(self) -> str:
+        return dns.rcode.to_text(self.rcode) if self.rcode >= 0 else "-"  # type: ignore[arg-type]
+
+
+@lru_cache(maxsize=256)
+def _compile(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+def failed(reason: Reason, duration: float, detail: str) -> ProbeResult:
+    return ProbeResult(success=False, reason=reason, duration=duration, rcode=-1,
+                       answer_rrs=0, detail=detail)
+
+
+def judge(ex: Exchange, module: Module) -> ProbeResult:
+    """Pure: turn an exchange into a verdict for ``module``."""
+    r = ex.response
+    if r is None:
+        return failed(ex.error or Reason.NETWORK_ERROR, ex.duration, ex.detail)
+
+    def verdict(reason: Reason | None, detail: str) -> ProbeResult:
+        return ProbeResult(success=reason is None, reason=reason, duration=ex.duration,
+                           rcode=r.rcode, answer_rrs=r.answer_rrs, detail=detail, response=r)
+
+    if r.truncated and module.transport == "udp":
+        return verdict(Reason.TRUNCATED, "TC bit set: the answer does not fit in UDP")
+    if r.rcode not in module.valid_rcode_numbers:
+        text = dns.rcode.to_text(r.rcode)  # type: ignore[arg-type]
+        return verdict(Reason.RCODE, f"rcode {text} not in {', '.join(module.valid_rcodes)}")
+    if r.matching_answers < module.min_answers:
+        return verdict(Reason.ANSWER_MISMATCH,
+                       f"{r.matching_answers} {module.query_type} answers, "
+                       f"expected at least {module.min_answers}")
+    if module.fail_if_not_matches or module.fail_if_matches:
+        try:
+            texts = answer_texts(r.wire)
+        except Malformed as e:
+            return verdict(Reason.MALFORMED, str(e))
+        for pat in module.fail_if_not_matches:
+            if not any(_compile(pat).search(t) for t in texts):
+                return verdict(Reason.ANSWER_MISMATCH, f"no answer matches {pat!r}")
+        for pat in module.fail_if_matches:
+            hit = next((t for t in texts if _compile(pat).search(t)), None)
+            if hit is not None:
+                return verdict(Reason.ANSWER_MISMATCH, f"answer {hit!r} matches {pat!r}")
+    return verdict(None, "ok")

@@ -1,0 +1,102 @@
+"""DNS over UDP on a *connected* socket.
+
+A connected UDP socket is told of ICMP port-unreachable (ECONNREFUSED on the next recv), so
+a host whose DNS service is down reads as ``refused`` at once instead of as a timeout. An
+unconnected socket never sees that on Linux (shared/REFERENCE.md §1). The kernel also drops
+datagrams from any other address or port, as a stub resolver would ignore them.
+
+Built on raw non-blocking sockets with ``loop.add_reader`` and one timer: this is the hot
+path of a 1,000-target scrape, and it costs a few tens of microseconds per probe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import secrets
+import socket
+import time
+
+from dnsfleet.dnswire import Malformed, Query, parse_response
+from dnsfleet.probes.result import Exchange, Reason
+
+MAX_DATAGRAM = 65535
+UNREACHABLE_ERRNOS = frozenset({errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN,
+                                errno.EHOSTDOWN, errno.EADDRNOTAVAIL})
+
+
+def classify_oserror(e: OSError) -> Reason:
+    if isinstance(e, ConnectionRefusedError) or e.errno == errno.ECONNREFUSED:
+        return Reason.REFUSED
+    if e.errno in UNREACHABLE_ERRNOS:
+        return Reason.UNREACHABLE
+    return Reason.NETWORK_ERROR
+
+
+async def exchange(*, sockaddr: tuple[str, int] | tuple[str, int, int, int],
+                   family: socket.AddressFamily, query: Query, timeout: float) -> Exchange:
+    loop = asyncio.get_running_loop()
+    start = time.monotonic()
+    try:
+        sock = socket.socket(family, socket.SOCK_DGRAM)
+    except OSError as e:
+        return Exchange(None, Reason.NETWORK_ERROR, 0.0, f"socket: {e.strerror or e}")
+    sock.setblocking(False)
+    qid = secrets.randbits(16)
+    fut: asyncio.Future[Exchange] = loop.create_future()
+    ignored = 0
+
+    def finish(ex: Exchange) -> None:
+        if not fut.done():
+            fut.set_result(ex)
+
+    def on_readable() -> None:
+        nonlocal ignored
+        while not fut.done():
+            try:
+                data = sock.recv(MAX_DATAGRAM)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                finish(Exchange(None, classify_oserror(e), time.monotonic() - start,
+                                e.strerror or str(e)))
+                return
+            try:
+                resp = parse_response(data, query, qid)
+            except Malformed as e:
+                finish(Exchange(None, Reason.MALFORMED, time.monotonic() - start, str(e)))
+                return
+            if resp is None:
+                ignored += 1  # not an answer to our query: keep waiting, like a stub
+                continue
+            finish(Exchange(resp, None, time.monotonic() - start))
+
+    def on_timeout() -> None:
+        if ignored:
+            finish(Exchange(None, Reason.MALFORMED, time.monotonic() - start,
+                            f"{ignored} datagram(s) that were not an answer to the query, "
+                            "and no answer before the timeout"))
+        else:
+            finish(Exchange(None, Reason.TIMEOUT, time.monotonic() - start,
+                            f"no answer within {timeout:.3g}s"))
+
+    fd = sock.fileno()
+    reader = False
+    handle = None
+    try:
+        try:
+            sock.connect(sockaddr)
+            sock.send(query.with_id(qid))
+        except OSError as e:
+            return Exchange(None, classify_oserror(e), time.monotonic() - start,
+                            e.strerror or str(e))
+        loop.add_reader(fd, on_readable)
+        reader = True
+        handle = loop.call_at(loop.time() + timeout, on_timeout)
+        return await fut
+    finally:
+        if reader:
+            loop.remove_reader(fd)
+        if handle is not None:
+            handle.cancel()
+        sock.close()

@@ -1,0 +1,165 @@
+"""HTTP endpoints: /metrics, /probe, /-/healthy, /-/ready, /-/reload, /config and /."""
+
+from __future__ import annotations
+
+import html
+import ipaddress
+import logging
+import time
+
+from aiohttp import web
+
+from dnsfleet import __version__
+from dnsfleet.app import Exporter, probe_exposition
+from dnsfleet.config import Target, parse_address, to_yaml
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+EXPORTER: web.AppKey[Exporter] = web.AppKey("exporter", Exporter)
+
+
+def scrape_timeout_header(request: web.Request) -> float | None:
+    raw = request.headers.get("X-Prometheus-Scrape-Timeout-Seconds")
+    if not raw:
+        return None
+    try:
+        v = float(raw)
+    except ValueError:
+        return None
+    return v if v > 0 else None
+
+
+async def metrics(request: web.Request) -> web.Response:
+    exp = request.app[EXPORTER]
+    text = await exp.scrape(scrape_timeout_header(request))
+    return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
+
+
+def _bad(status: int, reason: str) -> web.Response:
+    return web.Response(status=status, text=reason + "\n")
+
+
+async def probe(request: web.Request) -> web.Response:
+    exp = request.app[EXPORTER]
+    cfg = exp.config
+    q = request.query
+    raw_target = q.get("target", "")
+    if not raw_target:
+        return _bad(400, "missing parameter: target")
+    try:
+        host, port, scope = parse_address(raw_target)
+    except ValueError as e:
+        return _bad(400, f"invalid target: {e}")
+    configured = [t for t in cfg.targets if (t.host, t.port) == (host, port)]
+    module_name = q.get("module") or (configured[0].module if configured else "")
+    if not module_name:
+        return _bad(400, "missing parameter: module")
+    module = cfg.modules.get(module_name)
+    if module is None:
+        return _bad(400, f"unknown module {module_name!r}")
+    ip = ipaddress.ip_address(host)
+    allowed = bool(configured) or any(ip in net for net in cfg.probe_allowlist)
+    if not allowed:
+        return _bad(403, f"target {raw_target} is neither configured nor inside probe_allowlist")
+    qname, qtype = q.get("name"), q.get("type")
+    if (qname or qtype) and not module.allow_query_override:
+        return _bad(403, f"module {module_name!r} does not allow overriding the query")
+    budget = exp.scrape_budget(scrape_timeout_header(request))
+    target = Target(address=raw_target, host=host, port=port, module=module_name,
+                    scope_id=scope)
+    try:
+        result = await exp.probe_one(target, module, budget, qname=qname,
+                                     qtype=qtype.upper() if qtype else None)
+    except ValueError as e:  # an invalid override name/type
+        return _bad(400, f"invalid query: {e}")
+    return web.Response(body=probe_exposition(result).encode(),
+                        headers={"Content-Type": CONTENT_TYPE})
+
+
+async def healthy(request: web.Request) -> web.Response:
+    return web.Response(text="OK\n")
+
+
+async def ready(request: web.Request) -> web.Response:
+    return web.Response(text="Ready\n")
+
+
+async def reload(request: web.Request) -> web.Response:
+    st = request.app[EXPORTER].reload()
+    if st.successful:
+        return web.Response(text="reloaded\n")
+    return web.Response(status=500, text=f"reload failed, old configuration kept: {st.error}\n")
+
+
+async def config(request: web.Request) -> web.Response:
+    return web.Response(text=to_yaml(request.app[EXPORTER].config),
+                        content_type="text/yaml")
+
+
+async def index(request: web.Request) -> web.Response:
+    return web.Response(text=status_page(request.app[EXPORTER], request.app["metrics_path"]),
+                        content_type="text/html")
+
+
+def status_page(exp: Exporter, metrics_path: str) -> str:
+    """A page someone on call can read: every target, its last result, reason, latency."""
+    e = html.escape
+    rows = []
+    now = time.time()
+    states = sorted(exp.prober.states.values(),
+                    key=lambda s: (s.last is None or s.last.success, s.target.address))
+    for st in states:
+        t, r = st.target, st.last
+        labels = " ".join(f"{k}={v}" for k, v in t.labels)
+        if r is None:
+            cells = ('<td class="unk">not probed yet</td><td></td><td></td><td></td><td></td>')
+        else:
+            cls = "ok" if r.success else "bad"
+            verdict = "OK" if r.success else f"FAIL: {r.reason.value if r.reason else '?'}"
+            cells = (f'<td class="{cls}">{e(verdict)}</td><td>{r.duration * 1000:.1f} ms</td>'
+                     f"<td>{e(r.rcode_text)}</td><td>{e(r.detail)}</td>"
+                     f"<td>{now - st.last_wall:.0f}s ago</td>")
+        rows.append(f"<tr><td>{e(t.address)}</td><td>{e(t.module)}</td><td>{e(labels)}</td>"
+                    f"{cells}</tr>")
+    failing = sum(1 for s in exp.prober.states.values() if s.last and not s.last.success)
+    rs = exp.reload_status
+    reload_note = "" if rs.successful else (
+        f'<p class="bad">Last reload FAILED, running the previous configuration: '
+        f"{e(rs.error)}</p>")
+    body = "\n".join(rows) or '<tr><td colspan="8">No targets configured.</td></tr>'
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>dnsfleet exporter</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 1.5em; }}
+table {{ border-collapse: collapse; }} td, th {{ padding: 4px 10px; border-bottom: 1px solid #ddd;
+text-align: left; }} .ok {{ color: #176f2c; }} .bad {{ color: #b00020; font-weight: bold; }}
+.unk {{ color: #777; }}
+</style></head><body>
+<h1>dnsfleet exporter {e(__version__)}</h1>
+<p>Configuration: {e(exp.config.source)} &middot; {len(exp.config.targets)} targets &middot;
+<b>{failing} failing</b> at the last scrape &middot;
+<a href="{e(metrics_path)}">metrics</a> &middot; <a href="/config">effective config</a></p>
+{reload_note}
+<p>Results are from the last <code>{e(metrics_path)}</code> scrape; failing targets first.</p>
+<table><tr><th>target</th><th>module</th><th>labels</th><th>result</th><th>latency</th>
+<th>rcode</th><th>detail</th><th>probed</th></tr>
+{body}
+</table></body></html>
+"""
+
+
+def make_app(exp: Exporter, *, metrics_path: str = "/metrics") -> web.Application:
+    app = web.Application()
+    app[EXPORTER] = exp
+    app["metrics_path"] = metrics_path
+    app.router.add_get(metrics_path, metrics)
+    app.router.add_get("/probe", probe)
+    app.router.add_get("/-/healthy", healthy)
+    app.router.add_get("/-/ready", ready)
+    app.router.add_post("/-/reload", reload)
+    app.router.add_put("/-/reload", reload)
+    app.router.add_get("/config", config)
+    if metrics_path != "/":
+        app.router.add_get("/", index)
+    return app
