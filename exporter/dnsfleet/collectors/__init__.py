@@ -1,95 +1,22 @@
-"""Collectors: one per subsystem, listed explicitly (node_exporter's ``collector/``).
+"""Collectors, one per subsystem, listed explicitly (node_exporter's ``collector/``).
 
-A collector turns what it reads into metric families; the runner times it and reports
-``dnsfleet_collector_success`` / ``dnsfleet_collector_duration_seconds``. A collector that
-fails yields nothing partial and never fails the scrape. A missing subsystem is not a
-failure: the collector returns no families.
-
-Host collectors are synchronous functions of the host filesystem and run in a worker
-thread; network collectors (stub resolvers, resolver statistics, Consul) are coroutines.
+Each collector module exposes ``COLLECTOR``; this list is the only registration.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
+from dnsfleet.collectors.base import (
+    CollectContext,
+    Collector,
+    CollectorError,
+    host_collector,
+    run_collectors,
+)
 
-from dnsfleet.config import Config
-from dnsfleet.exposition import Family
-from dnsfleet.hostfs import HostFS
+_ALL: tuple[Collector, ...] = (
+)
 
-log = logging.getLogger(__name__)
+COLLECTORS: dict[str, Collector] = {c.name: c for c in _ALL}
 
-
-class CollectorError(Exception):
-    """A collector could not produce truthful data; the message is the reason."""
-
-
-@dataclass(frozen=True)
-class CollectContext:
-    fs: HostFS
-    config: Config
-    deadline: float        # loop.time() by which the scrape must be done
-    state: dict[str, Any]  # per-collector state kept between scrapes, keyed by collector
-
-
-HostCollectFn = Callable[[HostFS, Config], list[Family]]
-AsyncCollectFn = Callable[[CollectContext], Awaitable[list[Family]]]
-
-
-@dataclass(frozen=True)
-class Collector:
-    name: str
-    run: AsyncCollectFn
-    enabled: Callable[[Config], bool]
-
-
-def host_collector(name: str, fn: HostCollectFn) -> Collector:
-    async def run(ctx: CollectContext) -> list[Family]:
-        return await asyncio.to_thread(fn, ctx.fs, ctx.config)
-
-    return Collector(name=name, run=run, enabled=lambda cfg: name in cfg.host.collectors)
-
-
-def _registry() -> dict[str, Collector]:
-    # Imported here so that each collector module can import this one.
-    return {}
-
-
-COLLECTORS: dict[str, Collector] = _registry()
-
-
-async def run_collectors(ctx: CollectContext,
-                         collectors: dict[str, Collector] | None = None) -> list[Family]:
-    chosen = [c for c in (collectors or COLLECTORS).values() if c.enabled(ctx.config)]
-    success = Family("dnsfleet_collector_success",
-                     "1 if the collector produced its data in this scrape, 0 if it failed.")
-    duration = Family("dnsfleet_collector_duration_seconds",
-                      "Time the collector took in this scrape.")
-    loop = asyncio.get_running_loop()
-
-    async def one(c: Collector) -> list[Family]:
-        start = time.monotonic()
-        ok = 0.0
-        fams: list[Family] = []
-        try:
-            remaining = max(ctx.deadline - loop.time(), 0.001)
-            async with asyncio.timeout(remaining):
-                fams = await c.run(ctx)
-            ok = 1.0
-        except TimeoutError:
-            log.warning("collector %s failed: did not finish before the scrape deadline", c.name)
-        except Exception as e:  # a collector bug must not fail the scrape
-            log.warning("collector %s failed: %s", c.name, e,
-                        exc_info=not isinstance(e, CollectorError | OSError | ValueError))
-        labels = {"collector": c.name}
-        success.add(ok, labels)
-        duration.add(time.monotonic() - start, labels)
-        return fams if ok else []
-
-    results = await asyncio.gather(*(one(c) for c in chosen))
-    return [success, duration, *(f for fams in results for f in fams)]
+__all__ = ["COLLECTORS", "CollectContext", "Collector", "CollectorError", "host_collector",
+           "run_collectors"]

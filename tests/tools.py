@@ -1,0 +1,38 @@
+"""Find the real binaries the tests drive. `make test` installs them; a missing one fails the
+test (it would be a missing install step, not a reason to skip)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+
+import pytest
+
+SEARCH = ("/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/local/bin")
+
+
+def binary(name: str) -> str:
+    path = shutil.which(name)
+    if path:
+        return path
+    for d in SEARCH:
+        cand = os.path.join(d, name)
+        if os.access(cand, os.X_OK):
+            return cand
+    pytest.fail(f"{name} is not installed: `make test` installs it (see Makefile TEST_DEBS)")
+
+
+def free_port(kind: int = socket.SOCK_DGRAM, host: str = "127.0.0.1") -> int:
+    """A port free for both UDP and TCP on ``host``."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+            u.bind((host, 0))
+            port = int(u.getsockname()[1])
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
+                try:
+                    t.bind((host, port))
+                except OSError:
+                    continue
+            return port
+    raise RuntimeError("no free port")
