@@ -522,7 +522,9 @@ def load(path: str | Path) -> Config:
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
     try:
-        data = yaml.safe_load(text)
+        # libyaml's loader when present: a 1,000-target file composes in a fraction of the
+        # time and peak memory of the pure-Python one.
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
