@@ -20,9 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import cpu_seconds, load, rss_bytes, stop, wait_http
 from tests.servers import Unbound
 from tests.tools import free_port
+
+from bench.common import cpu_seconds, load, rss_bytes, stop, wait_http
 
 QNAME = "a.local.test"
 N_TARGETS = 1000

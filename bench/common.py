@@ -78,7 +78,7 @@ async def _load(url: str, *, requests: int, concurrency: int, check: str | None,
                         body = await resp.text()
                         if resp.status != 200 or (check and check not in body):
                             errors += 1
-                except (aiohttp.ClientError, asyncio.TimeoutError):
+                except (TimeoutError, aiohttp.ClientError):
                     errors += 1
                 done += 1
 
