@@ -16,11 +16,14 @@ expected delay is their average).
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from dnsfleet.parsers.resolvconf import parse_resolv_conf
 from dnsfleet.stubmodel import ServerOutcome, ServerState, Verdict, model
@@ -106,16 +109,21 @@ def _finish(run: Run) -> None:
     run.rc = int(rc)
 
 
-def test_model_agrees_with_real_glibc(tmp_path: Path) -> None:
-    with netlab(tmp_path) as lab:
-        t0 = time.monotonic()
-        runs = []
-        for case, text in CASES:
-            n = ROTATE_RUNS if "rotate" in text else 1
-            runs.extend(_start(lab, tmp_path, case, text, i) for i in range(n))
-        for r in runs:
-            _finish(r)
-        elapsed = time.monotonic() - t0
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetLab]:
+    with netlab(tmp_path_factory.mktemp("netlab")) as lab:
+        yield lab
+
+
+def test_model_agrees_with_real_glibc(lab: NetLab, tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    runs = []
+    for case, text in CASES:
+        n = ROTATE_RUNS if "rotate" in text else 1
+        runs.extend(_start(lab, tmp_path, case, text, i) for i in range(n))
+    for r in runs:
+        _finish(r)
+    elapsed = time.monotonic() - t0
 
     table = ["", f"glibc oracle: {len(runs)} getent runs, {len(CASES)} cases, "
                  f"{elapsed:.1f} s wall",
@@ -147,3 +155,65 @@ def test_rotate_expected_delay_is_the_mean_over_start_positions() -> None:
     assert v.waits == (2.0, 1.0, 2.0)
     assert v.delays_by_start == (3.0, 1.0, 0.0)
     assert v.delay == pytest.approx(4 / 3)
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_exporter_in_namespace_against_port_53(lab: NetLab, tmp_path: Path) -> None:
+    """The real exporter (--once) in the namespace: the resolv.conf names servers on port 53
+    exactly as a client's does, no seam."""
+    rc = tmp_path / "client.resolv.conf"
+    rc.write_text(conf(S, R, U, options="timeout:3 attempts:2"))
+    cfg = tmp_path / "dnsfleet.yml"
+    cfg.write_text(f"resolv_conf:\n  - path: {rc}\n    query_name: {QUERY_NAME}\n"
+                   "    query_type: A\n    probe_timeout: 300ms\n")
+    exe = str(Path(sys.executable).parent / "dnsfleet-exporter")
+    out = subprocess.run(lab.exec_args(exe, "--config.file", str(cfg), "--once"),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    got = _samples(out.stdout)
+    f = ("resolv_conf", str(rc))
+
+    def v(name: str, *labels: tuple[str, str]) -> float | None:
+        return got.get((name, tuple(sorted((f, *labels)))))
+
+    assert got[("dnsfleet_collector_success", (("collector", "stub"),))] == 1
+    assert v("dnsfleet_stub_nameservers") == 3
+    assert v("dnsfleet_stub_nameserver_failure", ("nameserver", S), ("position", "0"),
+             ("reason", "silent")) == 1
+    assert v("dnsfleet_stub_nameserver_failure", ("nameserver", R), ("position", "1"),
+             ("reason", "refused")) == 1
+    assert v("dnsfleet_stub_nameserver_up", ("nameserver", U), ("position", "2")) == 1
+    glibc_delay = v("dnsfleet_stub_expected_delay_seconds", ("libc", "glibc"))
+    assert glibc_delay is not None and 3.0 <= glibc_delay < 3.05
+    assert v("dnsfleet_stub_expected_delay_seconds", ("libc", "musl")) == 0
+    assert v("dnsfleet_stub_resolution_failing", ("libc", "glibc")) == 0
+    assert v("dnsfleet_stub_timeout_seconds") == 3
+    assert v("dnsfleet_stub_attempts") == 2
+
+
+def test_failover_command_in_namespace(lab: NetLab, tmp_path: Path) -> None:
+    rc = tmp_path / "oncall.resolv.conf"
+    rc.write_text(conf(S, X, U, options="timeout:2"))
+    exe = str(Path(sys.executable).parent / "dnsfleet")
+    out = subprocess.run(lab.exec_args(exe, "failover", "--resolv-conf", str(rc),
+                                       "--query-name", QUERY_NAME, "--query-type", "A",
+                                       "--probe-timeout", "300ms"),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert any(S in ln and "silent" in ln and "2.000s" in ln for ln in lines), out.stdout
+    assert any(X in ln and "rcode_refused" in ln for ln in lines), out.stdout
+    assert any(U in ln and "answering" in ln for ln in lines), out.stdout
+    assert "a lookup now waits 2.0" in out.stdout
+    out = subprocess.run(lab.exec_args(exe, "failover", "--resolv-conf", str(rc),
+                                       "--libc", "musl", "--query-name", QUERY_NAME,
+                                       "--probe-timeout", "300ms"),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "a lookup now waits 0.000 s" in out.stdout, out.stdout
