@@ -54,7 +54,8 @@ def render_report(rep: FileReport, libc: str) -> str:
                                                 strict=True)):
         cost = verdict.costs[pos]
         note = ADVICE[out.state]
-        if out.state is not ServerState.ANSWERING and detail:
+        if out.state not in (ServerState.ANSWERING, ServerState.SERVFAIL,
+                             ServerState.RCODE_REFUSED) and detail:
             note += f" ({detail})"
         lines.append(f"  {pos:>3}  {ns.text:<28} {out.state.value:<14} {cost:7.3f}s  {note}")
     if verdict.failing:
