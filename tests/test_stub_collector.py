@@ -86,10 +86,11 @@ def test_collector_classifies_and_models(tmp_path: Path, unbound: Unbound,
                      position=pos, reason=reason) == 1, (ns, reason)
     assert value(fams, "dnsfleet_stub_resolution_failing", **dead, libc="glibc") == 1
     assert value(fams, "dnsfleet_stub_resolution_failing", **dead, libc="musl") == 1
-    # refused and SERVFAIL cost milliseconds; the blackhole (index 2 of 3, timeout 1)
-    # costs (1 << 2) / 3 = 1 s, in each of the 2 default rounds.
+    # The blackhole (index 2 of 3, timeout 1) costs (1 << 2) / 3 = 1 s in each of the 2
+    # default rounds; refused and SERVFAIL add what they took to show, capped by their
+    # own 1 s waits (bounds from the model, not timing thresholds).
     glibc_delay = value(fams, "dnsfleet_stub_expected_delay_seconds", **dead, libc="glibc")
-    assert glibc_delay is not None and 2.0 <= glibc_delay < 2.2
+    assert glibc_delay is not None and 2.0 <= glibc_delay <= 6.0
     assert value(fams, "dnsfleet_stub_expected_delay_seconds", **dead, libc="musl") == 1
     assert value(fams, "dnsfleet_stub_resolv_conf_problems", **dead) == 2
 

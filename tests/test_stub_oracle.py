@@ -191,7 +191,8 @@ def test_exporter_in_namespace_against_port_53(lab: NetLab, tmp_path: Path) -> N
              ("reason", "refused")) == 1
     assert v("dnsfleet_stub_nameserver_up", ("nameserver", U), ("position", "2")) == 1
     glibc_delay = v("dnsfleet_stub_expected_delay_seconds", ("libc", "glibc"))
-    assert glibc_delay is not None and 3.0 <= glibc_delay < 3.05
+    # the blackhole's 3 s, plus the closed port's time to refuse, capped by its 2 s wait
+    assert glibc_delay is not None and 3.0 <= glibc_delay <= 5.0
     assert v("dnsfleet_stub_expected_delay_seconds", ("libc", "musl")) == 0
     assert v("dnsfleet_stub_resolution_failing", ("libc", "glibc")) == 0
     assert v("dnsfleet_stub_timeout_seconds") == 3
