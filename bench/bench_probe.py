@@ -44,7 +44,7 @@ def start_unbound(workdir: Path, addresses: list[str]) -> Unbound:
 
 
 def write_dnsfleet_config(path: Path, targets: list[str], port: int) -> None:
-    lines = ["modules:", "  bench:", f"    query_name: {QNAME}", "    query_type: A",
+    lines = ["resolv_conf: []", "modules:", "  bench:", f"    query_name: {QNAME}", "    query_type: A",
              "    min_answers: 1", "targets:"]
     lines += [f'  - {{address: "{a}:{port}", module: bench}}' for a in targets]
     lines += ["probe_allowlist: [127.0.0.0/8]"]

@@ -348,7 +348,7 @@ def test_deadline_bounds_a_silent_agent(blackhole: object) -> None:
 
 def test_exporter_scrape_passes_promtool(consul: ConsulDouble, tmp_path: Path) -> None:
     p = tmp_path / "dnsfleet.yml"
-    p.write_text(yaml.safe_dump({"consul": {
+    p.write_text(yaml.safe_dump({"resolv_conf": [], "consul": {
         "agents": [{"name": "local", "dns_address": consul.dns_address,
                     "http_address": consul.http_url}],
         "services": ["web"], "prepared_queries": ["web-q"]}}))

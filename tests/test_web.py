@@ -15,7 +15,9 @@ from tests.exporter_proc import ExporterProcess, value
 from tests.servers import Blackhole, Named, Unbound
 from tests.tools import binary, free_port
 
+# resolv_conf: [] — the stub collector must never probe this machine's own resolver.
 MODULES = """
+resolv_conf: []
 modules:
   www:
     query_name: www.example.test

@@ -10,7 +10,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 
-from dnsfleet import __version__
+from dnsfleet import __version__, failover
 from dnsfleet.app import Exporter
 from dnsfleet.config import ConfigError, parse_address
 from dnsfleet.hostfs import HostFS
@@ -119,7 +119,9 @@ async def serve(exp: Exporter, args: argparse.Namespace) -> int:
 
 Subcommand = tuple[Callable[[argparse.ArgumentParser], None],
                    Callable[[argparse.Namespace], int], str]
-SUBCOMMANDS: dict[str, Subcommand] = {}
+SUBCOMMANDS: dict[str, Subcommand] = {
+    "failover": failover.SUBCOMMAND,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -344,6 +344,25 @@ class ConsulConfig:
 
 
 @dataclass(frozen=True)
+class ResolvConfWatch:
+    """A resolv.conf whose clients' failover the stub collector models (issue 3)."""
+
+    path: str                     # as the host sees it; read through --path.rootfs
+    query_name: str = "."         # what a client of this file would ask
+    query_type: str = "NS"
+    # How long a nameserver may take before it counts as silent. Deliberately shorter than
+    # resolv.conf's timeout: a scrape must not wait 5 s to learn a server is blackholed.
+    probe_timeout: float = 1.0
+
+    @property
+    def qtype(self) -> int:
+        return int(dns.rdatatype.from_text(self.query_type))
+
+
+DEFAULT_RESOLV_CONF: tuple[ResolvConfWatch, ...] = (ResolvConfWatch(path="/etc/resolv.conf"),)
+
+
+@dataclass(frozen=True)
 class Config:
     source: str
     modules: Mapping[str, Module]
@@ -352,6 +371,7 @@ class Config:
     host: HostConfig = field(default_factory=HostConfig)
     probe_allowlist: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     consul: ConsulConfig = field(default_factory=ConsulConfig)
+    resolv_conf: tuple[ResolvConfWatch, ...] = DEFAULT_RESOLV_CONF
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def module_for(self, target: Target) -> Module:
@@ -624,6 +644,39 @@ def _parse_allowlist(node: Node) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6
     return tuple(out)
 
 
+def _parse_resolv_conf(node: Node) -> tuple[ResolvConfWatch, ...]:
+    out: list[ResolvConfWatch] = []
+    for item in node.sequence():
+        if isinstance(item.value, str):
+            path_node, f = item, None
+        else:
+            f = item.fields()
+            path_node = f.req("path")
+        path = path_node.string()
+        if not path.startswith("/"):
+            raise path_node.error(f"path must be absolute, got {_show(path)}")
+        if any(w.path == path for w in out):
+            raise path_node.error(f"duplicate resolv.conf {_show(path)}")
+        if f is None:
+            out.append(ResolvConfWatch(path=path))
+            continue
+        qname = f.opt("query_name", ".", lambda n: n.string())
+        try:
+            dns.name.from_text(qname)
+        except dns.exception.DNSException as e:
+            raise f.get("query_name").error(f"invalid name {_show(qname)}: {e}") from None
+        qtype = f.opt("query_type", "NS", lambda n: n.string().upper())
+        try:
+            dns.rdatatype.from_text(qtype)
+        except (dns.rdatatype.UnknownRdatatype, ValueError):
+            raise f.get("query_type").error(f"unknown query type {_show(qtype)}") from None
+        out.append(ResolvConfWatch(
+            path=path, query_name=qname, query_type=qtype,
+            probe_timeout=f.opt("probe_timeout", 1.0, lambda n: n.duration(maximum=30))))
+        f.done()
+    return tuple(out)
+
+
 def parse(data: Any, *, source: str) -> Config:
     """Validate a loaded YAML document into a :class:`Config`."""
     root = Node(source, "", data if data is not None else {})
@@ -652,6 +705,7 @@ def parse(data: Any, *, source: str) -> Config:
         host=f.opt("host", HostConfig(), _parse_host),
         probe_allowlist=f.opt("probe_allowlist", (), _parse_allowlist),
         consul=f.opt("consul", ConsulConfig(), _parse_consul),
+        resolv_conf=f.opt("resolv_conf", DEFAULT_RESOLV_CONF, _parse_resolv_conf),
         raw=data if isinstance(data, dict) else {},
     )
     f.done()
@@ -716,6 +770,7 @@ def to_yaml(cfg: Config) -> str:
                  "resolver_process": cfg.host.resolver_process},
         "probe_allowlist": [str(n) for n in cfg.probe_allowlist],
         "consul": _consul_yaml(cfg.consul),
+        "resolv_conf": [dict(w.__dict__) for w in cfg.resolv_conf],
     }
     return f"# source: {cfg.source}\n" + yaml.safe_dump(doc, sort_keys=False)
 
