@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
-from dnsfleet import __version__
+from dnsfleet import __version__, capacity
 from dnsfleet.app import Exporter
 from dnsfleet.config import ConfigError, parse_address
 from dnsfleet.hostfs import HostFS
@@ -124,7 +124,9 @@ async def serve(exp: Exporter, args: argparse.Namespace) -> int:
 
 Subcommand = tuple[Callable[[argparse.ArgumentParser], None],
                    Callable[[argparse.Namespace], int], str]
-SUBCOMMANDS: dict[str, Subcommand] = {}
+SUBCOMMANDS: dict[str, Subcommand] = {
+    "capacity-test": capacity.SUBCOMMAND,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
