@@ -128,8 +128,9 @@ def resperf_command(*, host: str, port: int, datafile: str, max_qps: int, ramp: 
     exe = shutil.which("resperf") or "/usr/bin/resperf"
     # -t 2: after the ramp resperf waits this long for stragglers (default 45 s).
     # -P /dev/null: resperf writes a gnuplot file into the working directory otherwise.
+    # -R: start the query file over at its end (a few cached names serve a whole ramp).
     return [exe, "-f", "inet6" if ":" in host else "inet", "-s", host, "-p", str(port),
-            "-d", datafile, "-m", str(max_qps), "-r", str(ramp), "-c", "0",
+            "-d", datafile, "-R", "-m", str(max_qps), "-r", str(ramp), "-c", "0",
             "-L", f"{max_loss:g}", "-t", "2", "-P", os.devnull]
 
 
