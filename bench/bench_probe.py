@@ -44,8 +44,8 @@ def start_unbound(workdir: Path, addresses: list[str]) -> Unbound:
 
 
 def write_dnsfleet_config(path: Path, targets: list[str], port: int) -> None:
-    lines = ["resolv_conf: []", "modules:", "  bench:", f"    query_name: {QNAME}", "    query_type: A",
-             "    min_answers: 1", "targets:"]
+    lines = ["resolv_conf: []", "modules:", "  bench:", f"    query_name: {QNAME}",
+             "    query_type: A", "    min_answers: 1", "targets:"]
     lines += [f'  - {{address: "{a}:{port}", module: bench}}' for a in targets]
     lines += ["probe_allowlist: [127.0.0.0/8]"]
     path.write_text("\n".join(lines) + "\n")

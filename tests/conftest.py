@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import errno
+import ipaddress
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +28,50 @@ big     IN TXT   "{txt}4"
 big     IN TXT   "{txt}5"
 big     IN TXT   "{txt}6"
 """.format(txt="x" * 250)
+
+
+_real_connect = socket.socket.connect
+_real_connect_ex = socket.socket.connect_ex
+_real_sendto = socket.socket.sendto
+VIOLATIONS: list[str] = []
+
+
+def _loopback(address: object) -> bool:
+    if isinstance(address, str | bytes):  # unix socket path
+        return True
+    if not isinstance(address, tuple) or not address:
+        return True
+    host = address[0]
+    if host in ("localhost", ""):
+        return True
+    try:
+        return ipaddress.ip_address(str(host).split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _guarded(real: Any, address_index: int) -> Any:
+    def method(self: socket.socket, *args: Any) -> Any:
+        address = args[address_index]
+        if self.family in (socket.AF_INET, socket.AF_INET6) and not _loopback(address):
+            VIOLATIONS.append(f"{real.__name__} to {address!r}")
+            raise OSError(errno.ENETUNREACH, f"test guard: {address!r} is not loopback")
+        return real(self, *args)
+
+    return method
+
+
+@pytest.fixture(autouse=True)
+def loopback_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Tests send traffic to loopback only (network namespaces are driven from
+    subprocesses). A connect or sendto anywhere else in this process is refused and fails
+    the test: e.g. a stub collector reading this machine's /etc/resolv.conf."""
+    VIOLATIONS.clear()
+    monkeypatch.setattr(socket.socket, "connect", _guarded(_real_connect, 0))
+    monkeypatch.setattr(socket.socket, "connect_ex", _guarded(_real_connect_ex, 0))
+    monkeypatch.setattr(socket.socket, "sendto", _guarded(_real_sendto, -1))
+    yield
+    assert not VIOLATIONS, f"non-loopback traffic attempted: {VIOLATIONS}"
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 
-from dnsfleet import __version__, failover
+from dnsfleet import __version__, capacity, failover
 from dnsfleet.app import Exporter
 from dnsfleet.config import ConfigError, parse_address
 from dnsfleet.hostfs import HostFS
@@ -121,6 +121,7 @@ Subcommand = tuple[Callable[[argparse.ArgumentParser], None],
                    Callable[[argparse.Namespace], int], str]
 SUBCOMMANDS: dict[str, Subcommand] = {
     "failover": failover.SUBCOMMAND,
+    "capacity-test": capacity.SUBCOMMAND,
 }
 
 

@@ -229,6 +229,13 @@ class Module:
     fail_if_matches: tuple[str, ...] = ()
     # /probe may override query_name / query_type only when this is true.
     allow_query_override: bool = False
+    # Restart and cache-flush detection (issue 4): a long-TTL name the resolver caches, whose
+    # TTL is followed across scrapes, and how much slack TTL continuity gets.
+    canary: str | None = None
+    canary_type: str = "A"
+    canary_tolerance: float = 2.0
+    # Backend identity from CHAOS TXT (e.g. id.server.) instead of EDNS NSID.
+    identity_query: str | None = None
 
     @property
     def qtype(self) -> int:
@@ -243,6 +250,27 @@ class Module:
         return frozenset(int(dns.rcode.from_text(r)) for r in self.valid_rcodes)
 
 
+StatsType = Literal["unbound", "bind"]
+STATS_TYPES: tuple[StatsType, ...] = ("unbound", "bind")
+
+
+@dataclass(frozen=True)
+class StatsSource:
+    """Where a resolver's own statistics are read (issue 4).
+
+    unbound: ``control`` is ``unix:///path/to/sock``, ``tcp://host:port`` (remote-control
+    without certificates) or ``tls://host:port`` with the control keys. bind: ``url`` is the
+    statistics channel base URL."""
+
+    type: StatsType
+    control: str = ""
+    url: str = ""
+    server_cert: str | None = None   # unbound_server.pem: trust anchor for the control TLS
+    client_cert: str | None = None   # unbound_control.pem
+    client_key: str | None = None    # unbound_control.key
+    timeout: float = 2.0
+
+
 @dataclass(frozen=True)
 class Target:
     address: str                  # as configured: the `target` label
@@ -251,6 +279,8 @@ class Target:
     module: str
     labels: tuple[tuple[str, str], ...] = ()
     scope_id: int = 0             # IPv6 link-local zone
+    stats: StatsSource | None = None      # the resolver's own statistics (issue 4)
+    capacity_qps: float | None = None     # declared capacity (issue 4)
 
     @property
     def family(self) -> socket.AddressFamily:
@@ -362,6 +392,19 @@ class ResolvConfWatch:
 DEFAULT_RESOLV_CONF: tuple[ResolvConfWatch, ...] = (ResolvConfWatch(path="/etc/resolv.conf"),)
 
 
+# --------------------------------------------------------------------------- resolver (issue 4)
+
+DEFAULT_CAPACITY_FILE = "/var/lib/dnsfleet/capacity.json"
+
+
+@dataclass(frozen=True)
+class ResolverConfig:
+    """Resolver internals (issue 4)."""
+
+    # Written by `dnsfleet capacity-test`, read by the exporter.
+    capacity_file: str = DEFAULT_CAPACITY_FILE
+
+
 @dataclass(frozen=True)
 class Config:
     source: str
@@ -369,6 +412,7 @@ class Config:
     targets: tuple[Target, ...]
     limits: Limits = field(default_factory=Limits)
     host: HostConfig = field(default_factory=HostConfig)
+    resolver: ResolverConfig = field(default_factory=ResolverConfig)
     probe_allowlist: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     consul: ConsulConfig = field(default_factory=ConsulConfig)
     resolv_conf: tuple[ResolvConfWatch, ...] = DEFAULT_RESOLV_CONF
@@ -482,9 +526,35 @@ def _parse_module(name: str, node: Node) -> Module:
         fail_if_not_matches=f.opt("fail_if_not_matches", (), regexes),
         fail_if_matches=f.opt("fail_if_matches", (), regexes),
         allow_query_override=f.opt("allow_query_override", False, Node.boolean),
+        **_parse_canary(f),
     )
     f.done()
     return mod
+
+
+def _dns_name(n: Node) -> str:
+    s = n.string()
+    try:
+        dns.name.from_text(s)
+    except dns.exception.DNSException as e:
+        raise n.error(f"invalid name {_show(s)}: {e}") from None
+    return s
+
+
+def _parse_canary(f: Fields) -> dict[str, Any]:
+    canary = f.opt("canary", None, _dns_name)
+    ctype = f.opt("canary_type", "A", lambda n: n.string().upper())
+    try:
+        dns.rdatatype.from_text(ctype)
+    except (dns.rdatatype.UnknownRdatatype, ValueError):
+        raise f.get("canary_type").error(f"unknown query type {_show(ctype)}") from None
+    tolerance = f.opt("canary_tolerance", 2.0, lambda n: n.duration(maximum=300))
+    if canary is None:
+        for key in ("canary_type", "canary_tolerance"):
+            if f.has(key):
+                raise f.get(key).error("only meaningful with canary")
+    return {"canary": canary, "canary_type": ctype, "canary_tolerance": tolerance,
+            "identity_query": f.opt("identity_query", None, _dns_name)}
 
 
 def _parse_labels(node: Node) -> tuple[tuple[str, str], ...]:
@@ -512,9 +582,61 @@ def _parse_target(node: Node, modules: Mapping[str, Module]) -> Target:
         known = ", ".join(sorted(modules)) or "none defined"
         raise mod_node.error(f"unknown module {_show(module)} (modules: {known})")
     labels: tuple[tuple[str, str], ...] = f.opt("labels", (), _parse_labels)
+    stats = f.opt("stats", None, _parse_stats)
+    capacity = f.opt("capacity_qps", None, lambda n: n.number(minimum=1))
     f.done()
     return Target(address=address, host=host, port=port, module=module, labels=labels,
-                  scope_id=scope)
+                  scope_id=scope, stats=stats, capacity_qps=capacity)
+
+
+_CONTROL_RE = re.compile(r"^(unix|tcp|tls)://(.+)$")
+
+
+def _parse_stats(node: Node) -> StatsSource:
+    f = node.fields()
+    kind: StatsType = "bind" if f.req("type").choice(STATS_TYPES) == "bind" else "unbound"
+    timeout = f.opt("timeout", 2.0, lambda n: n.duration(maximum=60))
+    if kind == "bind":
+        url_node = f.req("url")
+        url = url_node.string()
+        if not re.match(r"^https?://[^/]+", url):
+            raise url_node.error(f"{_show(url)} is not an http:// or https:// URL")
+        f.done()
+        return StatsSource(type="bind", url=url.rstrip("/"), timeout=timeout)
+    ctl_node = f.req("control")
+    control = ctl_node.string()
+    m = _CONTROL_RE.match(control)
+    if not m:
+        raise ctl_node.error(f"{_show(control)}: use unix:///path, tcp://host:port or "
+                             "tls://host:port")
+    if m.group(1) != "unix":
+        try:
+            parse_address(m.group(2), default_port=8953)
+        except ValueError as e:
+            raise ctl_node.error(str(e)) from None
+    elif not m.group(2).startswith("/"):
+        raise ctl_node.error("a unix socket path must be absolute (unix:///run/unbound.ctl)")
+    certs = {k: f.opt(k, None, lambda n: n.string())
+             for k in ("server_cert", "client_cert", "client_key")}
+    given = [k for k, v in certs.items() if v is not None]
+    if m.group(1) == "tls" and len(given) != len(certs):
+        missing = ", ".join(k for k in certs if certs[k] is None)
+        raise node.error(f"tls:// control needs server_cert, client_cert and client_key "
+                         f"(missing: {missing})")
+    if m.group(1) != "tls" and given:
+        raise f.get(given[0]).error("only meaningful with a tls:// control")
+    f.done()
+    return StatsSource(type="unbound", control=control, timeout=timeout,
+                       server_cert=certs["server_cert"], client_cert=certs["client_cert"],
+                       client_key=certs["client_key"])
+
+
+def _parse_resolver(node: Node) -> ResolverConfig:
+    f = node.fields()
+    cfg = ResolverConfig(capacity_file=f.opt("capacity_file", DEFAULT_CAPACITY_FILE,
+                                             lambda n: n.string()))
+    f.done()
+    return cfg
 
 
 def _parse_limits(node: Node) -> Limits:
@@ -693,6 +815,7 @@ def parse(data: Any, *, source: str) -> Config:
             raise root.child("targets").child(i).error(
                 f"duplicate target {_show(t.address)} with module {_show(t.module)}")
         seen.add((t.address, t.module))
+    _check_one_internals_entry(root, targets)
     limits = f.opt("limits", Limits(), _parse_limits)
     if len(targets) > limits.max_targets:
         raise root.child("targets").error(
@@ -703,6 +826,7 @@ def parse(data: Any, *, source: str) -> Config:
         targets=targets,
         limits=limits,
         host=f.opt("host", HostConfig(), _parse_host),
+        resolver=f.opt("resolver", ResolverConfig(), _parse_resolver),
         probe_allowlist=f.opt("probe_allowlist", (), _parse_allowlist),
         consul=f.opt("consul", ConsulConfig(), _parse_consul),
         resolv_conf=f.opt("resolv_conf", DEFAULT_RESOLV_CONF, _parse_resolv_conf),
@@ -710,6 +834,21 @@ def parse(data: Any, *, source: str) -> Config:
     )
     f.done()
     return cfg
+
+
+def _check_one_internals_entry(root: Node, targets: tuple[Target, ...]) -> None:
+    """`stats` and `capacity_qps` describe the resolver at an address, not a module: two
+    entries for one address could export conflicting series, so only one may carry them."""
+    owner: dict[tuple[str, int, str], int] = {}
+    for i, t in enumerate(targets):
+        for key, value in (("stats", t.stats), ("capacity_qps", t.capacity_qps)):
+            if value is None:
+                continue
+            first = owner.setdefault((t.host, t.port, key), i)
+            if first != i:
+                raise root.child("targets").child(i).child(key).error(
+                    f"already set for {_show(t.address)} at targets[{first}] (set {key} on "
+                    "one entry per address)")
 
 
 def load(path: str | Path) -> Config:
@@ -762,12 +901,16 @@ def to_yaml(cfg: Config) -> str:
             for m in cfg.modules.values()
         },
         "targets": [
-            {"address": t.address, "module": t.module, "labels": dict(t.labels)}
+            {"address": t.address, "module": t.module, "labels": dict(t.labels),
+             **({"stats": {k: v for k, v in t.stats.__dict__.items() if v not in (None, "")}}
+                if t.stats else {}),
+             **({"capacity_qps": t.capacity_qps} if t.capacity_qps is not None else {})}
             for t in cfg.targets
         ],
         "limits": dict(cfg.limits.__dict__),
         "host": {"collectors": list(cfg.host.collectors),
                  "resolver_process": cfg.host.resolver_process},
+        "resolver": dict(cfg.resolver.__dict__),
         "probe_allowlist": [str(n) for n in cfg.probe_allowlist],
         "consul": _consul_yaml(cfg.consul),
         "resolv_conf": [dict(w.__dict__) for w in cfg.resolv_conf],

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 from dnsfleet.config import Config, Module, Target
 from dnsfleet.dnswire import Query, build_query
-from dnsfleet.exposition import TextFamily, format_value, join_labels, labelset
+from dnsfleet.exposition import Family, TextFamily, format_value, join_labels, labelset
 from dnsfleet.probes import REASONS, ProbeResult, Reason, failed, probe
+from dnsfleet.restarts import ResolverWatch
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,8 @@ class Prober:
         self.states: dict[TargetKey, TargetState] = {}
         self.queries: dict[str, Query] = {}
         self.probes_total = 0
+        # Canary TTLs and backend identities (issue 4), queried in the same probe round.
+        self.watch = ResolverWatch()
 
     def configure(self, cfg: Config) -> None:
         """Adopt a new config, keeping the state of targets that are still configured."""
@@ -95,6 +98,7 @@ class Prober:
             else:
                 states[key] = new_state(t)
         self.states = states
+        self.watch.configure(cfg)
 
     async def probe_all(self, cfg: Config, deadline: float) -> None:
         """Probe every configured target once; ``deadline`` is in ``loop.time()`` terms."""
@@ -112,6 +116,7 @@ class Prober:
                 else:
                     result = await probe(sockaddr=t.sockaddr, family=t.family, module=module,
                                          query=self.queries[t.module], timeout=budget)
+                    await self.watch.after_probe(t, module, result, deadline=deadline)
             st.observe(result, time.time())
             if result.reason is not None:
                 log.debug("probe %s (%s) failed: %s: %s", t.address, t.module,
@@ -121,7 +126,7 @@ class Prober:
         self.probes_total += len(states)
         await asyncio.gather(*(one(st) for st in states))
 
-    def families(self) -> list[TextFamily]:
+    def families(self) -> list[TextFamily | Family]:
         states = list(self.states.values())
         fams = probe_result_families([(st.labels, st.reason_labels, st.last) for st in states])
         failures: list[str] = []
@@ -145,6 +150,7 @@ class Prober:
                        "counter", "".join(failures)),
             TextFamily(hname, "Latency of probes that got an answer (any rcode).", "histogram",
                        "".join(hist)),
+            *self.watch.families(),
         ]
 
 

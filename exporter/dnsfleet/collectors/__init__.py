@@ -6,6 +6,8 @@ Each collector module exposes ``COLLECTOR``; this list is the only registration.
 from __future__ import annotations
 
 from dnsfleet.collectors import consul, stub
+from dnsfleet.collectors import resolver_capacity as resolver_capacity
+from dnsfleet.collectors import resolver_stats as resolver_stats
 from dnsfleet.collectors.base import (
     CollectContext,
     Collector,
@@ -17,6 +19,8 @@ from dnsfleet.collectors.base import (
 _ALL: tuple[Collector, ...] = (
     consul.COLLECTOR,
     stub.COLLECTOR,
+    resolver_stats.COLLECTOR,
+    resolver_capacity.COLLECTOR,
 )
 
 COLLECTORS: dict[str, Collector] = {c.name: c for c in _ALL}

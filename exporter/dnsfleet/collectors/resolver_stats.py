@@ -1,0 +1,107 @@
+"""Resolver internals: each target's own statistics (unbound remote control, BIND statistics
+channel), normalised to one set of families whatever the software.
+
+A resolver whose statistics cannot be read is ``dnsfleet_resolver_stats_up 0`` with the
+reason logged; that is the resolver's problem, not the collector's, so the collector still
+succeeds. The start time comes from the resolver (unbound ``time.now - time.up``, BIND
+``boot-time``), never from this exporter's clock or process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from dnsfleet.collectors.base import CollectContext, Collector
+from dnsfleet.config import Config, Target
+from dnsfleet.exposition import Family, join_labels, labelset
+from dnsfleet.parsers.resolver import ResolverStats
+from dnsfleet.resolverstats import StatsError, read_stats
+
+if TYPE_CHECKING:
+    import aiohttp
+
+log = logging.getLogger(__name__)
+
+# Left for rendering the families once every reader is done or has given up.
+DEADLINE_MARGIN = 0.05
+
+
+def resolver_labels(target: Target) -> str:
+    """Resolver-level series: the target and its configured labels (``site``...), no module:
+    the statistics describe the resolver at an address, whatever module probes it."""
+    return labelset([("target", target.address), *target.labels])
+
+
+def stats_targets(cfg: Config) -> list[Target]:
+    return [t for t in cfg.targets if t.stats is not None]
+
+
+def stats_families(rows: list[tuple[str, ResolverStats | None]]) -> list[Family]:
+    """Pure: (resolver labels, stats or None when unreadable) -> families."""
+    up = Family("dnsfleet_resolver_stats_up",
+                "1 if the resolver's own statistics could be read in this scrape.")
+    start = Family("dnsfleet_resolver_start_time_seconds",
+                   "Start time of the resolver process, from the resolver's statistics "
+                   "(unbound time.now - time.up, BIND boot-time), seconds since the epoch.")
+    info = Family("dnsfleet_resolver_info", "Resolver software and version; always 1.")
+    queries = Family("dnsfleet_resolver_queries_total",
+                     "Client queries the resolver received (its own counter).", "counter")
+    hits = Family("dnsfleet_resolver_cache_hits_total",
+                  "Client queries answered from the resolver's cache.", "counter")
+    misses = Family("dnsfleet_resolver_cache_misses_total",
+                    "Client queries the resolver could not answer from cache.", "counter")
+    responses = Family("dnsfleet_resolver_responses_total",
+                       "Responses the resolver sent, by rcode.", "counter")
+    for labels, st in rows:
+        up.add_raw(labels, 0.0 if st is None else 1.0)
+        if st is None:
+            continue
+        start.add_raw(labels, st.start_time)
+        info.add_raw(join_labels(labels, labelset(
+            [("software", st.software), ("version", st.version)])), 1.0)
+        queries.add_raw(labels, st.queries)
+        hits.add_raw(labels, st.cache_hits)
+        misses.add_raw(labels, st.cache_misses)
+        for rcode, n in st.responses:
+            responses.add_raw(join_labels(labels, labelset([("rcode", rcode)])), n)
+    return [up, start, info, queries, hits, misses, responses]
+
+
+async def _one(target: Target, session: aiohttp.ClientSession | None,
+               budget: float) -> ResolverStats | None:
+    assert target.stats is not None
+    try:
+        async with asyncio.timeout(max(budget, 0.001)):
+            return await read_stats(target.stats, session)
+    except TimeoutError:
+        log.warning("resolver stats %s: no answer within %.3gs", target.address,
+                    min(budget, target.stats.timeout))
+    except StatsError as e:
+        log.warning("resolver stats %s: %s", target.address, e)
+    return None
+
+
+async def collect(ctx: CollectContext) -> list[Family]:
+    targets = stats_targets(ctx.config)
+    if not targets:
+        return []
+    loop = asyncio.get_running_loop()
+    budget = ctx.deadline - loop.time() - DEADLINE_MARGIN
+    if not any(t.stats is not None and t.stats.type == "bind" for t in targets):
+        # Unbound's remote control needs no HTTP: do not import aiohttp (~28 MB RSS).
+        results = await asyncio.gather(*(_one(t, None, budget) for t in targets))
+    else:
+        import aiohttp  # noqa: PLC0415
+
+        async with aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=None),
+                connector=aiohttp.TCPConnector(limit=64, force_close=True)) as session:
+            results = await asyncio.gather(*(_one(t, session, budget) for t in targets))
+    return stats_families([(resolver_labels(t), r) for t, r in zip(targets, results,
+                                                                   strict=True)])
+
+
+COLLECTOR = Collector(name="resolver_stats", run=collect,
+                      enabled=lambda cfg: any(t.stats is not None for t in cfg.targets))

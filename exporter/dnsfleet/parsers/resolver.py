@@ -1,0 +1,29 @@
+"""What every resolver's statistics normalise to, whatever the software."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Always exported (0 when the resolver has not sent one) so that rate() sees the first
+# SERVFAIL instead of a series appearing out of nothing; other rcodes appear when non-zero.
+COMMON_RCODES: tuple[str, ...] = ("NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP",
+                                  "REFUSED")
+
+
+@dataclass(frozen=True, slots=True)
+class ResolverStats:
+    software: str                 # "unbound", "bind"
+    version: str                  # "" when the resolver does not say
+    start_time: float             # epoch seconds of the resolver's process start
+    queries: int                  # client queries received
+    cache_hits: int
+    cache_misses: int
+    responses: tuple[tuple[str, int], ...]  # (rcode name as dnspython spells it, count)
+
+
+def responses_with_common(counts: dict[str, int]) -> tuple[tuple[str, int], ...]:
+    out = {r: 0 for r in COMMON_RCODES}
+    for name, n in counts.items():
+        if n or name in out:
+            out[name] = out.get(name, 0) + n
+    return tuple(sorted(out.items()))

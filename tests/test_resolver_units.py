@@ -1,0 +1,237 @@
+"""Issue 4, pure parts: parsers on recorded text, the cache-reset rule, config keys."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dnsfleet.capacity import Measurement, address_key, format_state, parse_state
+from dnsfleet.config import ConfigError, parse
+from dnsfleet.parsers.bind import parse_bind_server
+from dnsfleet.parsers.resperf import parse_resperf
+from dnsfleet.parsers.unbound import parse_unbound_stats, parse_version
+from dnsfleet.probes import ProbeResult
+from dnsfleet.restarts import ResolverWatch, WatchState, is_cache_reset
+
+FIX = Path(__file__).parent / "fixtures" / "resolver"
+
+
+# ------------------------------------------------------------------ unbound
+
+
+def test_unbound_stats_recorded() -> None:
+    st = parse_unbound_stats((FIX / "unbound_stats_noreset.txt").read_text(), version="1.17.1")
+    assert st.software == "unbound" and st.version == "1.17.1"
+    # time.now=1795320106.837598 time.up=0.548075, subtracted exactly in decimal
+    assert st.start_time == 1795320106.289523
+    assert (st.queries, st.cache_hits, st.cache_misses) == (2, 1, 1)
+    rc = dict(st.responses)
+    assert rc["NOERROR"] == 1 and rc["NXDOMAIN"] == 1 and rc["SERVFAIL"] == 0
+    assert "NOTIMP" in rc and "NOTIMPL" not in rc
+
+
+def test_unbound_start_time_has_no_jitter() -> None:
+    """Two scrapes of one process a while apart give the very same start time."""
+    a = "time.now=1700000000.100001\ntime.up=10.000001\n"
+    b = "time.now=1700000123.456789\ntime.up=133.356789\n"
+    tail = "total.num.queries=1\ntotal.num.cachehits=0\ntotal.num.cachemiss=1\n"
+    assert (parse_unbound_stats(a + tail).start_time
+            == parse_unbound_stats(b + tail).start_time == 1699999990.1)
+
+
+@pytest.mark.parametrize("text,problem", [
+    ("", "empty"),
+    ("error unknown command 'stats_noreset'\n", "not key=value"),
+    ("time.now=1\ntime.up=1\n", "missing total.num.queries"),
+    ("time.now=abc\ntime.up=1\n", "time.now: not a number"),
+    ("total.num.queries=1\n", "missing time.now"),
+])
+def test_unbound_stats_garbled(text: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        parse_unbound_stats(text)
+
+
+def test_unbound_version() -> None:
+    assert parse_version("version: 1.17.1\nverbosity: 1\n") == "1.17.1"
+    assert parse_version("nothing here") == ""
+
+
+# ------------------------------------------------------------------ BIND
+
+
+def test_bind_recorded() -> None:
+    st = parse_bind_server((FIX / "bind_json_v1_server.json").read_text())
+    assert st.software == "bind" and st.version.startswith("9.18")
+    assert st.start_time == pytest.approx(1795320105.733)  # 2026-11-22T04:01:45.733Z
+    assert st.queries == 2
+    rc = dict(st.responses)
+    assert rc["NOERROR"] == 2 and "RESERVED11" not in rc and "17" not in rc
+
+
+def test_bind_cache_counts_skip_chaos_view() -> None:
+    doc = json.loads((FIX / "bind_json_v1_server.json").read_text())
+    doc["views"]["_default"]["resolver"]["cachestats"].update(QueryHits=7, QueryMisses=3)
+    doc["views"]["_bind"]["resolver"]["cachestats"].update(QueryHits=100, QueryMisses=100)
+    st = parse_bind_server(json.dumps(doc))
+    assert (st.cache_hits, st.cache_misses) == (7, 3)
+
+
+@pytest.mark.parametrize("text,problem", [
+    ("<html>", "not JSON"),
+    ("[]", "expected a JSON object"),
+    ("{}", "no boot-time"),
+    ('{"boot-time": "yesterday"}', "invalid ISO 8601"),
+    ('{"boot-time": "2026-01-01T00:00:00Z", "opcodes": {"QUERY": -1}}', "opcodes.QUERY"),
+    ('{"boot-time": "2026-01-01T00:00:00Z", "views": []}', "views: expected an object"),
+])
+def test_bind_garbled(text: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        parse_bind_server(text)
+
+
+# ------------------------------------------------------------------ resperf and state
+
+
+
+
+def test_resperf_output() -> None:
+    """Recorded from resperf 2.10.0 against a loopback unbound (-m 5000 -r 3)."""
+    r = parse_resperf((FIX / "resperf_output.txt").read_text())
+    assert (r.max_qps, r.lost_percent, r.queries_sent, r.queries_completed) == (
+        3750.0, 0.0, 7500, 7500)
+    with pytest.raises(ValueError, match="maximum throughput"):
+        parse_resperf("Error: ran out of query data\n")
+
+
+def test_capacity_state_round_trip() -> None:
+    m = Measurement(capacity_qps=1974.0, measured_at=1.7e9, lost_percent=0.1,
+                    max_qps_offered=2000, ramp_seconds=2)
+    key = address_key("::1", 53)
+    assert key == "[::1]:53"
+    assert parse_state(format_state({key: m})) == {key: m}
+    for bad, problem in (("{", "not JSON"), ('{"version": 9}', "not a dnsfleet"),
+                         ('{"version": 1, "targets": {"a": {}}}', "targets.a")):
+        with pytest.raises(ValueError, match=problem):
+            parse_state(bad)
+
+
+# ------------------------------------------------------------------ the cache-reset rule
+
+
+@pytest.mark.parametrize("prev,elapsed,ttl,expect,why", [
+    (3600, 10, 3590, False, "counting down as it should"),
+    (3600, 10, 3592, False, "within the tolerance (integer TTLs, probe latency)"),
+    (3600, 10, 3600, True, "flushed: back to full TTL long before expiry"),
+    (3000, 600, 3600, True, "restarted half-way through"),
+    (60, 61, 60, False, "expired naturally and fetched afresh"),
+    (60, 57, 60, False, "less than the prefetch window (2 s + tolerance) left"),
+    (3600, 3300, 3600, False, "in unbound's prefetch window (< 10% left)"),
+    (3600, 3000, 3600, True, "well before the prefetch window"),
+    (100, 10, 3600, False, "first seen late in life (prefetch window sized by the new TTL)"),
+])
+def test_is_cache_reset(prev: int, elapsed: float, ttl: int, expect: bool, why: str) -> None:
+    assert is_cache_reset(prev_ttl=prev, elapsed=elapsed, ttl=ttl, tolerance=2.0,
+                          longest_ttl=max(prev, 60)) is expect, why
+
+
+def _watch_state() -> WatchState:
+    cfg = parse({"modules": {"m": {"canary": "canary.example.test"}},
+                 "targets": [{"address": "127.0.0.1", "module": "m"}]}, source="t.yml")
+    w = ResolverWatch()
+    w.configure(cfg)
+    return w.states[("127.0.0.1", "m")]
+
+
+def test_observe_canary_sequence() -> None:
+    st = _watch_state()
+    obs = ResolverWatch.observe_canary
+    assert not obs(st, 3600, now=0, wall=100, backend="a")       # baseline
+    assert not obs(st, 3590, now=10, wall=110, backend="a")
+    assert not obs(st, None, now=20, wall=120, backend=None)     # canary failed
+    assert obs(st, 3600, now=30, wall=130, backend="a")          # flush
+    assert (st.resets, st.last_reset) == (1, 130)
+    # Another backend behind the VIP: another cache, not a reset.
+    assert not obs(st, 3600, now=40, wall=140, backend="b")
+    assert not obs(st, 3600, now=50, wall=150, backend="a")
+    assert st.resets == 1
+
+
+def test_observe_backend() -> None:
+    st = _watch_state()
+    for b in ("a", None, "a", "b", "b", "a"):
+        ResolverWatch.observe_backend(st, b)
+    assert (st.backend, st.backend_changes) == ("a", 2)
+
+
+def test_probe_result_without_response_is_harmless() -> None:
+    from dnsfleet.restarts import chaos_txt, nsid_of
+    r = ProbeResult(success=False, reason=None, duration=0, rcode=-1, answer_rrs=0, detail="")
+    assert nsid_of(r) is None and chaos_txt(r) is None
+
+
+# ------------------------------------------------------------------ config
+
+
+def _cfg(target_extra: dict[str, object], module_extra: dict[str, object] | None = None,
+         top: dict[str, object] | None = None) -> object:
+    return parse({"modules": {"m": module_extra or {}},
+                  "targets": [{"address": "127.0.0.1:53", "module": "m", **target_extra}],
+                  **(top or {})}, source="t.yml")
+
+
+def test_config_valid() -> None:
+    cfg = _cfg({"stats": {"type": "unbound", "control": "unix:///run/unbound.ctl"},
+                "capacity_qps": 50000},
+               {"canary": "canary.example.test", "canary_tolerance": "1s",
+                "identity_query": "id.server."},
+               {"resolver": {"capacity_file": "/tmp/cap.json"}})
+    t = cfg.targets[0]  # type: ignore[attr-defined]
+    assert t.stats.control == "unix:///run/unbound.ctl" and t.capacity_qps == 50000
+    m = cfg.modules["m"]  # type: ignore[attr-defined]
+    assert (m.canary, m.canary_type, m.canary_tolerance, m.identity_query) == (
+        "canary.example.test", "A", 1.0, "id.server.")
+    assert cfg.resolver.capacity_file == "/tmp/cap.json"  # type: ignore[attr-defined]
+    bind = _cfg({"stats": {"type": "bind", "url": "http://127.0.0.1:8053/"}})
+    assert bind.targets[0].stats.url == "http://127.0.0.1:8053"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("target,module,message", [
+    ({"stats": {"type": "knot"}}, {},
+     't.yml: targets[0].stats.type: "knot" is not one of: unbound, bind'),
+    ({"stats": {"type": "unbound"}}, {}, 't.yml: targets[0].stats: missing required key "control"'),
+    ({"stats": {"type": "unbound", "control": "/run/unbound.ctl"}}, {},
+     't.yml: targets[0].stats.control: "/run/unbound.ctl": use unix:///path, tcp://host:port '
+     "or tls://host:port"),
+    ({"stats": {"type": "unbound", "control": "tls://127.0.0.1:8953"}}, {},
+     "t.yml: targets[0].stats: tls:// control needs server_cert, client_cert and client_key "
+     "(missing: server_cert, client_cert, client_key)"),
+    ({"stats": {"type": "unbound", "control": "unix:///x", "client_key": "/k"}}, {},
+     "t.yml: targets[0].stats.client_key: only meaningful with a tls:// control"),
+    ({"stats": {"type": "bind", "url": "127.0.0.1:8053"}}, {},
+     't.yml: targets[0].stats.url: "127.0.0.1:8053" is not an http:// or https:// URL'),
+    ({"stats": {"type": "bind", "url": "http://x", "control": "unix:///x"}}, {},
+     "t.yml: targets[0].stats.control: unknown key (valid keys: timeout, type, url)"),
+    ({"capacity_qps": 0}, {}, "t.yml: targets[0].capacity_qps: must be at least 1, got 0"),
+    ({}, {"canary": "bad..name"}, 't.yml: modules.m.canary: invalid name "bad..name"'),
+    ({}, {"canary_tolerance": "1s"}, "t.yml: modules.m.canary_tolerance: only meaningful with "
+     "canary"),
+    ({}, {"canary": "c.test", "canary_type": "NOPE"},
+     't.yml: modules.m.canary_type: unknown query type "NOPE"'),
+])
+def test_config_invalid(target: dict[str, object], module: dict[str, object],
+                        message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        _cfg(target, module)
+    assert str(e.value).startswith(message), str(e.value)
+
+
+def test_config_stats_once_per_address() -> None:
+    with pytest.raises(ConfigError) as e:
+        parse({"modules": {"a": {}, "b": {}},
+               "targets": [{"address": "127.0.0.1", "module": "a", "capacity_qps": 10},
+                           {"address": "127.0.0.1:53", "module": "b", "capacity_qps": 20}]},
+              source="t.yml")
+    assert str(e.value) == ('t.yml: targets[1].capacity_qps: already set for "127.0.0.1:53" '
+                            "at targets[0] (set capacity_qps on one entry per address)")
