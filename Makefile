@@ -12,6 +12,7 @@ TEST_DEBS := unbound:unbound named:bind9 dig:bind9-dnsutils prometheus:prometheu
 BENCH_DEBS := prometheus-blackbox-exporter:prometheus-blackbox-exporter \
               prometheus-node-exporter:prometheus-node-exporter
 ARGS ?=
+LINT_DIRS := $(wildcard exporter tests bench dashboards)
 
 .PHONY: run test lint check-deps bench bench-host bench-soak stack dashboards clean
 
@@ -42,19 +43,20 @@ run: $(STAMP)
 
 ## make test: install what the tests need and pass them
 test: $(STAMP) check-deps
-	$(BIN)/ruff check exporter tests bench dashboards
+	$(BIN)/ruff check $(LINT_DIRS)
 	$(BIN)/mypy
 	$(BIN)/pytest -q $(ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check exporter tests bench dashboards
-	$(BIN)/ruff format --check exporter tests bench dashboards || true
+	$(BIN)/ruff check $(LINT_DIRS)
+	$(BIN)/ruff format --check $(LINT_DIRS) || true
 	$(BIN)/mypy
 
 ## benchmarks (by hand; print ratios against peers installed from Debian and PyPI)
 bench: $(STAMP) check-deps
 	$(call install_debs,$(BENCH_DEBS))
-	$(BIN)/python bench/bench_probe.py $(ARGS)
+	$(BIN)/python -m venv .venv-bench && .venv-bench/bin/pip install -q dns_exporter httpx
+	PYTHONPATH=. $(BIN)/python bench/bench_probe.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
