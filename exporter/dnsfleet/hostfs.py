@@ -58,13 +58,27 @@ class HostFS:
     # Anything else that stops a read becomes HostReadError with the path in the message.
 
     def read_bytes(self, path: Path, *, limit: int = MAX_READ_BYTES) -> bytes:
+        # os.open/os.read rather than open(): half the cost per file, and host collectors read
+        # thousands of one-line sysfs files per scrape on large machines. Pseudo-files may
+        # return short reads (seq_file hands out a page at a time), so read to EOF.
         try:
-            with open(path, "rb") as f:
-                data = f.read(limit + 1)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                chunks: list[bytes] = []
+                size = 0
+                while size <= limit:
+                    chunk = os.read(fd, limit + 1 - size)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    size += len(chunk)
+            finally:
+                os.close(fd)
         except FileNotFoundError:
             raise
         except OSError as e:
             raise HostReadError(f"{path}: {e.strerror or e}") from e
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         if len(data) > limit:
             raise HostReadError(f"{path}: larger than {limit} bytes")
         return data

@@ -5,6 +5,7 @@ Each collector module exposes ``COLLECTOR``; this list is the only registration.
 
 from __future__ import annotations
 
+from dnsfleet.collectors import bonding, cpu_latency, nic
 from dnsfleet.collectors.base import (
     CollectContext,
     Collector,
@@ -14,6 +15,9 @@ from dnsfleet.collectors.base import (
 )
 
 _ALL: tuple[Collector, ...] = (
+    bonding.COLLECTOR,
+    nic.COLLECTOR,
+    cpu_latency.COLLECTOR,
 )
 
 COLLECTORS: dict[str, Collector] = {c.name: c for c in _ALL}
