@@ -38,7 +38,7 @@ from dnsfleet.parsers.interrupts import parse_cpu_list
 
 log = logging.getLogger(__name__)
 _CPU_DIR = re.compile(r"^cpu(\d+)$")
-US = 1e-6
+US = 1_000_000  # µs per second
 
 
 @dataclass(frozen=True)
@@ -119,12 +119,12 @@ def _collect(fs: HostFS) -> list[Family]:
     if pm_qos is not None:
         fams.append(Family("dnsfleet_pm_qos_cpu_latency_seconds",
                            "PM QoS CPU latency limit (/dev/cpu_dma_latency); 2000 means no "
-                           "limit was requested.").add(pm_qos * US))
+                           "limit was requested.").add(pm_qos / US))
         if idle:
             fams.append(Family("dnsfleet_cpu_wakeup_latency_seconds",
                                "Worst exit latency a CPU may incur now: the deepest enabled "
                                "idle state the PM QoS limits allow, over all CPUs.").add(
-                                   wakeup_latency_us(idle, pm_qos) * US))
+                                   wakeup_latency_us(idle, pm_qos) / US))
 
     if idle:
         exit_lat = Family("dnsfleet_cpuidle_state_exit_latency_seconds",
@@ -145,9 +145,9 @@ def _collect(fs: HostFS) -> list[Family]:
                 a[3] += s.usage
         for name, (lat, en, t, usage) in agg.items():
             sl = {"state": name}
-            exit_lat.add(lat * US, sl)
+            exit_lat.add(lat / US, sl)
             enabled.add(en, sl)
-            residency.add(t * US, sl)
+            residency.add(t / US, sl)
             entries.add(usage, sl)
         fams += [exit_lat, enabled, residency, entries]
 
