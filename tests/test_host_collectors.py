@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from dnsfleet.collectors import COLLECTORS, CollectContext, run_collectors
 from dnsfleet.config import Config, ConfigError, parse
 from dnsfleet.exposition import Family, render
-from dnsfleet.hostfs import HostFS, HostReadError
+from dnsfleet.hostfs import HostFS, HostReadError, StrPath
 from tests.hosttree import FIXTURES, TREES, host_fs
 from tests.tools import binary
 
@@ -248,8 +248,8 @@ def test_permission_denied_via_hostfs(tmp_path: Path, monkeypatch: pytest.Monkey
     root = copy_tree("x86", tmp_path)
     real = HostFS.read_bytes
 
-    def denied(self: HostFS, path: Path, *, limit: int = 1 << 22) -> bytes:
-        if path.name in ("interrupts", "cpu_dma_latency"):
+    def denied(self: HostFS, path: StrPath, *, limit: int = 1 << 22) -> bytes:
+        if Path(path).name in ("interrupts", "cpu_dma_latency"):
             raise HostReadError(f"{path}: Permission denied")
         return real(self, path, limit=limit)
 
@@ -295,10 +295,11 @@ def test_process_vanishing_mid_scan(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     root = copy_tree("x86", tmp_path)
     real = HostFS.read_bytes
 
-    def gone(self: HostFS, path: Path, *, limit: int = 1 << 22) -> bytes:
-        if path.name == "comm" and path.parent.name == "990":
+    def gone(self: HostFS, path: StrPath, *, limit: int = 1 << 22) -> bytes:
+        p = Path(path)
+        if p.name == "comm" and p.parent.name == "990":
             raise HostReadError(f"{path}: No such process")
-        if path.name == "stat" and path.parent.name == "815":
+        if p.name == "stat" and p.parent.name == "815":
             raise FileNotFoundError(path)
         return real(self, path, limit=limit)
 

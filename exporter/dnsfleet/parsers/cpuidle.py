@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 # PM_QOS_CPU_LATENCY_DEFAULT_VALUE: 2000 s, i.e. nobody asked for a limit.
 PM_QOS_NO_LIMIT_US = 2_000_000_000
-STATE_FILES = ("name", "latency", "disable", "time", "usage")
+STATIC_STATE_FILES = ("name", "latency")          # the driver's, same on every CPU
+PER_CPU_STATE_FILES = ("disable", "time", "usage")
+STATE_FILES = STATIC_STATE_FILES + PER_CPU_STATE_FILES
 
 
 @dataclass(frozen=True, slots=True)
