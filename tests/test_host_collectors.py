@@ -373,3 +373,30 @@ def test_smoke_on_this_machines_proc_and_sys() -> None:
     out = subprocess.run([binary("promtool"), "check", "metrics"], input=text,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_cpuidle_multiple_drivers_read_per_cpu(tmp_path: Path) -> None:
+    """big.LITTLE-style: one cpuidle driver per cluster (cpuN/cpuidle/driver exists); the
+    second cluster's C1E is slower and must not be taken from CPU 0."""
+    from tests.hosttree import TreeWriter, pm_qos
+    root = copy_tree("x86", tmp_path)
+    cpu = root / "sys" / "devices" / "system" / "cpu"
+    for n in range(8):
+        d = cpu / f"cpu{n}" / "cpuidle"
+        (d / "driver").mkdir()
+        (d / "driver" / "name").write_text("little\n" if n < 4 else "big\n")
+        if n >= 4:
+            (d / "state2" / "latency").write_text("50\n")
+    pm_qos(TreeWriter(root), 2_000_000_000)
+    fams = collect(host_fs(root), resolver=None)
+    assert value(fams, "dnsfleet_cpuidle_state_exit_latency_seconds", state="C1E") == 50e-6
+    assert value(fams, "dnsfleet_cpu_wakeup_latency_seconds") == 50e-6
+
+
+def test_cpu_without_cpuidle_device(tmp_path: Path) -> None:
+    root = copy_tree("x86", tmp_path)
+    shutil.rmtree(root / "sys" / "devices" / "system" / "cpu" / "cpu5" / "cpuidle")
+    fams = collect(host_fs(root), resolver=None)
+    assert success(fams)["cpu_latency"] == 1
+    assert value(fams, "dnsfleet_cpuidle_state_enabled_cpus", state="C1") == 7
+    assert value(fams, "dnsfleet_cpuidle_state_entries_total", state="C1") == 7 * 900_000
