@@ -58,5 +58,11 @@ bench: $(STAMP) check-deps
 	$(BIN)/python -m venv .venv-bench && .venv-bench/bin/pip install -q dns_exporter httpx
 	PYTHONPATH=. $(BIN)/python bench/bench_probe.py $(ARGS)
 
+## make bench-host: dnsfleet's host collectors vs node_exporter's interrupts collector
+bench-host: $(STAMP)
+	$(call install_debs,$(BENCH_DEBS))
+	$(BIN)/python bench/bench_host.py $(ARGS)
+	$(BIN)/python bench/bench_host.py --no-cpu-tree $(ARGS)
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -5,7 +5,7 @@ Each collector module exposes ``COLLECTOR``; this list is the only registration.
 
 from __future__ import annotations
 
-from dnsfleet.collectors import consul, stub
+from dnsfleet.collectors import bonding, consul, cpu_latency, nic, stub
 from dnsfleet.collectors import resolver_capacity as resolver_capacity
 from dnsfleet.collectors import resolver_stats as resolver_stats
 from dnsfleet.collectors.base import (
@@ -21,6 +21,9 @@ _ALL: tuple[Collector, ...] = (
     stub.COLLECTOR,
     resolver_stats.COLLECTOR,
     resolver_capacity.COLLECTOR,
+    bonding.COLLECTOR,
+    nic.COLLECTOR,
+    cpu_latency.COLLECTOR,
 )
 
 COLLECTORS: dict[str, Collector] = {c.name: c for c in _ALL}

@@ -1,0 +1,284 @@
+"""NIC queue interrupts: how a NIC's queue IRQs spread over CPUs, and how close they are to
+the resolver's threads.
+
+Series per NIC are O(queues + CPUs), never queues x CPUs: one counter per queue (summed over
+CPUs), one counter per CPU (summed over the NIC's queues, only CPUs that took at least one),
+one affinity gauge per queue. node_exporter's interrupts collector emits CPUs x IRQs and is
+off by default for that reason.
+
+Locality (only with ``host.resolver_process``): the CPUs the resolver's threads last ran on
+(``processor`` in /proc/<pid>/task/<tid>/stat, a snapshot taken at scrape time) against the
+CPUs that effectively serve each NIC's queue interrupts, and whether they share a cache
+(``cpuN/cache/indexK/shared_cpu_list``). A worker sharing L2/L3 with the interrupt core ran
+45-65% faster in a published DNS echo-server study.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from dnsfleet.collectors.base import CollectorError, host_collector
+from dnsfleet.config import Config
+from dnsfleet.exposition import Family
+from dnsfleet.hostfs import HostFS, HostReadError, StrPath
+from dnsfleet.parsers.interrupts import parse_cpu_list, parse_interrupts, parse_softirqs
+from dnsfleet.parsers.nic import is_queue_vector, matches_interface, vector_name
+from dnsfleet.parsers.procstat import parse_stat_processor
+
+
+@dataclass(frozen=True)
+class Nic:
+    name: str
+    msi_irqs: frozenset[str]     # empty: no msi_irqs in sysfs, map by name
+    pci_slot: str | None
+
+
+@dataclass(frozen=True)
+class Queue:
+    irq: str
+    label: str
+    total: int
+    affinity: frozenset[int] | None     # smp_affinity_list
+    effective: frozenset[int] | None    # effective_affinity_list (smp_affinity_list before 4.13)
+
+
+@dataclass
+class NicIrqs:
+    nic: Nic
+    queues: list[Queue] = field(default_factory=list)
+    per_cpu: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def irq_cpus(self) -> frozenset[int]:
+        out: set[int] = set()
+        for q in self.queues:
+            out |= q.effective or frozenset()
+        return frozenset(out)
+
+
+def _uevent(text: str | None, key: str) -> str | None:
+    for line in (text or "").splitlines():
+        k, _, v = line.partition("=")
+        if k == key:
+            return v.strip()
+    return None
+
+
+def find_nics(fs: HostFS, config: Config) -> list[Nic]:
+    include = re.compile(config.host.nic_include)
+    exclude = re.compile(config.host.nic_exclude) if config.host.nic_exclude else None
+    nics = []
+    for name in fs.listdir(fs.sys("class", "net")):
+        if not include.fullmatch(name) or (exclude and exclude.fullmatch(name)):
+            continue
+        dev = fs.sys("class", "net", name, "device")
+        if not fs.exists(dev):
+            continue  # virtual interface (bond, bridge, veth, lo): no interrupts of its own
+        irqs = fs.listdir(dev / "msi_irqs")
+        uevent = fs.read_optional(dev / "uevent")
+        if not irqs and (_uevent(uevent, "MODALIAS") or "").startswith("virtio:"):
+            # virtio_net's device is the virtioN bus device; its vectors belong to the
+            # virtio PCI function above it.
+            irqs = fs.listdir(dev / ".." / "msi_irqs")
+            uevent = fs.read_optional(dev / ".." / "uevent")
+        nics.append(Nic(name=name, msi_irqs=frozenset(i for i in irqs if i.isdigit()),
+                        pci_slot=_uevent(uevent, "PCI_SLOT_NAME")))
+    return nics
+
+
+def _cpu_list(fs: HostFS, path: StrPath) -> frozenset[int] | None:
+    text = fs.read_optional(path)
+    return None if text is None else parse_cpu_list(text)
+
+
+def nic_irqs(fs: HostFS, nics: list[Nic]) -> tuple[list[NicIrqs], list[int]]:
+    """Each NIC's queue IRQs with counts and affinities, and the online CPUs."""
+    by_msi = all(n.msi_irqs for n in nics)
+    wanted = frozenset().union(*(n.msi_irqs for n in nics)) if by_msi else None
+    ints = parse_interrupts(fs.read_text(fs.proc("interrupts")), counts_for=wanted)
+    lines = ints.by_irq()
+    irq_root = str(fs.proc("irq"))
+    out = []
+    for nic in nics:
+        if nic.msi_irqs:
+            candidates = [lines[i] for i in sorted(nic.msi_irqs, key=int) if i in lines]
+        else:
+            candidates = [ln for ln in ints.lines if ln.irq.isdigit() and matches_interface(
+                ln.actions, ifname=nic.name, pci_slot=nic.pci_slot)]
+        result = NicIrqs(nic)
+        seen: set[str] = set()
+        counts: list[tuple[int, ...]] = []
+        for ln in candidates:
+            if not is_queue_vector(ln.actions, nic.name):
+                continue
+            label = vector_name(ln.actions)
+            if label in seen:
+                label = f"{label}#{ln.irq}"
+            seen.add(label)
+            affinity = _cpu_list(fs, f"{irq_root}/{ln.irq}/smp_affinity_list")
+            effective = _cpu_list(fs, f"{irq_root}/{ln.irq}/effective_affinity_list")
+            result.queues.append(Queue(irq=ln.irq, label=label, total=sum(ln.counts),
+                                       affinity=affinity,
+                                       effective=effective if effective is not None
+                                       else affinity))
+            counts.append(ln.counts)
+        if result.queues:
+            # Column sums in C (zip(*rows)): a per-element Python loop over 32 queues x 128
+            # CPUs per NIC costs milliseconds.
+            for cpu, total in zip(ints.cpus, map(sum, zip(*counts, strict=True)), strict=True):
+                if total:
+                    result.per_cpu[cpu] = total
+            out.append(result)
+    return out, list(ints.cpus)
+
+
+def process_pids(fs: HostFS, names: Iterable[str]) -> dict[str, list[int]]:
+    """PIDs by comm for the given process names, in one pass over /proc."""
+    want = set(names)
+    found: dict[str, list[int]] = {n: [] for n in want}
+    proc = str(fs.proc())
+    for pid in fs.pids():
+        try:
+            comm = fs.read_optional(f"{proc}/{pid}/comm")
+        except HostReadError:
+            continue  # the process exited between listing and reading (ESRCH)
+        if comm is not None and (c := comm.rstrip("\n")) in want:
+            found[c].append(pid)
+    return found
+
+
+def thread_cpus(fs: HostFS, pids: list[int]) -> list[int]:
+    """The CPU each thread of the processes last ran on."""
+    cpus = []
+    proc = str(fs.proc())
+    for pid in pids:
+        for tid in fs.listdir(f"{proc}/{pid}/task"):
+            try:
+                text = fs.read_optional(f"{proc}/{pid}/task/{tid}/stat")
+            except HostReadError:
+                continue  # thread exited
+            if text is not None:
+                cpus.append(parse_stat_processor(text))
+    return cpus
+
+
+def cache_domains(fs: HostFS, cpus: Iterable[int]) -> dict[int, dict[str, frozenset[int]]]:
+    """CPU -> cache level -> the CPUs sharing that level's data or unified cache with it.
+    Sharing is symmetric, so reading the resolver's few CPUs answers "does this thread share
+    a cache with an interrupt CPU" without reading the topology of every CPU."""
+    base = str(fs.sys("devices", "system", "cpu"))
+    out: dict[int, dict[str, frozenset[int]]] = {}
+    for cpu in cpus:
+        levels: dict[str, set[int]] = {}
+        cache = f"{base}/cpu{cpu}/cache"
+        for index in fs.listdir(cache):
+            if not index.startswith("index"):
+                continue
+            d = f"{cache}/{index}"
+            typ = (fs.read_optional(f"{d}/type") or "").strip()
+            level = (fs.read_optional(f"{d}/level") or "").strip()
+            if typ == "Instruction" or not level.isdigit():
+                continue
+            shared = _cpu_list(fs, f"{d}/shared_cpu_list")
+            if shared is not None:
+                levels.setdefault(level, set()).update(shared)
+        out[cpu] = {k: frozenset(v) for k, v in sorted(levels.items())}
+    return out
+
+
+def collect(fs: HostFS, config: Config) -> list[Family]:
+    try:
+        return _collect(fs, config)
+    except (HostReadError, ValueError) as e:
+        raise CollectorError(str(e)) from e
+    except FileNotFoundError as e:
+        raise CollectorError(f"{e.filename}: missing") from e
+
+
+def _collect(fs: HostFS, config: Config) -> list[Family]:
+    resolver = config.host.resolver_process
+    nics = find_nics(fs, config)
+    fams: list[Family] = []
+    nic_data: list[NicIrqs] = []
+    if fs.exists(fs.proc("interrupts")):
+        nic_data, _ = nic_irqs(fs, nics) if nics else ([], [])
+    queues = Family("dnsfleet_nic_queues", "Queue interrupt vectors of the NIC.")
+    q_total = Family("dnsfleet_nic_queue_interrupts_total",
+                     "Interrupts taken by the queue's vector, summed over CPUs.", "counter")
+    c_total = Family("dnsfleet_nic_cpu_interrupts_total",
+                     "Interrupts of the NIC's queue vectors taken by the CPU, summed over "
+                     "queues (CPUs that never took one are absent).", "counter")
+    aff = Family("dnsfleet_nic_queue_affinity_cpus",
+                 "CPUs allowed to take the queue's interrupt (smp_affinity_list).")
+    irq_cpus = Family("dnsfleet_nic_irq_cpus",
+                      "Distinct CPUs that effectively serve the NIC's queue interrupts "
+                      "(effective_affinity_list).")
+    for d in nic_data:
+        dev = d.nic.name
+        queues.add(len(d.queues), {"device": dev})
+        for q in d.queues:
+            ql = {"device": dev, "queue": q.label}
+            q_total.add(q.total, ql)
+            if q.affinity is not None:
+                aff.add(len(q.affinity), ql)
+        for cpu in sorted(d.per_cpu):
+            c_total.add(d.per_cpu[cpu], {"device": dev, "cpu": str(cpu)})
+        if any(q.effective is not None for q in d.queues):
+            irq_cpus.add(len(d.irq_cpus), {"device": dev})
+    fams += [queues, q_total, c_total, aff, irq_cpus]
+
+    softirqs = fs.read_optional(fs.proc("softirqs"))
+    if softirqs is not None:
+        parsed = parse_softirqs(softirqs, only=("NET_RX",))
+        net_rx = Family("dnsfleet_softirq_net_rx_total",
+                        "NET_RX softirqs run on the CPU (receive packet processing).",
+                        "counter")
+        for cpu, n in zip(parsed.cpus, parsed.counts.get("NET_RX", ()), strict=False):
+            net_rx.add(n, {"cpu": str(cpu)})
+        fams.append(net_rx)
+
+    names = ["irqbalance", *([resolver] if resolver else [])]
+    pids = process_pids(fs, names)
+    fams.append(Family("dnsfleet_irqbalance_running",
+                       "1 if an irqbalance process is running.").add(
+                           1 if pids["irqbalance"] else 0))
+    if resolver:
+        fams += locality_families(fs, resolver, thread_cpus(fs, pids[resolver]), nic_data)
+    return fams
+
+
+def locality_families(fs: HostFS, process: str, cpus: list[int],
+                      nic_data: list[NicIrqs]) -> list[Family]:
+    pl = {"process": process}
+    threads = Family("dnsfleet_resolver_threads",
+                     "Threads of the configured resolver process (0: not running).").add(
+                         len(cpus), pl)
+    if not cpus:
+        return [threads]
+    ran_on = frozenset(cpus)
+    distinct = Family("dnsfleet_resolver_cpus",
+                      "Distinct CPUs the resolver's threads last ran on.").add(len(ran_on), pl)
+    shared = Family("dnsfleet_nic_resolver_shared_cpus",
+                    "CPUs that both ran a resolver thread and serve the NIC's queue "
+                    "interrupts.")
+    local = Family("dnsfleet_nic_resolver_cache_local_threads",
+                   "Resolver threads whose CPU shares a cache of this level with a CPU "
+                   "serving the NIC's queue interrupts.")
+    domains = cache_domains(fs, sorted(ran_on)) if nic_data else {}
+    levels = sorted({lvl for d in domains.values() for lvl in d})
+    for d in nic_data:
+        serving = d.irq_cpus
+        if not serving:
+            continue
+        dl = {"device": d.nic.name, "process": process}
+        shared.add(len(ran_on & serving), dl)
+        for level in levels:
+            local.add(sum(1 for c in cpus
+                          if not serving.isdisjoint(domains[c].get(level, ()))),
+                      {**dl, "level": level})
+    return [threads, distinct, shared, local]
+
+
+COLLECTOR = host_collector("nic", collect)

@@ -1,0 +1,402 @@
+"""Host collectors on fixture trees and on this machine: golden exposition (checked with
+promtool), failure isolation (a broken subsystem fails its collector only), the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from dnsfleet.collectors import COLLECTORS, CollectContext, run_collectors
+from dnsfleet.config import Config, ConfigError, parse
+from dnsfleet.exposition import Family, render
+from dnsfleet.hostfs import HostFS, HostReadError, StrPath
+from tests.hosttree import FIXTURES, TREES, host_fs
+from tests.tools import binary
+
+GOLDEN = FIXTURES / "host" / "x86.golden.prom"
+HOST = ("bonding", "nic", "cpu_latency")
+
+
+def collect(fs: HostFS, *, resolver: str | None = "unbound") -> list[Family]:
+    cfg = parse({"host": {"resolver_process": resolver}} if resolver else {}, source="test")
+    return asyncio.run(_run(fs, cfg))
+
+
+async def _run(fs: HostFS, cfg: Config) -> list[Family]:
+    ctx = CollectContext(fs=fs, config=cfg, deadline=asyncio.get_running_loop().time() + 30,
+                         state={})
+    return await run_collectors(ctx, {n: COLLECTORS[n] for n in HOST})
+
+
+def samples(fams: list[Family]) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    out = {}
+    for fam in text_string_to_metric_families(render(fams)):
+        for s in fam.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def value(fams: list[Family], name: str, **labels: str) -> float | None:
+    return samples(fams).get((name, frozenset(labels.items())))
+
+
+def success(fams: list[Family]) -> dict[str, float]:
+    return {c: value(fams, "dnsfleet_collector_success", collector=c) or 0.0 for c in HOST}
+
+
+def deterministic(fams: list[Family]) -> str:
+    """Without durations, collectors in a fixed order (they finish in any order)."""
+    out = []
+    for f in fams:
+        if f.name == "dnsfleet_collector_duration_seconds":
+            continue
+        out.append(Family(f.name, f.help, f.type, sorted(f.samples)))
+    return render(out)
+
+
+def copy_tree(name: str, dest: Path) -> Path:
+    root = dest / name
+    shutil.copytree(TREES / name, root, symlinks=True)
+    return root
+
+
+# ------------------------------------------------------------------ golden
+
+
+def test_golden_exposition_of_x86_tree(tmp_path: Path) -> None:
+    text = deterministic(collect(host_fs(TREES / "x86")))
+    if os.environ.get("UPDATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text(), "rerun with UPDATE_GOLDEN=1 after an intended change"
+    out = subprocess.run([binary("promtool"), "check", "metrics"], input=text,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_x86_tree_values() -> None:
+    fams = collect(host_fs(TREES / "x86"))
+    assert success(fams) == {"bonding": 1, "nic": 1, "cpu_latency": 1}
+    v = lambda name, **kw: value(fams, name, **kw)  # noqa: E731
+    # ixgbe: four TxRx vectors, the "eth0" link vector is not a queue.
+    assert v("dnsfleet_nic_queues", device="eth0") == 4
+    assert v("dnsfleet_nic_queue_interrupts_total", device="eth0", queue="eth0-TxRx-0") == 9e6
+    assert v("dnsfleet_nic_cpu_interrupts_total", device="eth0", cpu="0") == 9e6
+    assert v("dnsfleet_nic_irq_cpus", device="eth0") == 4
+    # eth1: every queue on CPU 0 (affinity collapsed), 8 CPUs allowed.
+    assert v("dnsfleet_nic_irq_cpus", device="eth1") == 1
+    assert v("dnsfleet_nic_queue_affinity_cpus", device="eth1", queue="eth1-TxRx-2") == 8
+    # mlx5 by msi_irqs (async vector excluded), and by PCI address without msi_irqs.
+    assert v("dnsfleet_nic_queues", device="ens1f0np0") == 4
+    assert v("dnsfleet_nic_cpu_interrupts_total", device="ens1f0np0", cpu="0") == 20
+    assert v("dnsfleet_nic_queues", device="ens1f1np1") == 2
+    assert v("dnsfleet_nic_queues", device="lo") is None
+    assert v("dnsfleet_softirq_net_rx_total", cpu="7") == 703400
+    assert v("dnsfleet_irqbalance_running") == 0
+    # unbound's 4 threads ran on CPUs 0, 1, 5, 6; mlx5 port 0 interrupts go to CPUs 4-7.
+    assert v("dnsfleet_resolver_threads", process="unbound") == 4
+    assert v("dnsfleet_resolver_cpus", process="unbound") == 4
+    assert v("dnsfleet_nic_resolver_shared_cpus", device="ens1f0np0", process="unbound") == 2
+    assert v("dnsfleet_nic_resolver_shared_cpus", device="eth1", process="unbound") == 1
+    for level, n in (("1", 2), ("2", 2), ("3", 2)):
+        assert v("dnsfleet_nic_resolver_cache_local_threads", device="ens1f0np0",
+                 process="unbound", level=level) == n
+    assert v("dnsfleet_nic_resolver_cache_local_threads", device="eth1", process="unbound",
+             level="2") == 2      # CPUs 0 and 1 share L2 with CPU 0
+    assert v("dnsfleet_nic_resolver_cache_local_threads", device="eth1", process="unbound",
+             level="3") == 2
+    # Bonds.
+    assert v("dnsfleet_bond_slaves_up", bond="bond0") == 1
+    assert v("dnsfleet_bond_active_slave_info", bond="bond0", slave="eth2") == 1
+    assert v("dnsfleet_bond_ad_aggregator_mismatch_slaves", bond="bond1") == 1
+    assert v("dnsfleet_bond_slave_ad_churned", bond="bond1", slave="ens1f1np1",
+             side="partner") == 1
+    # tuned latency-performance: C6 disabled, PM QoS 2 µs -> only POLL and C1 (2 µs).
+    assert v("dnsfleet_pm_qos_cpu_latency_seconds") == 2e-6
+    assert v("dnsfleet_cpu_wakeup_latency_seconds") == 2e-6
+    assert v("dnsfleet_cpuidle_state_enabled_cpus", state="C6") == 0
+    assert v("dnsfleet_cpuidle_state_enabled_cpus", state="C1E") == 8
+    assert v("dnsfleet_cpuidle_state_exit_latency_seconds", state="C6") == 133e-6
+    assert v("dnsfleet_cpuidle_state_entries_total", state="C1") == 8 * 900_000
+    assert v("dnsfleet_cpu_scaling_governor_cpus", governor="performance") == 8
+    assert v("dnsfleet_tuned_profile_info", profile="latency-performance") == 1
+    assert v("dnsfleet_cpuidle_driver_info", driver="intel_idle", governor="menu") == 1
+    assert v("dnsfleet_intel_idle_max_cstate") == 9
+
+
+def test_cardinality_is_queues_plus_cpus() -> None:
+    fams = collect(host_fs(TREES / "x86"))
+    per_device: dict[str, int] = {}
+    for (name, labels), _ in samples(fams).items():
+        if name.startswith("dnsfleet_nic_"):
+            dev = dict(labels)["device"]
+            per_device[dev] = per_device.get(dev, 0) + 1
+    # 4 queues x 2 + <= 8 CPUs + queues + irq_cpus + locality (1 + 3 levels)
+    assert all(n <= 4 * 2 + 8 + 2 + 4 for n in per_device.values()), per_device
+
+
+def test_acpi_virtio_tree() -> None:
+    fams = collect(host_fs(TREES / "acpi-virtio"), resolver="named")
+    assert success(fams) == {"bonding": 1, "nic": 1, "cpu_latency": 1}
+    v = lambda name, **kw: value(fams, name, **kw)  # noqa: E731
+    # virtio: the vectors are on the PCI function above the virtioN device.
+    assert v("dnsfleet_nic_queues", device="eth0") == 2
+    assert v("dnsfleet_nic_queue_interrupts_total", device="eth0",
+             queue="virtio2-input.0") == 2273
+    assert v("dnsfleet_irqbalance_running") == 1
+    assert v("dnsfleet_resolver_threads", process="named") == 3
+    # ARP monitoring only; all slaves down; no monitoring; sysfs-only bonds.
+    assert v("dnsfleet_bond_link_monitoring_interval_seconds", bond="bond0", method="arp") == 1
+    assert v("dnsfleet_bond_link_monitoring_interval_seconds", bond="bond0", method="mii") == 0
+    assert v("dnsfleet_bond_slaves_up", bond="bond1") == 0
+    assert v("dnsfleet_bond_active_slave_info", bond="bond1", slave="eth0") is None
+    assert v("dnsfleet_bond_link_monitoring_interval_seconds", bond="bond2", method="mii") == 0
+    assert (v("dnsfleet_bond_slaves", bond="int"), v("dnsfleet_bond_slaves_up", bond="int")) == (
+        2, 1)
+    assert v("dnsfleet_bond_slaves", bond="bondx") == 0
+    assert v("dnsfleet_bond_active_slave_info", bond="dmz", slave="eth0") == 1
+    # No PM QoS limit: cpu0 may enter C3 (350 µs); cpu1's resume limit (150) stops at C2.
+    assert v("dnsfleet_pm_qos_cpu_latency_seconds") == 2000
+    assert v("dnsfleet_cpu_wakeup_latency_seconds") == 350e-6
+    assert v("dnsfleet_cpuidle_driver_info", driver="acpi_idle", governor="menu") == 1
+    assert v("dnsfleet_cpu_scaling_governor_cpus", governor="powersave") == 1
+
+
+def test_arm_ena_tree_maps_queues_by_name() -> None:
+    fams = collect(host_fs(TREES / "arm-ena"), resolver=None)
+    assert success(fams) == {"bonding": 1, "nic": 1, "cpu_latency": 1}
+    assert value(fams, "dnsfleet_nic_queues", device="eth0") == 8
+    assert value(fams, "dnsfleet_nic_cpu_interrupts_total", device="eth0", cpu="5") == 71
+    assert value(fams, "dnsfleet_bond_slave_ad_churned", bond="bond0", slave="eth1",
+                 side="partner") == 1
+    # No cpuidle, no /dev/cpu_dma_latency: no CPU latency families, and no failure.
+    assert not [n for n, _ in samples(fams) if n.startswith(("dnsfleet_cpu", "dnsfleet_pm"))]
+
+
+def test_wakeup_latency_with_deep_states_disabled_and_pm_qos(tmp_path: Path) -> None:
+    root = copy_tree("acpi-virtio", tmp_path)
+    cpu = root / "sys" / "devices" / "system" / "cpu"
+    for n in (0, 1):
+        (cpu / f"cpu{n}" / "cpuidle" / "state3" / "disable").write_text("1\n")
+    fams = collect(host_fs(root), resolver=None)
+    assert value(fams, "dnsfleet_cpu_wakeup_latency_seconds") == 100e-6
+    assert value(fams, "dnsfleet_cpuidle_state_enabled_cpus", state="C3") == 0
+    from tests.hosttree import TreeWriter, pm_qos
+    pm_qos(TreeWriter(root), 20)   # e.g. tuned force_latency=20
+    fams = collect(host_fs(root), resolver=None)
+    assert value(fams, "dnsfleet_pm_qos_cpu_latency_seconds") == 20e-6
+    assert value(fams, "dnsfleet_cpu_wakeup_latency_seconds") == 1e-6
+
+
+# ------------------------------------------------------------------ failure isolation
+
+
+def break_path(path: Path) -> None:
+    """Make a file unreadable even for root: a directory where the file is expected."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+
+
+@pytest.mark.parametrize(("collector", "rel"), [
+    ("nic", "proc/interrupts"),
+    ("nic", "proc/softirqs"),
+    ("nic", "proc/irq/41/effective_affinity_list"),
+    ("bonding", "proc/net/bonding/bond1"),
+    ("cpu_latency", "sys/devices/system/cpu/cpu3/cpuidle/state2/usage"),
+    ("cpu_latency", "sys/module/intel_idle/parameters/max_cstate"),
+])
+def test_unreadable_file_fails_only_its_collector(tmp_path: Path, collector: str,
+                                                  rel: str) -> None:
+    root = copy_tree("x86", tmp_path)
+    break_path(root / rel)
+    fams = collect(host_fs(root))
+    assert success(fams) == {c: 0 if c == collector else 1 for c in HOST}
+    # No partial data from the failed collector.
+    prefix = {"nic": ("dnsfleet_nic", "dnsfleet_softirq"), "bonding": ("dnsfleet_bond",),
+              "cpu_latency": ("dnsfleet_cpuidle", "dnsfleet_cpu_")}[collector]
+    assert not [n for n, _ in samples(fams) if n.startswith(prefix)]
+
+
+@pytest.mark.parametrize(("collector", "rel", "garbage"), [
+    ("nic", "proc/interrupts", "this is not /proc/interrupts\n"),
+    ("nic", "proc/irq/40/smp_affinity_list", "zero-three\n"),
+    ("nic", "proc/softirqs", "                    CPU0\n      NET_RX: many\n"),
+    ("nic", "proc/812/task/813/stat", "813 (unbound) S\n"),
+    ("bonding", "proc/net/bonding/bond0", "Bonding Mode: quantum\n"),
+    ("cpu_latency", "sys/devices/system/cpu/cpu0/cpuidle/state1/latency", "fast\n"),
+    ("cpu_latency", "root/dev/cpu_dma_latency", "\x01\x02"),
+])
+def test_garbled_file_fails_only_its_collector(tmp_path: Path, collector: str, rel: str,
+                                               garbage: str) -> None:
+    root = copy_tree("x86", tmp_path)
+    (root / rel).write_text(garbage)
+    fams = collect(host_fs(root))
+    assert success(fams) == {c: 0 if c == collector else 1 for c in HOST}
+
+
+def test_permission_denied_via_hostfs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """EACCES as a non-root exporter would see it, simulated in HostFS (we run as root)."""
+    root = copy_tree("x86", tmp_path)
+    real = HostFS.read_bytes
+
+    def denied(self: HostFS, path: StrPath, *, limit: int = 1 << 22) -> bytes:
+        if Path(path).name in ("interrupts", "cpu_dma_latency"):
+            raise HostReadError(f"{path}: Permission denied")
+        return real(self, path, limit=limit)
+
+    monkeypatch.setattr(HostFS, "read_bytes", denied)
+    fams = collect(host_fs(root))
+    # /proc/interrupts unreadable fails nic; /dev/cpu_dma_latency unreadable (not root) does
+    # not fail cpu_latency: the limit is unknown, so the wake-up latency is not reported.
+    assert success(fams) == {"bonding": 1, "nic": 0, "cpu_latency": 1}
+    assert value(fams, "dnsfleet_pm_qos_readable") == 0
+    assert value(fams, "dnsfleet_pm_qos_cpu_latency_seconds") is None
+    assert value(fams, "dnsfleet_cpu_wakeup_latency_seconds") is None
+    assert value(fams, "dnsfleet_cpuidle_state_enabled_cpus", state="C6") == 0
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads mode 000 files")
+def test_permission_denied_chmod(tmp_path: Path) -> None:
+    root = copy_tree("x86", tmp_path)
+    (root / "proc" / "net" / "bonding" / "bond0").chmod(0)
+    assert success(collect(host_fs(root)))["bonding"] == 0
+
+
+def test_missing_subsystems_are_no_data(tmp_path: Path) -> None:
+    root = copy_tree("x86", tmp_path)
+    shutil.rmtree(root / "proc" / "net")
+    (root / "sys" / "class" / "net" / "bonding_masters").unlink()
+    shutil.rmtree(root / "sys" / "devices" / "system" / "cpu")
+    shutil.rmtree(root / "sys" / "module")
+    (root / "root" / "dev" / "cpu_dma_latency").unlink()
+    (root / "root" / "etc" / "tuned" / "active_profile").unlink()
+    fams = collect(host_fs(root))
+    assert success(fams) == {"bonding": 1, "nic": 1, "cpu_latency": 1}
+    names = {n for n, _ in samples(fams)}
+    assert not [n for n in names if n.startswith(("dnsfleet_bond", "dnsfleet_cpu",
+                                                  "dnsfleet_pm", "dnsfleet_tuned"))]
+    assert "dnsfleet_nic_queues" in names
+    # An empty tree: nothing anywhere, still no failure.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert success(collect(host_fs(empty))) == {"bonding": 1, "nic": 1, "cpu_latency": 1}
+
+
+def test_process_vanishing_mid_scan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = copy_tree("x86", tmp_path)
+    real = HostFS.read_bytes
+
+    def gone(self: HostFS, path: StrPath, *, limit: int = 1 << 22) -> bytes:
+        p = Path(path)
+        if p.name == "comm" and p.parent.name == "990":
+            raise HostReadError(f"{path}: No such process")
+        if p.name == "stat" and p.parent.name == "815":
+            raise FileNotFoundError(path)
+        return real(self, path, limit=limit)
+
+    monkeypatch.setattr(HostFS, "read_bytes", gone)
+    fams = collect(host_fs(root))
+    assert success(fams)["nic"] == 1
+    assert value(fams, "dnsfleet_resolver_threads", process="unbound") == 3
+
+
+# ------------------------------------------------------------------ config and CLI
+
+
+def test_host_config_keys() -> None:
+    cfg = parse({"host": {"collectors": ["nic"], "resolver_process": "unbound",
+                          "nic_include": "eth.*", "nic_exclude": "eth1"}}, source="c.yml")
+    assert cfg.host.nic_include == "eth.*" and cfg.host.collectors == ("nic",)
+    with pytest.raises(ConfigError, match=r"c.yml: host.nic_exclude: invalid regular"):
+        parse({"host": {"nic_exclude": "("}}, source="c.yml")
+    with pytest.raises(ConfigError, match=r"host.resolver_process: process name .* 15-byte"):
+        parse({"host": {"resolver_process": "a-very-long-process-name"}}, source="c.yml")
+    with pytest.raises(ConfigError, match=r"host.nic: unknown key"):
+        parse({"host": {"nic": 1}}, source="c.yml")
+
+
+def test_nic_include_exclude() -> None:
+    cfg = parse({"host": {"nic_include": "eth.*", "nic_exclude": "eth1"}}, source="t")
+    from dnsfleet.collectors.nic import collect as nic_collect
+    fams = nic_collect(host_fs(TREES / "x86"), cfg)
+    devices = {dict(lab)["device"] for n, lab in samples(fams) if n == "dnsfleet_nic_queues"}
+    assert devices == {"eth0"}
+
+
+def test_cli_once_on_fixture_tree(tmp_path: Path) -> None:
+    cfg = tmp_path / "dnsfleet.yml"
+    cfg.write_text("host:\n  resolver_process: unbound\n")
+    root = TREES / "x86"
+    out = subprocess.run(
+        [sys.executable, "-m", "dnsfleet", "--once", "--config.file", str(cfg),
+         "--path.procfs", str(root / "proc"), "--path.sysfs", str(root / "sys"),
+         "--path.rootfs", str(root / "root")],
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = {(s.name, frozenset(s.labels.items())): s.value
+           for f in text_string_to_metric_families(out.stdout) for s in f.samples}
+    for c in HOST:
+        assert got[("dnsfleet_collector_success", frozenset({("collector", c)}))] == 1
+    golden = {(s.name, frozenset(s.labels.items())): s.value
+              for f in text_string_to_metric_families(GOLDEN.read_text()) for s in f.samples}
+    assert {k: got.get(k) for k in golden} == golden
+
+
+# ------------------------------------------------------------------ this machine
+
+
+def test_smoke_on_this_machines_proc_and_sys() -> None:
+    fams = collect(HostFS(), resolver="systemd")
+    assert success(fams) == {"bonding": 1, "nic": 1, "cpu_latency": 1}
+    ncpu = len(Path("/proc/softirqs").read_text().splitlines()[0].split())
+    net_rx = [k for k in samples(fams) if k[0] == "dnsfleet_softirq_net_rx_total"]
+    assert len(net_rx) == ncpu
+    # Every interface with MSI vectors of its own (or a virtio function's) reports queues.
+    for dev in Path("/sys/class/net").iterdir():
+        d = dev / "device"
+        if not d.exists():
+            continue
+        msi = d / "msi_irqs" if (d / "msi_irqs").exists() else d / ".." / "msi_irqs"
+        if msi.exists() and any(msi.iterdir()):
+            assert (value(fams, "dnsfleet_nic_queues", device=dev.name) or 0) >= 1, dev.name
+    assert value(fams, "dnsfleet_irqbalance_running") in (0, 1)
+    text = deterministic(fams)
+    out = subprocess.run([binary("promtool"), "check", "metrics"], input=text,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_cpuidle_multiple_drivers_read_per_cpu(tmp_path: Path) -> None:
+    """big.LITTLE-style: one cpuidle driver per cluster (cpuN/cpuidle/driver exists); the
+    second cluster's C1E is slower and must not be taken from CPU 0."""
+    from tests.hosttree import TreeWriter, pm_qos
+    root = copy_tree("x86", tmp_path)
+    cpu = root / "sys" / "devices" / "system" / "cpu"
+    for n in range(8):
+        d = cpu / f"cpu{n}" / "cpuidle"
+        (d / "driver").mkdir()
+        (d / "driver" / "name").write_text("little\n" if n < 4 else "big\n")
+        if n >= 4:
+            (d / "state2" / "latency").write_text("50\n")
+    pm_qos(TreeWriter(root), 2_000_000_000)
+    fams = collect(host_fs(root), resolver=None)
+    assert value(fams, "dnsfleet_cpuidle_state_exit_latency_seconds", state="C1E") == 50e-6
+    assert value(fams, "dnsfleet_cpu_wakeup_latency_seconds") == 50e-6
+
+
+def test_cpu_without_cpuidle_device(tmp_path: Path) -> None:
+    root = copy_tree("x86", tmp_path)
+    shutil.rmtree(root / "sys" / "devices" / "system" / "cpu" / "cpu5" / "cpuidle")
+    fams = collect(host_fs(root), resolver=None)
+    assert success(fams)["cpu_latency"] == 1
+    assert value(fams, "dnsfleet_cpuidle_state_enabled_cpus", state="C1") == 7
+    assert value(fams, "dnsfleet_cpuidle_state_entries_total", state="C1") == 7 * 900_000
