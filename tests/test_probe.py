@@ -164,3 +164,40 @@ def test_query_is_built_once_with_nsid_and_rd() -> None:
     assert q.wire[:2] == b"\x00\x00" and q.wire[2] & 0x01  # RD
     assert q.with_id(0xBEEF)[:2] == b"\xbe\xef" and q.with_id(1)[2:] == q.wire[2:]
     assert b"\x00\x03\x00\x00" in q.wire  # EDNS option NSID, empty
+
+
+@pytest.mark.parametrize(("name", "qtype", "rd", "edns", "nsid"), [
+    (".", "NS", True, True, True),
+    ("www.example.test", "A", True, True, True),
+    ("www.example.test.", "AAAA", False, True, False),
+    ("_dns._udp.Example.TEST", "SRV", True, False, False),
+    ("id.server", "TXT", False, True, True),
+    ("a" * 63 + ".b", "TXT", True, True, True),
+])
+def test_hand_built_query_matches_dnspython(name: str, qtype: str, rd: bool, edns: bool,
+                                            nsid: bool) -> None:
+    import dns.edns
+    import dns.flags
+    import dns.message
+    import dns.rdatatype
+
+    q = build_query(name, int(dns.rdatatype.from_text(qtype)), recursion_desired=rd,
+                    edns=edns, nsid=nsid, payload=1232)
+    ref = dns.message.make_query(name, qtype)
+    ref.id = 0
+    if not rd:
+        ref.flags &= ~dns.flags.RD
+    if edns:
+        ref.use_edns(0, payload=1232,
+                     options=[dns.edns.GenericOption(dns.edns.NSID, b"")] if nsid else [])
+    assert q.wire == ref.to_wire()
+
+
+@pytest.mark.parametrize(("name", "problem"), [
+    ("a..b", "empty label"), ("a" * 64, "longer than 63"), ("é.test", "not ASCII"),
+    ("a b.test", "whitespace"), ("a\\046b", "escapes"), (".".join(["abcdefgh"] * 30), "255")])
+def test_encode_name_rejects(name: str, problem: str) -> None:
+    from dnsfleet.dnswire import encode_name
+
+    with pytest.raises(ValueError, match=problem):
+        encode_name(name)

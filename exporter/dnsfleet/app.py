@@ -8,9 +8,6 @@ import platform
 import time
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
-from prometheus_client.exposition import generate_latest
-
 from dnsfleet import __version__
 from dnsfleet import config as config_mod
 from dnsfleet.collectors import COLLECTORS, CollectContext, run_collectors
@@ -20,6 +17,7 @@ from dnsfleet.hostfs import HostFS
 from dnsfleet.parsers.resolvconf import parse_resolv_conf
 from dnsfleet.prober import Prober, probe_result_families, query_for
 from dnsfleet.probes import REASONS, ProbeResult, probe
+from dnsfleet.selfmetrics import process_families
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +43,6 @@ class Exporter:
         self.prober.configure(self.config)
         self.reload_status = ReloadStatus(True, time.time())
         self.scrapes_total = 0
-        self._registry = CollectorRegistry(auto_describe=True)
-        ProcessCollector(namespace="", registry=self._registry)
-        PlatformCollector(registry=self._registry)
 
     def _load(self) -> Config:
         if self.config_file:
@@ -97,8 +92,8 @@ class Exporter:
             fams.append(Family("dnsfleet_scrape_duration_seconds",
                                "Time this exporter spent on the current scrape.")
                         .add(loop.time() - start))
-            body = render_bytes(fams)
-        return body + generate_latest(self._registry)
+            fams.extend(process_families())
+            return render_bytes(fams)
 
     def self_families(self, cfg: Config) -> list[Family]:
         st = self.reload_status

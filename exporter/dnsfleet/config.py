@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import dns.exception
-import dns.name
 import dns.rcode
 import dns.rdataclass
 import dns.rdatatype
 import yaml
+
+from dnsfleet.dnswire import encode_name
 
 T = TypeVar("T")
 
@@ -487,8 +487,8 @@ def _parse_module(name: str, node: Node) -> Module:
         raise f.get("query_class").error(f"unknown query class {_show(qclass)}") from None
     qname = f.opt("query_name", ".", lambda n: n.string())
     try:
-        dns.name.from_text(qname)
-    except dns.exception.DNSException as e:
+        encode_name(qname)
+    except ValueError as e:
         raise f.get("query_name").error(f"invalid name {_show(qname)}: {e}") from None
 
     def rcodes(n: Node) -> tuple[str, ...]:
@@ -538,8 +538,8 @@ def _parse_module(name: str, node: Node) -> Module:
 def _dns_name(n: Node) -> str:
     s = n.string()
     try:
-        dns.name.from_text(s)
-    except dns.exception.DNSException as e:
+        encode_name(s)
+    except ValueError as e:
         raise n.error(f"invalid name {_show(s)}: {e}") from None
     return s
 
@@ -805,8 +805,8 @@ def _parse_resolv_conf(node: Node) -> tuple[ResolvConfWatch, ...]:
             continue
         qname = f.opt("query_name", ".", lambda n: n.string())
         try:
-            dns.name.from_text(qname)
-        except dns.exception.DNSException as e:
+            encode_name(qname)
+        except ValueError as e:
             raise f.get("query_name").error(f"invalid name {_show(qname)}: {e}") from None
         qtype = f.opt("query_type", "NS", lambda n: n.string().upper())
         try:

@@ -27,10 +27,6 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-import dns.message
-import dns.rdataclass
-import dns.rdatatype
-
 from dnsfleet.config import Config, Module, Target
 from dnsfleet.dnswire import Query, build_query, nsid_text
 from dnsfleet.exposition import Family, join_labels, labelset
@@ -66,6 +62,8 @@ def chaos_txt(result: ProbeResult) -> str | None:
     """The TXT strings of a CHAOS identity answer, joined; None without one."""
     if result.response is None or not result.success:
         return None
+    import dns.message  # noqa: PLC0415 - only identity_query modules pay for it (dnswire)
+
     try:
         msg = dns.message.from_wire(result.response.wire, ignore_trailing=True)
     except Exception:  # hostile bytes raise many dnspython exception types

@@ -32,8 +32,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, TypeVar
 
-import dns.exception
-import dns.message
 import dns.rdatatype
 
 from dnsfleet.collectors.base import CollectContext, Collector
@@ -91,6 +89,9 @@ def decode_answer(wire: bytes, qtype: int) -> tuple[int, frozenset[str]]:
     targets, which Consul serves for a service registered with a hostname). For SRV: the
     A/AAAA records of the SRV targets in ADDITIONAL, where Consul puts them.
     Raises ValueError when dnspython cannot decode the message."""
+    import dns.exception  # noqa: PLC0415 - only configured Consul agents pay for it
+    import dns.message  # noqa: PLC0415
+
     try:
         msg = dns.message.from_wire(wire, ignore_trailing=True)
     except (dns.exception.DNSException, ValueError, IndexError, UnicodeError) as e:
