@@ -102,6 +102,10 @@ class Prometheus:
             raise AssertionError(f"query {expr!r} failed: {body}")
         return list(body["data"]["result"])
 
+    def query_names(self) -> list[str]:
+        """Every metric name Prometheus holds a series of."""
+        return list(http_get(f"{self.url}/api/v1/label/__name__/values")["data"])
+
     def query_range(self, expr: str, *, seconds: float, step: float) -> dict[str, Any]:
         now = time.time()
         q = urllib.parse.urlencode({"query": expr, "start": now - seconds, "end": now,

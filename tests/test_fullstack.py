@@ -19,6 +19,8 @@ The measured fault-to-notification times are printed (`pytest -s`) and kept in M
 
 from __future__ import annotations
 
+import json
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -29,6 +31,9 @@ from typing import Any
 import pytest
 import yaml
 
+from dashboards import generate
+from dnsfleet.capacity import Measurement, address_key, format_state
+from tests.consul_double import ConsulDouble
 from tests.exporter_proc import ExporterProcess
 from tests.monitoring import (
     Alertmanager,
@@ -77,18 +82,35 @@ def stack(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[St
     work = tmp_path_factory.mktemp("fullstack")
     silent_addr, u2_addr = spare_loopback_pair()
     stubs = {"example.test.": f"127.0.0.1@{named.port}"}
-    u1 = Unbound(work / "u1", stubs=stubs)
-    u2 = Unbound(work / "u2", host=u2_addr, port=53, stubs=stubs)
+    # NSID so the backend-identity panels have something to show.
+    u1 = Unbound(work / "u1", stubs=stubs, extra_server='  nsid: "ascii_u1"\n')
+    u2 = Unbound(work / "u2", host=u2_addr, port=53, stubs=stubs,
+                 extra_server='  nsid: "ascii_u2"\n')
+    consul = ConsulDouble()
     blackhole = Blackhole(host=silent_addr, port=53)
     dead = [free_port(), free_port()]
     dead_exporter = free_port()
     started: list[Any] = []
     try:
+        consul.start()
+        started.append(consul)
+        consul.add_node("n1", "10.0.0.1")
+        consul.register("web", "n1", 8080)
+        consul.create_query("web-q", "web")
         for u in (u1, u2):
             u.start()
             started.append(u)
         root = work / "root"
         (root / "etc").mkdir(parents=True)
+        # A raft.db for the Consul panels, and a capacity-test measurement for u2 (u1's
+        # capacity is declared in the config).
+        (root / "consul" / "raft").mkdir(parents=True)
+        (root / "consul" / "raft" / "raft.db").write_bytes(b"\0" * 65536)
+        (root / "var" / "lib" / "dnsfleet").mkdir(parents=True)
+        (root / "var" / "lib" / "dnsfleet" / "capacity.json").write_text(format_state(
+            {address_key(u2.host, u2.port): Measurement(
+                capacity_qps=3000, measured_at=time.time() - 86400, lost_percent=0.5,
+                max_qps_offered=5000, ramp_seconds=60)}))
         (root / "etc" / "resolv.conf").write_text(
             f"nameserver {silent_addr}\nnameserver {u2_addr}\noptions timeout:2 attempts:1\n")
         module = {"query_name": "www.example.test", "query_type": "A", "timeout": "500ms",
@@ -96,17 +118,22 @@ def stack(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[St
 
         def resolver(u: Unbound) -> dict[str, Any]:
             return {"address": u.address, "module": "lab", "labels": {"site": "lab"},
-                    "stats": {"type": "unbound", "control": f"unix://{u.control_socket}"},
-                    "capacity_qps": 2000}
+                    "stats": {"type": "unbound", "control": f"unix://{u.control_socket}"}}
 
         config = {
             "modules": {"lab": module},
-            "targets": [resolver(u1), resolver(u2),
+            "targets": [{**resolver(u1), "capacity_qps": 2000}, resolver(u2),
                         *({"address": f"127.0.0.1:{p}", "module": "lab",
                            "labels": {"site": "lab2"}} for p in dead)],
             "resolv_conf": [{"path": "/etc/resolv.conf", "query_name": "www.example.test",
                              "query_type": "A", "probe_timeout": "500ms"}],
             "limits": {"scrape_timeout_offset": "300ms"},
+            # Not read through --path.rootfs (a plain path in the exporter's view).
+            "resolver": {"capacity_file": str(root / "var/lib/dnsfleet/capacity.json")},
+            "consul": {"agents": [{"name": "local", "dns_address": consul.dns_address,
+                                   "http_address": consul.http_url,
+                                   "data_dir": "/consul"}],
+                       "services": ["web"], "prepared_queries": ["web-q"], "timeout": "500ms"},
         }
         cfg = work / "dnsfleet.yml"
         cfg.write_text(yaml.safe_dump(config))
@@ -229,6 +256,41 @@ def test_resolver_stop_and_restart_are_delivered(stack: Stack) -> None:
                           target=u1.address)
     assert again[2]["labels"]["cause"].startswith("the resolver process restarted")
     MEASURED["DNSResolverRestarted (unbound started -> ticket)"] = again[0] - restarted
+
+
+# Queries whose metrics all exist yet may return nothing in a short run, and why.
+MAY_BE_EMPTY = {
+    "Days to capacity": "`> 0`: only shown while load grows; a test run's load is flat",
+}
+
+
+def test_dashboard_queries_against_prometheus(stack: Stack) -> None:
+    """Every panel and annotation query runs (variables on "All"); where the stack
+    produces every metric a query reads, it must return data."""
+    present = set(stack.prom.query_names())
+    problems = []
+    ran = 0
+    for name in generate.DASHBOARDS:
+        doc = json.loads((generate.OUT / f"{name}.json").read_text())
+        for title, expr in generate.panel_queries(doc):
+            result = stack.prom.query(generate.concrete(expr, rate_interval="10s"))
+            ran += 1
+            needs = set(METRIC.findall(expr)) - {"ALERTS"}
+            produced = needs <= present
+            if produced and not result and title not in MAY_BE_EMPTY:
+                problems.append(f"{name} / {title}: no data from {expr}")
+            NO_DATA[f"{name} / {title}"] = sorted(needs - present)
+    assert not problems, "\n".join(problems)
+    assert ran > 50
+    # What the stack cannot produce: the host collectors (issue 5; no bonding or cpuidle
+    # on this machine). Everything else must be covered.
+    missing = {k: v for k, v in NO_DATA.items() if v}
+    outside_host = {k: v for k, v in missing.items() if not k.startswith("host-latency /")}
+    assert not outside_host, outside_host
+
+
+METRIC = re.compile(r"\b((?:dnsfleet_|target:|instance_agent:)[a-zA-Z0-9_:]+)")
+NO_DATA: dict[str, list[str]] = {}
 
 
 def test_report_fault_to_notification() -> None:
