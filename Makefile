@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-8)
 # Debian packages the tests drive for real (binary -> package).
 TEST_DEBS := unbound:unbound named:bind9 dig:bind9-dnsutils prometheus:prometheus \
-             promtool:prometheus alertmanager:prometheus-alertmanager \
+             promtool:prometheus prometheus-alertmanager:prometheus-alertmanager \
              amtool:prometheus-alertmanager resperf:dnsperf dnsperf:dnsperf ip:iproute2 \
              getent:libc-bin unshare:util-linux
 BENCH_DEBS := prometheus-blackbox-exporter:prometheus-blackbox-exporter \
@@ -55,6 +55,14 @@ lint: $(STAMP)
 bench: $(STAMP) check-deps
 	$(call install_debs,$(BENCH_DEBS))
 	$(BIN)/python bench/bench_probe.py $(ARGS)
+
+## make stack: the compose stack on loopback with the native Debian binaries (Ctrl-C stops)
+stack: $(STAMP) check-deps
+	$(BIN)/python -m tests.stack $(ARGS)
+
+## make dashboards: regenerate dashboards/json from dashboards/generate.py
+dashboards: $(STAMP)
+	$(BIN)/python -m dashboards.generate
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
