@@ -15,6 +15,7 @@ Notifications arrive at a relay on 127.0.0.1:9095 that prints them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import subprocess
@@ -119,10 +120,8 @@ def main(argv: list[str] | None = None) -> int:
               "  notifications are printed below; Ctrl-C stops everything", flush=True)
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             stop.wait(args.duration or None)
-        except KeyboardInterrupt:
-            pass
         return 0
     finally:
         for proc in reversed(procs):

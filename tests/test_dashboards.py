@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from dashboards import generate
+
 from tests.tools import binary
 
 JSON_DIR = generate.OUT

@@ -25,13 +25,12 @@ import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-
 from dashboards import generate
+
 from dnsfleet.capacity import Measurement, address_key, format_state
 from tests.consul_double import ConsulDouble
 from tests.exporter_proc import ExporterProcess
