@@ -6,9 +6,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-8)
 # Debian packages the tests drive for real (binary -> package).
 TEST_DEBS := unbound:unbound named:bind9 dig:bind9-dnsutils prometheus:prometheus \
-             promtool:prometheus alertmanager:prometheus-alertmanager \
+             promtool:prometheus prometheus-alertmanager:prometheus-alertmanager \
              amtool:prometheus-alertmanager resperf:dnsperf dnsperf:dnsperf ip:iproute2 \
-             getent:libc-bin unshare:util-linux
+             getent:libc-bin unshare:util-linux unbound-checkconf:unbound
 BENCH_DEBS := prometheus-blackbox-exporter:prometheus-blackbox-exporter \
               prometheus-node-exporter:prometheus-node-exporter
 ARGS ?=
@@ -63,6 +63,14 @@ bench-host: $(STAMP)
 	$(call install_debs,$(BENCH_DEBS))
 	$(BIN)/python bench/bench_host.py $(ARGS)
 	$(BIN)/python bench/bench_host.py --no-cpu-tree $(ARGS)
+
+## make stack: the compose stack on loopback with the native Debian binaries (Ctrl-C stops)
+stack: $(STAMP) check-deps
+	$(BIN)/python -m tests.stack $(ARGS)
+
+## make dashboards: regenerate dashboards/json from dashboards/generate.py
+dashboards: $(STAMP)
+	$(BIN)/python -m dashboards.generate
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

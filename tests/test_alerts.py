@@ -83,4 +83,75 @@ def test_every_alert_has_firing_and_quiet_tests() -> None:
                 (firing if at.get("exp_alerts") else quiet).add(at["alertname"])
     names = {r["alert"] for r in alerting_rules()}
     assert not names - firing, f"alerts never tested firing: {sorted(names - firing)}"
-    assert not names - quiet, f"alerts never tested quiet/pending: {sorted(names - quiet)}"
+    # The Watchdog fires by design at every evaluation: it has no quiet case.
+    quiet_needed = names - ALWAYS_FIRING
+    assert not quiet_needed - quiet, (
+        f"alerts never tested quiet/pending: {sorted(quiet_needed - quiet)}")
+
+
+# The catalog fixed by issue 7 (names are an interface), plus DNSSiteDown (the site-wide
+# inhibition source), DNSConsulAPIDown (issue 6) and DNSBondLacpNotAggregating (issue 5).
+CATALOG = (
+    "DNSResolverDown", "DNSResolverLatencyHigh", "DNSResolverServfailHigh",
+    "DNSResolverRestarted", "DNSResolverRestartLoop", "DNSResolverBackendFlapping",
+    "DNSStubFailoverDelay", "DNSStubResolutionFailing", "DNSNicQueueImbalance",
+    "DNSNicIrqAffinityCollapsed", "DNSBondDegraded", "DNSBondFailover", "DNSBondLinkFlapping",
+    "DNSBondNoLinkMonitoring", "DNSCpuLatencyDrift", "DNSConsulDNSDown",
+    "DNSConsulDNSMismatch", "DNSConsulNoLeader", "DNSConsulRaftDbLarge",
+    "DNSFleetExporterDown", "DNSFleetCollectorFailing", "Watchdog",
+    "DNSSiteDown", "DNSConsulAPIDown", "DNSBondLacpNotAggregating",
+)
+# Host alerts come with issue 5's alerts/rules/host.rules.yml.
+HOST_ALERTS = {"DNSNicQueueImbalance", "DNSNicIrqAffinityCollapsed", "DNSBondDegraded",
+               "DNSBondFailover", "DNSBondLinkFlapping", "DNSBondNoLinkMonitoring",
+               "DNSCpuLatencyDrift", "DNSBondLacpNotAggregating"}
+HOST_RULES_MERGED = (ROOT / "alerts" / "rules" / "host.rules.yml").exists()
+ALWAYS_FIRING = {"Watchdog"}
+# Alerts about a whole site carry `site` but no `instance`; the Watchdog carries neither.
+SITE_SCOPED = {"DNSSiteDown"}
+
+
+@pytest.mark.parametrize("name", CATALOG)
+def test_catalog_complete(name: str) -> None:
+    names = {r["alert"] for r in alerting_rules()}
+    if name in HOST_ALERTS and name not in names and not HOST_RULES_MERGED:
+        pytest.xfail("host alerts arrive with issue 5 (alerts/rules/host.rules.yml)")
+    assert name in names
+
+
+def test_catalog_has_nothing_undocumented() -> None:
+    names = {r["alert"] for r in alerting_rules()}
+    assert names <= set(CATALOG), f"alerts missing from CATALOG: {sorted(names - set(CATALOG))}"
+
+
+def test_firing_alerts_carry_inhibition_labels() -> None:
+    """Alertmanager's inhibitions match on `instance` and `site` (alerts/alertmanager.yml):
+    every alert a unit test fires must carry both, non-empty."""
+    problems = []
+    for f in RULE_TESTS:
+        for case in yaml.safe_load(f.read_text()).get("tests", []):
+            for at in case.get("alert_rule_test", []):
+                for exp in at.get("exp_alerts") or []:
+                    name = at["alertname"]
+                    labels = exp.get("exp_labels", {})
+                    need = (() if name in ALWAYS_FIRING else ("site",) if name in SITE_SCOPED
+                            else ("site", "instance"))
+                    problems.extend(f"{f.name}: {name} fires without {k!r}"
+                                    for k in need if not labels.get(k))
+    assert not problems, "\n".join(problems)
+
+
+def test_readme_table_matches_rules() -> None:
+    """alerts/README.md is the one place thresholds are documented: one row per alert
+    rule (alert, severity, for), in step with the rule files."""
+    rows = set()
+    for line in (ROOT / "alerts" / "README.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[0].startswith("[") and "](runbooks/" in cells[0]:
+            name = cells[0][1:cells[0].index("]")]
+            rows.add((name, cells[3].strip("`"), cells[4]))
+    rules = {(r["alert"], str(r.get("for", "0s")), r["labels"]["severity"])
+             for r in alerting_rules()}
+    assert rules - rows == set(), f"rules missing from alerts/README.md: {sorted(rules - rows)}"
+    extra = {r for r in rows - rules if HOST_RULES_MERGED or r[0] not in HOST_ALERTS}
+    assert extra == set(), f"README rows matching no rule: {sorted(extra)}"

@@ -1,0 +1,177 @@
+"""Every file compose/docker-compose.yml mounts or builds from is validated with the tool
+that will read it (no Docker engine here): promtool for Prometheus, amtool for
+Alertmanager, unbound-checkconf, `dnsfleet-exporter --config.check`, the Grafana
+provisioning and dashboards by structure, the compose file itself by structure."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dnsfleet.cli import exporter_parser
+from tests.tools import binary
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE_DIR = ROOT / "compose"
+COMPOSE = yaml.safe_load((COMPOSE_DIR / "docker-compose.yml").read_text())
+SERVICES: dict[str, Any] = COMPOSE["services"]
+
+
+def mounts(service: str) -> dict[str, Path]:
+    """container path -> host path (resolved), for bind mounts of a service."""
+    out = {}
+    for v in SERVICES[service].get("volumes", []):
+        src, dst = v.split(":")[:2]
+        if src.startswith((".", "/")) and src != "/":
+            out[dst] = (COMPOSE_DIR / src).resolve()
+    return out
+
+
+def run(*cmd: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(cmd), capture_output=True, text=True, timeout=60)
+
+
+def test_services() -> None:
+    assert set(SERVICES) >= {"exporter", "unbound", "consul", "prometheus", "alertmanager",
+                             "grafana"}
+    for name, svc in SERVICES.items():
+        assert svc.get("network_mode") == "host", name
+
+
+def test_exporter_service_sees_the_host() -> None:
+    ex = SERVICES["exporter"]
+    assert ex["build"]["dockerfile"] == "exporter/Dockerfile"
+    assert (COMPOSE_DIR / ex["build"]["context"] / ex["build"]["dockerfile"]).is_file()
+    assert ex["pid"] == "host"
+    assert any(v.startswith("/:/host:ro") for v in ex["volumes"])
+    args = exporter_parser().parse_args(ex["command"])
+    assert args.rootfs == "/host"
+    assert args.procfs == "/host/proc" and args.sysfs == "/host/sys"
+
+
+def test_dockerfile_default_command_is_valid() -> None:
+    text = (ROOT / "exporter" / "Dockerfile").read_text().replace("\\\n", " ")
+    cmd = next(line for line in text.splitlines() if line.startswith("CMD "))
+    args = exporter_parser().parse_args(json.loads(cmd.removeprefix("CMD ")))
+    assert args.rootfs == "/host"
+    assert "ENTRYPOINT [\"dnsfleet-exporter\"]" in text
+
+
+def test_every_bind_mount_exists() -> None:
+    for name in SERVICES:
+        for dst, src in mounts(name).items():
+            assert src.exists(), f"{name}: {src} (mounted at {dst}) is missing"
+
+
+def test_consul_is_a_dev_agent() -> None:
+    c = SERVICES["consul"]
+    assert c["image"].startswith("hashicorp/consul")
+    assert c["command"][:3] == ["agent", "-dev", "-client=0.0.0.0"]
+
+
+def test_prometheus_config() -> None:
+    m = mounts("prometheus")
+    cfg = m["/etc/prometheus/prometheus.yml"]
+    assert cfg == (COMPOSE_DIR / "prometheus" / "prometheus.yml").resolve()
+    assert m["/etc/prometheus/rules"] == (ROOT / "alerts" / "rules").resolve()
+    # In the repository compose/prometheus/rules is a symlink to alerts/rules: promtool
+    # checks the config with the very rules the container mounts.
+    assert (COMPOSE_DIR / "prometheus" / "rules").resolve() == (ROOT / "alerts" / "rules")
+    out = run(binary("promtool"), "check", "config", str(COMPOSE_DIR / "prometheus" /
+                                                         "prometheus.yml"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    n = len(list((ROOT / "alerts" / "rules").glob("*.rules.yml")))
+    assert f"SUCCESS: {n} rule files found" in out.stdout
+
+
+@pytest.mark.parametrize("name", ["file_sd.yml", "sharded.yml"])
+def test_prometheus_examples(name: str) -> None:
+    out = run(binary("promtool"), "check", "config",
+              str(COMPOSE_DIR / "prometheus" / "examples" / name))
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_prometheus_consul_sd_example(tmp_path: Path) -> None:
+    """Debian's Prometheus is built without Consul service discovery (promtool rejects
+    `consul_sd_configs`); upstream images have it. Check the consul_sd blocks' keys against
+    the documented ones, and everything else with promtool, with each consul_sd block
+    replaced by an equivalent static one."""
+    src = COMPOSE_DIR / "prometheus" / "examples" / "consul_sd.yml"
+    cfg = yaml.safe_load(src.read_text())
+    documented = {"server", "services", "tags", "datacenter", "token", "scheme",
+                  "node_meta", "allow_stale", "refresh_interval", "tag_separator"}
+    for job in cfg["scrape_configs"]:
+        for sd in job.pop("consul_sd_configs"):
+            assert set(sd) <= documented, sd
+            assert sd["server"] == "127.0.0.1:8500"
+        job["static_configs"] = [{"targets": ["127.0.0.1:53"]}]
+    cfg["rule_files"] = [str(ROOT / "alerts" / "rules" / "*.rules.yml")]
+    f = tmp_path / "consul_sd_static.yml"
+    f.write_text(yaml.safe_dump(cfg))
+    out = run(binary("promtool"), "check", "config", str(f))
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_alertmanager_config() -> None:
+    m = mounts("alertmanager")
+    cfg = m["/etc/alertmanager/alertmanager.yml"]
+    assert cfg == (ROOT / "alerts" / "alertmanager.yml").resolve()
+    out = run(binary("amtool"), "check-config", str(cfg))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "--cluster.listen-address=" in SERVICES["alertmanager"]["command"]
+
+
+def test_unbound_config() -> None:
+    conf = mounts("unbound")["/opt/unbound/etc/unbound/unbound.conf"]
+    out = run(binary("unbound-checkconf"), str(conf))
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_exporter_config() -> None:
+    conf = mounts("exporter")["/etc/dnsfleet/dnsfleet.yml"]
+    out = run(sys.executable, "-m", "dnsfleet", f"--config.file={conf}", "--config.check")
+    assert out.returncode == 0, out.stdout + out.stderr
+    cfg = yaml.safe_load(conf.read_text())
+    # The exporter reads statistics over the socket the unbound service shares with it.
+    unbound_conf = mounts("unbound")["/opt/unbound/etc/unbound/unbound.conf"].read_text()
+    control = cfg["targets"][0]["stats"]["control"].removeprefix("unix://")
+    assert f"control-interface: {control}" in unbound_conf
+    assert "port: 5353" in unbound_conf and cfg["targets"][0]["address"] == "127.0.0.1:5353"
+    # ... and watches the service and prepared query the Consul service provides.
+    assert cfg["consul"]["services"] == ["web"]
+    assert 'name = "web"' in (COMPOSE_DIR / "consul" / "demo.hcl").read_text()
+    query = json.loads((COMPOSE_DIR / "consul" / "web-nearest.json").read_text())
+    assert cfg["consul"]["prepared_queries"] == [query["Name"]]
+    assert query["Service"]["Service"] == "web"
+    assert "web-nearest.json" in shlex.join(SERVICES["consul-demo-query"]["command"])
+
+
+def test_grafana_provisioning() -> None:
+    m = mounts("grafana")
+    ds = yaml.safe_load((m["/etc/grafana/provisioning/datasources"] /
+                         "prometheus.yml").read_text())
+    assert ds["apiVersion"] == 1
+    (source,) = ds["datasources"]
+    assert source["type"] == "prometheus" and source["access"] == "proxy"
+    listen = next(a for a in SERVICES["prometheus"]["command"]
+                  if a.startswith("--web.listen-address="))
+    assert source["url"] == "http://" + listen.split("=", 1)[1]
+    prov = yaml.safe_load((m["/etc/grafana/provisioning/dashboards"] /
+                           "dnsfleet.yml").read_text())
+    assert prov["apiVersion"] == 1
+    (provider,) = prov["providers"]
+    assert provider["type"] == "file"
+    dash_dir = m[provider["options"]["path"]]
+    assert dash_dir == (ROOT / "dashboards" / "json").resolve()
+    docs = [json.loads(p.read_text()) for p in sorted(dash_dir.glob("*.json"))]
+    assert len(docs) >= 5
+    assert len({d["uid"] for d in docs}) == len(docs)
+    for d in docs:
+        assert d["panels"] and d["title"].startswith("dnsfleet / ")

@@ -1,0 +1,301 @@
+"""Full-stack proof, real processes on loopback: dnsfleet-exporter + unbound (recursing to
+BIND for a canary) + Prometheus + Alertmanager + a webhook receiver written here.
+
+Prometheus runs compose/prometheus/prometheus.yml's dnsfleet job with 2s scrapes and 1s rule
+evaluation; the rules are alerts/rules/*.yml with every `for`/`keep_firing_for` divided by
+SCALE (expressions untouched); Alertmanager runs alerts/alertmanager.yml with the receivers
+pointed at the webhook and group_wait 1s / group_interval 2s (routes and inhibitions
+untouched). The stack:
+
+- site "lab": unbound u1 (127.0.0.1, stopped and restarted by the test) and u2 (a spare
+  loopback address, port 53), both read over their control sockets;
+- site "lab2": two closed ports: every resolver of the site is down from the start;
+- the exporter host's resolv.conf (under --path.rootfs): a silent first nameserver (a
+  blackhole on port 53 of another spare loopback address), then u2; timeout:2 attempts:1;
+- site "lab3": an exporter address nothing listens on.
+
+The measured fault-to-notification times are printed (`pytest -s`) and kept in MEASURED.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import yaml
+from dashboards import generate
+
+from dnsfleet.capacity import Measurement, address_key, format_state
+from tests.consul_double import ConsulDouble
+from tests.exporter_proc import ExporterProcess
+from tests.monitoring import (
+    Alertmanager,
+    Prometheus,
+    Webhook,
+    alertmanager_config,
+    prometheus_config,
+    scaled_rules,
+)
+from tests.servers import Blackhole, Named, Unbound
+from tests.tools import free_port
+
+SCALE = 30          # 2m -> 4s, 1m -> 2s, 5m -> 10s
+MEASURED: dict[str, float] = {}
+
+
+def spare_loopback_pair() -> tuple[str, str]:
+    """Two loopback addresses whose port 53 (UDP and TCP) is free: resolv.conf cannot name a
+    port, so the stub's servers must listen on 53."""
+    for third in range(50, 250):
+        pair = (f"127.53.{third}.1", f"127.53.{third}.2")
+        try:
+            for host in pair:
+                for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
+                    with socket.socket(socket.AF_INET, kind) as s:
+                        s.bind((host, 53))
+        except OSError:
+            continue
+        return pair
+    pytest.fail("no free port 53 on 127.53.x.1-2")
+
+
+@dataclass
+class Stack:
+    prom: Prometheus
+    am: Alertmanager
+    hook: Webhook
+    exporter: ExporterProcess
+    u1: Unbound
+    u2: Unbound
+    started: float
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[Stack]:
+    work = tmp_path_factory.mktemp("fullstack")
+    silent_addr, u2_addr = spare_loopback_pair()
+    stubs = {"example.test.": f"127.0.0.1@{named.port}"}
+    # NSID so the backend-identity panels have something to show.
+    u1 = Unbound(work / "u1", stubs=stubs, extra_server='  nsid: "ascii_u1"\n')
+    u2 = Unbound(work / "u2", host=u2_addr, port=53, stubs=stubs,
+                 extra_server='  nsid: "ascii_u2"\n')
+    consul = ConsulDouble()
+    blackhole = Blackhole(host=silent_addr, port=53)
+    dead = [free_port(), free_port()]
+    dead_exporter = free_port()
+    started: list[Any] = []
+    try:
+        consul.start()
+        started.append(consul)
+        consul.add_node("n1", "10.0.0.1")
+        consul.register("web", "n1", 8080)
+        consul.create_query("web-q", "web")
+        for u in (u1, u2):
+            u.start()
+            started.append(u)
+        root = work / "root"
+        (root / "etc").mkdir(parents=True)
+        # A raft.db for the Consul panels, and a capacity-test measurement for u2 (u1's
+        # capacity is declared in the config).
+        (root / "consul" / "raft").mkdir(parents=True)
+        (root / "consul" / "raft" / "raft.db").write_bytes(b"\0" * 65536)
+        (root / "var" / "lib" / "dnsfleet").mkdir(parents=True)
+        (root / "var" / "lib" / "dnsfleet" / "capacity.json").write_text(format_state(
+            {address_key(u2.host, u2.port): Measurement(
+                capacity_qps=3000, measured_at=time.time() - 86400, lost_percent=0.5,
+                max_qps_offered=5000, ramp_seconds=60)}))
+        (root / "etc" / "resolv.conf").write_text(
+            f"nameserver {silent_addr}\nnameserver {u2_addr}\noptions timeout:2 attempts:1\n")
+        module = {"query_name": "www.example.test", "query_type": "A", "timeout": "500ms",
+                  "canary": "canary.example.test"}
+
+        def resolver(u: Unbound) -> dict[str, Any]:
+            return {"address": u.address, "module": "lab", "labels": {"site": "lab"},
+                    "stats": {"type": "unbound", "control": f"unix://{u.control_socket}"}}
+
+        config = {
+            "modules": {"lab": module},
+            "targets": [{**resolver(u1), "capacity_qps": 2000}, resolver(u2),
+                        *({"address": f"127.0.0.1:{p}", "module": "lab",
+                           "labels": {"site": "lab2"}} for p in dead)],
+            "resolv_conf": [{"path": "/etc/resolv.conf", "query_name": "www.example.test",
+                             "query_type": "A", "probe_timeout": "500ms"}],
+            "limits": {"scrape_timeout_offset": "300ms"},
+            # Not read through --path.rootfs (a plain path in the exporter's view).
+            "resolver": {"capacity_file": str(root / "var/lib/dnsfleet/capacity.json")},
+            "consul": {"agents": [{"name": "local", "dns_address": consul.dns_address,
+                                   "http_address": consul.http_url,
+                                   "data_dir": "/consul"}],
+                       "services": ["web"], "prepared_queries": ["web-q"], "timeout": "500ms"},
+        }
+        cfg = work / "dnsfleet.yml"
+        cfg.write_text(yaml.safe_dump(config))
+        exporter = ExporterProcess(f"--config.file={cfg}", f"--path.rootfs={root}", cwd=work)
+        started.append(exporter)
+
+        hook = Webhook().start()
+        started.append(hook)
+        am = Alertmanager(work / "am", alertmanager_config(hook))
+        (work / "am").mkdir()
+        am.start()
+        started.append(am)
+        targets = work / "targets.yml"
+        targets.write_text(yaml.safe_dump([
+            {"targets": [f"127.0.0.1:{exporter.port}"], "labels": {"site": "lab"}},
+            {"targets": [f"127.0.0.1:{dead_exporter}"], "labels": {"site": "lab3"}},
+        ]))
+        rules = scaled_rules(work / "rules", SCALE)
+        prom = Prometheus(work / "prom", prometheus_config(
+            rule_files=rules, targets_file=targets, alertmanager_port=am.port))
+        (work / "prom").mkdir()
+        prom.start()
+        started.append(prom)
+        yield Stack(prom, am, hook, exporter, u1, u2, time.time())
+    finally:
+        for thing in reversed(started):
+            thing.stop()
+        blackhole.close()
+
+
+def first_sample_time(prom: Prometheus, expr: str) -> float:
+    """Timestamp of the first scraped sample of a selector (raw samples, no lookback)."""
+    result = prom.query(f"{expr}[10m]")
+    assert result, f"no samples for {expr}"
+    return min(float(v[0]) for r in result for v in r["values"])
+
+
+def wait_scraped(stack: Stack) -> None:
+    stack.prom.wait('up{job="dnsfleet",site="lab"} == 1', timeout=30)
+    stack.prom.wait('dnsfleet_resolver_start_time_seconds{site="lab"}', timeout=30)
+
+
+def test_standing_faults_are_delivered_and_inhibited(stack: Stack) -> None:
+    """Faults present from the start: the stub's silent first nameserver, a dead site, a
+    dead exporter; the Watchdog reaches the heartbeat receiver."""
+    wait_scraped(stack)
+    hook = stack.hook
+
+    crit = hook.wait_for(timeout=60, receiver="pager", alertname="DNSStubFailoverDelay",
+                         severity="critical")
+    assert crit[2]["labels"]["resolv_conf"] == "/etc/resolv.conf"
+    assert crit[2]["labels"]["libc"] == "glibc"
+    assert crit[2]["labels"]["site"] == "lab"
+    fault = first_sample_time(stack.prom,
+                              'dnsfleet_stub_expected_delay_seconds{libc="glibc"}')
+    MEASURED["DNSStubFailoverDelay (first scrape showing the delay -> pager)"] = (
+        crit[0] - fault)
+
+    site = hook.wait_for(timeout=60, receiver="pager", alertname="DNSSiteDown", site="lab2")
+    fault = first_sample_time(stack.prom, 'dnsfleet_probe_success{site="lab2"}')
+    MEASURED["DNSSiteDown (first failed probe -> pager)"] = site[0] - fault
+
+    down = hook.wait_for(timeout=60, receiver="pager", alertname="DNSFleetExporterDown",
+                         site="lab3")
+    fault = first_sample_time(stack.prom, 'up{site="lab3"}')
+    MEASURED["DNSFleetExporterDown (first failed scrape -> pager)"] = down[0] - fault
+
+    hook.wait_for(timeout=60, receiver="heartbeat", alertname="Watchdog")
+
+    # The muted alerts must be active in Alertmanager (so the mute is what kept them
+    # quiet, not their absence) and inhibited by the right source.
+    deadline = time.monotonic() + 30
+    muted: dict[str, list[str]] = {}
+    while time.monotonic() < deadline:
+        active = stack.am.alerts()
+        muted = {}
+        for a in active:
+            lab = a["labels"]
+            key = f'{lab["alertname"]}/{lab.get("severity")}/{lab.get("site")}'
+            muted.setdefault(key, []).extend(a["status"]["inhibitedBy"])
+        if muted.get("DNSResolverDown/critical/lab2") and muted.get(
+                "DNSStubFailoverDelay/warning/lab"):
+            break
+        time.sleep(0.5)
+    assert len(muted["DNSResolverDown/critical/lab2"]) == 2, muted   # both dead resolvers
+    assert muted["DNSStubFailoverDelay/warning/lab"], muted
+    # ... and the ones that page are not muted.
+    assert not muted["DNSSiteDown/critical/lab2"]
+    assert not muted["DNSStubFailoverDelay/critical/lab"]
+
+    time.sleep(3)   # past one more group_interval: still nothing delivered for the muted
+    delivered = {(r, a["labels"]["alertname"], a["labels"].get("severity"),
+                  a["labels"].get("site")) for _, r, a in hook.firing()}
+    assert ("pager", "DNSResolverDown", "critical", "lab2") not in delivered
+    assert ("ticket", "DNSStubFailoverDelay", "warning", "lab") not in delivered
+    assert not any(a == "DNSSiteDown" and s == "lab" for _, a, _, s in delivered)
+    # info never notifies, except the Watchdog on its own receiver.
+    assert all(r == "heartbeat" for r, a, sev, _ in delivered if sev == "info")
+
+
+def test_resolver_stop_and_restart_are_delivered(stack: Stack) -> None:
+    wait_scraped(stack)
+    hook = stack.hook
+    u1 = stack.u1
+    up = f'dnsfleet_probe_success{{target="{u1.address}"}} == 1'
+    stack.prom.wait(up, timeout=30)
+
+    stopped = time.time()
+    u1.stop()
+    down = hook.wait_for(timeout=60, receiver="pager", alertname="DNSResolverDown",
+                         target=u1.address)
+    assert down[2]["labels"]["site"] == "lab"
+    MEASURED["DNSResolverDown (unbound stopped -> pager)"] = down[0] - stopped
+    # One of two resolvers of lab is down: not a site outage.
+    assert not stack.prom.query('ALERTS{alertname="DNSSiteDown",site="lab"}')
+
+    restarted = time.time()
+    u1.start()
+    again = hook.wait_for(timeout=60, receiver="ticket", alertname="DNSResolverRestarted",
+                          target=u1.address)
+    assert again[2]["labels"]["cause"].startswith("the resolver process restarted")
+    MEASURED["DNSResolverRestarted (unbound started -> ticket)"] = again[0] - restarted
+
+
+# Queries whose metrics all exist yet may return nothing in a short run, and why.
+MAY_BE_EMPTY = {
+    "Days to capacity": "`> 0`: only shown while load grows; a test run's load is flat",
+}
+
+
+def test_dashboard_queries_against_prometheus(stack: Stack) -> None:
+    """Every panel and annotation query runs (variables on "All"); where the stack
+    produces every metric a query reads, it must return data."""
+    present = set(stack.prom.query_names())
+    problems = []
+    ran = 0
+    for name in generate.DASHBOARDS:
+        doc = json.loads((generate.OUT / f"{name}.json").read_text())
+        for title, expr in generate.panel_queries(doc):
+            result = stack.prom.query(generate.concrete(expr, rate_interval="10s"))
+            ran += 1
+            needs = set(METRIC.findall(expr)) - {"ALERTS"}
+            produced = needs <= present
+            if produced and not result and title not in MAY_BE_EMPTY:
+                problems.append(f"{name} / {title}: no data from {expr}")
+            NO_DATA[f"{name} / {title}"] = sorted(needs - present)
+    assert not problems, "\n".join(problems)
+    assert ran > 50
+    # What the stack cannot produce: the host collectors (issue 5; no bonding or cpuidle
+    # on this machine). Everything else must be covered.
+    missing = {k: v for k, v in NO_DATA.items() if v}
+    outside_host = {k: v for k, v in missing.items() if not k.startswith("host-latency /")}
+    assert not outside_host, outside_host
+
+
+METRIC = re.compile(r"\b((?:dnsfleet_|target:|instance_agent:)[a-zA-Z0-9_:]+)")
+NO_DATA: dict[str, list[str]] = {}
+
+
+def test_report_fault_to_notification() -> None:
+    assert MEASURED, "the scenarios above did not run"
+    print(f"\nfault-to-notification (rules' `for` / {SCALE}, scrape 2s, eval 1s, "
+          "group_wait 1s):")
+    for what, secs in MEASURED.items():
+        print(f"  {secs:6.1f} s  {what}")
+    assert all(s > 0 for s in MEASURED.values())
