@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         build_tree(tree, cpus=args.cpus, nics=args.nics, queues=args.queues,
                    other=args.other_irqs, cpu_tree=args.cpu_tree)
         cfg = tmp / "dnsfleet.yml"
-        cfg.write_text("host:\n  resolver_process: unbound\n")
+        cfg.write_text("resolv_conf: []\nhost:\n  resolver_process: unbound\n")
         ne_port, df_port = free_port(), free_port()
         procs.append(subprocess.Popen(
             [node, f"--path.procfs={tree / 'proc'}", f"--path.sysfs={tree / 'sys'}",

@@ -4,6 +4,7 @@ exists with its four sections, and a promtool test that fires it and one that do
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -45,6 +46,26 @@ def test_promtool_test_rules(path: Path) -> None:
     out = subprocess.run([binary("promtool"), "test", "rules", path.name],
                          capture_output=True, text=True, timeout=120, cwd=path.parent)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_rules_reading_a_recorded_series_share_its_group() -> None:
+    """Groups are evaluated concurrently; only rules within one group run in order. A rule
+    that reads a recorded series from another group races it (values flip between runs)."""
+    home: dict[str, str] = {}
+    groups = [(g["name"], g["rules"]) for f in RULES
+              for g in yaml.safe_load(f.read_text())["groups"]]
+    for name, rules in groups:
+        for r in rules:
+            if "record" in r:
+                home[r["record"]] = name
+    problems = []
+    for name, rules in groups:
+        for r in rules:
+            for used in re.findall(r"[a-zA-Z_][a-zA-Z0-9_]*:[a-zA-Z0-9_:]+", r["expr"]):
+                if used in home and home[used] != name:
+                    problems.append(f"{r.get('alert') or r.get('record')} in {name} reads "
+                                    f"{used} from {home[used]}")
+    assert not problems, "\n".join(problems)
 
 
 def test_alert_conventions() -> None:

@@ -23,7 +23,7 @@ _SHORT_READ = 4096
 StrPath = str | Path
 
 
-class HostReadError(Exception):
+class HostReadError(OSError):
     """A host file exists but could not be read or was larger than any sane pseudo-file."""
 
 
@@ -101,6 +101,15 @@ class HostFS:
             return self.read_text(path)
         except FileNotFoundError:
             return None
+
+    def stat(self, path: StrPath) -> os.stat_result:
+        """FileNotFoundError passes through ("no data"); other errors become HostReadError."""
+        try:
+            return os.stat(path)
+        except FileNotFoundError:
+            raise
+        except OSError as e:
+            raise HostReadError(f"{path}: {e.strerror or e}") from e
 
     def exists(self, path: StrPath) -> bool:
         return os.path.exists(path)

@@ -230,7 +230,7 @@ def raft_db_size(fs: HostFS, data_dir: str) -> int | None:
     """Apparent size of raft.db (what grows and never shrinks); None when absent."""
     path: Path = fs.root(data_dir, "raft", "raft.db")
     try:
-        return path.stat().st_size
+        return fs.stat(path).st_size
     except FileNotFoundError:
         return None
 

@@ -9,7 +9,6 @@ its mtime or size changes.
 from __future__ import annotations
 
 import asyncio
-import os
 
 from dnsfleet.capacity import Measurement, address_key, read_state
 from dnsfleet.collectors.base import CollectContext, Collector
@@ -47,9 +46,10 @@ def capacity_families(cfg: Config, measured: dict[str, Measurement]) -> list[Fam
 
 
 def _load(ctx: CollectContext) -> dict[str, Measurement]:
-    path = ctx.config.resolver.capacity_file
+    # A host path, like every file the exporter reads: under --path.rootfs in a container.
+    path = str(ctx.fs.root(ctx.config.resolver.capacity_file))
     try:
-        st = os.stat(path)
+        st = ctx.fs.stat(path)
     except FileNotFoundError:
         return {}
     stamp = (path, st.st_mtime_ns, st.st_size)
