@@ -19,7 +19,7 @@ import yaml
 
 from dnsfleet import webconfig
 from dnsfleet.config import ConfigError
-from tests.exporter_proc import EXPORTER, ExporterProc, running_exporter
+from tests.proc_exporter import EXPORTER, ExporterProc, running_exporter
 from tests.tools import binary
 
 # Cost 4 keeps the suite fast; cost is read from the hash, so this exercises the same code.

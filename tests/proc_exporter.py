@@ -1,4 +1,5 @@
-"""Run the real ``dnsfleet-exporter`` as a child process on a free loopback port."""
+"""Run the real ``dnsfleet-exporter`` as a child process; ready once the port accepts
+connections, so it works behind TLS and basic auth too."""
 
 from __future__ import annotations
 
