@@ -7,6 +7,7 @@ import ipaddress
 import logging
 import time
 
+import dns.exception
 from aiohttp import web
 
 from dnsfleet import __version__
@@ -17,6 +18,7 @@ log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 EXPORTER: web.AppKey[Exporter] = web.AppKey("exporter", Exporter)
+PROBES_IN_FLIGHT: web.AppKey[list[int]] = web.AppKey("probes_in_flight", list)
 
 
 def scrape_timeout_header(request: web.Request) -> float | None:
@@ -44,6 +46,10 @@ async def probe(request: web.Request) -> web.Response:
     exp = request.app[EXPORTER]
     cfg = exp.config
     q = request.query
+    repeated = sorted(k for k in set(q) if len(q.getall(k)) > 1)
+    if repeated:
+        # Two targets in one URL: a proxy and the exporter might each honour another one.
+        return _bad(400, f"repeated parameter: {', '.join(repeated)}")
     raw_target = q.get("target", "")
     if not raw_target:
         return _bad(400, "missing parameter: target")
@@ -51,14 +57,20 @@ async def probe(request: web.Request) -> web.Response:
         host, port, scope = parse_address(raw_target)
     except ValueError as e:
         return _bad(400, f"invalid target: {e}")
-    configured = [t for t in cfg.targets if (t.host, t.port) == (host, port)]
+    ip = ipaddress.ip_address(host)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        # ::ffff:a.b.c.d reaches the IPv4 host: judge it as that host, so an IPv6 entry
+        # in the allowlist cannot open the IPv4 space (or a v4 target hide behind v6).
+        ip = ip.ipv4_mapped
+        host, scope = str(ip), 0
+    configured = [t for t in cfg.targets
+                  if (t.host, t.port, t.scope_id) == (host, port, scope)]
     module_name = q.get("module") or (configured[0].module if configured else "")
     if not module_name:
         return _bad(400, "missing parameter: module")
     module = cfg.modules.get(module_name)
     if module is None:
         return _bad(400, f"unknown module {module_name!r}")
-    ip = ipaddress.ip_address(host)
     allowed = bool(configured) or any(ip in net for net in cfg.probe_allowlist)
     if not allowed:
         return _bad(403, f"target {raw_target} is neither configured nor inside probe_allowlist")
@@ -68,11 +80,19 @@ async def probe(request: web.Request) -> web.Response:
     budget = exp.scrape_budget(scrape_timeout_header(request))
     target = Target(address=raw_target, host=host, port=port, module=module_name,
                     scope_id=scope)
+    inflight = request.app[PROBES_IN_FLIGHT]
+    if inflight[0] >= cfg.limits.max_concurrent_probes:
+        # Each /probe holds a socket: a flood must not exhaust descriptors.
+        return _bad(503, f"too many concurrent probes (limits.max_concurrent_probes: "
+                         f"{cfg.limits.max_concurrent_probes})")
+    inflight[0] += 1
     try:
         result = await exp.probe_one(target, module, budget, qname=qname,
                                      qtype=qtype.upper() if qtype else None)
-    except ValueError as e:  # an invalid override name/type
+    except (ValueError, dns.exception.DNSException) as e:  # an invalid override name/type
         return _bad(400, f"invalid query: {e}")
+    finally:
+        inflight[0] -= 1
     return web.Response(body=probe_exposition(result).encode(),
                         headers={"Content-Type": CONTENT_TYPE})
 
@@ -152,6 +172,7 @@ text-align: left; }} .ok {{ color: #176f2c; }} .bad {{ color: #b00020; font-weig
 def make_app(exp: Exporter, *, metrics_path: str = "/metrics") -> web.Application:
     app = web.Application()
     app[EXPORTER] = exp
+    app[PROBES_IN_FLIGHT] = [0]
     app["metrics_path"] = metrics_path
     app.router.add_get(metrics_path, metrics)
     app.router.add_get("/probe", probe)
