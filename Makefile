@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-8)
 TEST_DEBS := unbound:unbound named:bind9 dig:bind9-dnsutils prometheus:prometheus \
              promtool:prometheus alertmanager:prometheus-alertmanager \
              amtool:prometheus-alertmanager resperf:dnsperf dnsperf:dnsperf ip:iproute2 \
-             getent:libc-bin unshare:util-linux curl:curl
+             getent:libc-bin unshare:util-linux setpriv:util-linux curl:curl
 BENCH_DEBS := prometheus-blackbox-exporter:prometheus-blackbox-exporter \
               prometheus-node-exporter:prometheus-node-exporter
 ARGS ?=
