@@ -42,7 +42,9 @@ def unbound(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[
     u = Unbound(tmp_path_factory.mktemp("unbound"),
                 stubs={"example.test.": f"127.0.0.1@{named.port}",
                        "dead.test.": f"127.0.0.1@{dead.port}"},
-                local_data=["a.local.test. 300 IN A 192.0.2.1"])
+                local_data=["a.local.test. 300 IN A 192.0.2.1"],
+                # Give up on a dead upstream in well under a second (default: minutes).
+                extra_server="  infra-cache-max-rtt: 300\n  max-sent-count: 4\n")
     u.start()
     yield u
     u.stop()

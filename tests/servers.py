@@ -235,12 +235,24 @@ class Blackhole:
     """A UDP (and TCP) port that accepts and never answers: a silently dropping server."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.udp.bind((host, port))
-        self.host, self.port = self.udp.getsockname()[:2]
-        self.tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.tcp.bind((host, self.port))
+        # Other tests and helpers bind ports concurrently: retry until UDP and TCP both fit.
+        for attempt in range(50):
+            p = port or free_port(host=host)
+            udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                udp.bind((host, p))
+                tcp.bind((host, p))
+            except OSError:
+                udp.close()
+                tcp.close()
+                if port or attempt == 49:
+                    raise
+                continue
+            break
+        self.udp, self.tcp = udp, tcp
+        self.host, self.port = host, p
         self.tcp.listen(64)
 
     @property

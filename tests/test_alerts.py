@@ -77,7 +77,9 @@ def test_every_alert_has_firing_and_quiet_tests() -> None:
     quiet: set[str] = set()
     for f in RULE_TESTS:
         for case in yaml.safe_load(f.read_text()).get("tests", []):
-            for at in case.get("alert_rule_tests", []):
+            # promtool's key is `alert_rule_test` (singular); a file using any other key
+            # fails `promtool test rules` with "field ... not found".
+            for at in case.get("alert_rule_test", []):
                 (firing if at.get("exp_alerts") else quiet).add(at["alertname"])
     names = {r["alert"] for r in alerting_rules()}
     assert not names - firing, f"alerts never tested firing: {sorted(names - firing)}"

@@ -428,6 +428,7 @@ def test_hostile_targets_do_not_disturb_good_ones(tmp_path: Path) -> None:
     with udp_peer(good) as g, udp_peer(junk) as j, udp_peer(flood) as f:
         conf = tmp_path / "dnsfleet.yml"
         conf.write_text(yaml.safe_dump({
+            "resolv_conf": [],  # never probe this machine's own resolver
             "modules": {"m": {"query_name": "www.example.test.", "query_type": "A",
                               "timeout": "300ms"}},
             "targets": [{"address": f"127.0.0.1:{p}", "module": "m"}

@@ -34,7 +34,8 @@ A_MODULE = {"query_name": "a.local.test.", "query_type": "A"}
 
 
 def write_config(path: Path, doc: dict[str, Any]) -> Path:
-    path.write_text(yaml.safe_dump(doc))
+    # resolv_conf: [] — the stub collector must never probe this machine's own resolver.
+    path.write_text(yaml.safe_dump({"resolv_conf": [], **doc}))
     return path
 
 
@@ -186,7 +187,7 @@ def test_ten_thousand_targets_a_fifth_silent(tmp_path: Path,
     try:
         exp = exporter_for(tmp_path, {"modules": {"a": {**A_MODULE, "timeout": "1s"}},
                                       "targets": targets})
-        text = asyncio.run(exp.scrape(scrape_timeout))
+        text = asyncio.run(exp.scrape(scrape_timeout)).decode()
     finally:
         silent.close()
     results = {st.target.address: st.last for st in exp.prober.states.values()}
@@ -274,7 +275,7 @@ def metric(text: str, name: str) -> float:
 
 BROKEN: list[tuple[str, str]] = [
     ("yaml", "modules: [unclosed\n"),
-    ("unknown key", "modules: {}\ntargets: []\nprobe_allow_list: []\n"),
+    ("unknown key", "resolv_conf: []\nmodules: {}\ntargets: []\nprobe_allow_list: []\n"),
     ("bad module ref", "modules: {}\ntargets: [{address: 127.0.0.1, module: nope}]\n"),
     ("too many targets", "modules: {m: {}}\nlimits: {max_targets: 1}\ntargets:\n"
                          "  - {address: 127.0.0.1, module: m}\n"

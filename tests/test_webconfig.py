@@ -29,7 +29,9 @@ ALICE_HASH = bcrypt.hashpw(ALICE_PW.encode(), bcrypt.gensalt(rounds=4)).decode()
 BOB_HASH = bcrypt.hashpw(b"battery staple", bcrypt.gensalt(rounds=4)).decode().replace(
     "$2b$", "$2y$", 1)
 
+# resolv_conf: [] — the stub collector must never probe this machine's own resolver.
 EXPORTER_CONFIG = """
+resolv_conf: []
 modules:
   recursive: {query_name: ., query_type: NS, timeout: 100ms}
 targets: []

@@ -15,7 +15,7 @@ from dnsfleet import __version__
 from dnsfleet import config as config_mod
 from dnsfleet.collectors import COLLECTORS, CollectContext, run_collectors
 from dnsfleet.config import Config, ConfigError, Module, Target
-from dnsfleet.exposition import Family, merge, render
+from dnsfleet.exposition import Family, TextFamily, merge, render, render_bytes
 from dnsfleet.hostfs import HostFS
 from dnsfleet.parsers.resolvconf import parse_resolv_conf
 from dnsfleet.prober import Prober, probe_result_families, query_for
@@ -80,7 +80,7 @@ class Exporter:
             return lim.default_scrape_timeout - lim.scrape_timeout_offset
         return max(header_timeout - lim.scrape_timeout_offset, MIN_PROBE_TIMEOUT)
 
-    async def scrape(self, header_timeout: float | None = None) -> str:
+    async def scrape(self, header_timeout: float | None = None) -> bytes:
         """One full probe-and-collect cycle; returns the exposition text."""
         loop = asyncio.get_running_loop()
         async with self.scrape_lock:
@@ -92,12 +92,13 @@ class Exporter:
             _, collected = await asyncio.gather(self.prober.probe_all(cfg, deadline),
                                                 run_collectors(ctx, COLLECTORS))
             self.scrapes_total += 1
-            fams = [*self.prober.families(), *merge(collected), *self.self_families(cfg)]
+            fams: list[Family | TextFamily] = [
+                *self.prober.families(), *merge(collected), *self.self_families(cfg)]
             fams.append(Family("dnsfleet_scrape_duration_seconds",
                                "Time this exporter spent on the current scrape.")
                         .add(loop.time() - start))
-            text = render(fams)
-        return text + generate_latest(self._registry).decode()
+            body = render_bytes(fams)
+        return body + generate_latest(self._registry)
 
     def self_families(self, cfg: Config) -> list[Family]:
         st = self.reload_status

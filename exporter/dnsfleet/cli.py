@@ -10,13 +10,12 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 
-from aiohttp import web
-
-from dnsfleet import __version__, webconfig
+from dnsfleet import __version__, failover, webconfig
 from dnsfleet.app import Exporter
 from dnsfleet.config import ConfigError, parse_address
 from dnsfleet.hostfs import HostFS
-from dnsfleet.web import make_app
+from dnsfleet.httpserver import serve as http_serve
+from dnsfleet.web import make_router
 
 DEFAULT_PORT = 9853
 log = logging.getLogger("dnsfleet")
@@ -96,28 +95,23 @@ def exporter_main(argv: Sequence[str] | None = None) -> int:
         return 0
     raise_fd_limit()
     if args.once:
-        text = asyncio.run(exp.scrape())
-        sys.stdout.write(text)
+        sys.stdout.buffer.write(asyncio.run(exp.scrape()))
         return 0
     return asyncio.run(serve(exp, args))
 
 
 async def serve(exp: Exporter, args: argparse.Namespace) -> int:
-    app = make_app(exp, metrics_path=args.telemetry_path)
+    router = make_router(exp, metrics_path=args.telemetry_path)
     wc: webconfig.WebConfig | None = getattr(args, "web_config", None)
     ssl_context = None
     if wc is not None:
-        webconfig.install(app, wc)
+        webconfig.install(router, wc)
         ssl_context = wc.ssl_context
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
     host, port = args.listen
-    site = web.TCPSite(runner, host or None, port, ssl_context=ssl_context)
     try:
-        await site.start()
+        server = await http_serve(router, host or None, port, ssl_context=ssl_context)
     except OSError as e:
         log.error("cannot listen on %s:%d: %s", host, port, e.strerror or e)
-        await runner.cleanup()
         return 1
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -128,7 +122,8 @@ async def serve(exp: Exporter, args: argparse.Namespace) -> int:
              __version__, "https" if ssl_context else "http", host or "*", port,
              args.telemetry_path, exp.config.source, len(exp.config.targets))
     await stop.wait()
-    await runner.cleanup()
+    server.close()
+    await server.wait_closed()
     return 0
 
 
@@ -136,7 +131,9 @@ async def serve(exp: Exporter, args: argparse.Namespace) -> int:
 
 Subcommand = tuple[Callable[[argparse.ArgumentParser], None],
                    Callable[[argparse.Namespace], int], str]
-SUBCOMMANDS: dict[str, Subcommand] = {}
+SUBCOMMANDS: dict[str, Subcommand] = {
+    "failover": failover.SUBCOMMAND,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -69,6 +69,21 @@ class Family:
         return None
 
 
+@dataclass(slots=True)
+class TextFamily:
+    """A family whose sample lines are already rendered. The per-target probe families of a
+    1,000-target scrape use it: building 35,000 sample tuples first doubled peak memory."""
+
+    name: str
+    help: str
+    type: MetricType
+    lines: str  # complete sample lines, each ending in a newline
+
+    @property
+    def samples(self) -> str:
+        return self.lines
+
+
 def histogram_samples(
     fam: Family, labels: str, buckets: Iterable[float], counts: Iterable[int], total: float
 ) -> None:
@@ -82,22 +97,31 @@ def histogram_samples(
     fam.add_raw(labels, n, "_count")
 
 
-def render(families: Iterable[Family]) -> str:
-    out: list[str] = []
+def _render_one(fam: Family | TextFamily) -> str:
+    name = fam.name
+    helptext = fam.help.replace("\\", "\\\\").replace("\n", "\\n")
+    head = f"# HELP {name} {helptext}\n# TYPE {name} {fam.type}\n"
+    if isinstance(fam, TextFamily):
+        return head + fam.lines
+    out = [head]
     append = out.append
-    for fam in families:
-        if not fam.samples:
-            continue
-        name = fam.name
-        helptext = fam.help.replace("\\", "\\\\").replace("\n", "\\n")
-        append(f"# HELP {name} {helptext}\n# TYPE {name} {fam.type}\n")
-        for suffix, labels, value in fam.samples:
-            v = format_value(value)
-            if labels:
-                append(f"{name}{suffix}{{{labels}}} {v}\n")
-            else:
-                append(f"{name}{suffix} {v}\n")
+    for suffix, labels, value in fam.samples:
+        v = format_value(value)
+        if labels:
+            append(f"{name}{suffix}{{{labels}}} {v}\n")
+        else:
+            append(f"{name}{suffix} {v}\n")
     return "".join(out)
+
+
+def render(families: Iterable[Family | TextFamily]) -> str:
+    return "".join(_render_one(f) for f in families if f.samples)
+
+
+def render_bytes(families: Iterable[Family | TextFamily]) -> bytes:
+    """Like :func:`render`, encoding family by family so a large exposition never exists
+    as one str and one bytes copy at once."""
+    return b"".join(_render_one(f).encode() for f in families if f.samples)
 
 
 def merge(families: Iterable[Family]) -> list[Family]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from dnsfleet.config import Config, Module, Target
 from dnsfleet.dnswire import Query, build_query
-from dnsfleet.exposition import Family, histogram_samples, join_labels, labelset
+from dnsfleet.exposition import TextFamily, format_value, join_labels, labelset
 from dnsfleet.probes import REASONS, ProbeResult, Reason, failed, probe
 
 log = logging.getLogger(__name__)
@@ -121,47 +121,64 @@ class Prober:
         self.probes_total += len(states)
         await asyncio.gather(*(one(st) for st in states))
 
-    def families(self) -> list[Family]:
+    def families(self) -> list[TextFamily]:
         states = list(self.states.values())
-        fams = probe_result_families((st.labels, st.reason_labels, st.last) for st in states)
-        failures = Family("dnsfleet_probe_failures_total",
-                          "Failed probes per target by reason since the exporter started.",
-                          "counter")
-        hist = Family("dnsfleet_probe_latency_seconds",
-                      "Latency of probes that got an answer (any rcode).", "histogram")
+        fams = probe_result_families([(st.labels, st.reason_labels, st.last) for st in states])
+        failures: list[str] = []
+        hist: list[str] = []
+        fname = "dnsfleet_probe_failures_total"
+        hname = "dnsfleet_probe_latency_seconds"
         for st in states:
-            for lab, n in zip(st.reason_labels, st.failures, strict=True):
-                failures.add_raw(lab, n)
-            cum, acc = [], 0
-            for c in st.buckets:
+            failures.extend(f"{fname}{{{lab}}} {n}\n"
+                            for lab, n in zip(st.reason_labels, st.failures, strict=True))
+            labels = st.labels
+            sep = "," if labels else ""
+            acc = 0
+            for le, c in zip(_LE_TEXT, st.buckets, strict=True):
                 acc += c
-                cum.append(acc)
-            histogram_samples(hist, st.labels, LATENCY_BUCKETS, cum, st.latency_sum)
-        return [*fams, failures, hist]
+                hist.append(f'{hname}_bucket{{{labels}{sep}le="{le}"}} {acc}\n')
+            hist.append(f"{hname}_sum{{{labels}}} {format_value(st.latency_sum)}\n")
+            hist.append(f"{hname}_count{{{labels}}} {acc}\n")
+        return [
+            *fams,
+            TextFamily(fname, "Failed probes per target by reason since the exporter started.",
+                       "counter", "".join(failures)),
+            TextFamily(hname, "Latency of probes that got an answer (any rcode).", "histogram",
+                       "".join(hist)),
+        ]
+
+
+_LE_TEXT = (*(format_value(b) for b in LATENCY_BUCKETS), "+Inf")
 
 
 def probe_result_families(
     rows: Iterable[tuple[str, tuple[str, ...], ProbeResult | None]],
-) -> list[Family]:
+) -> list[TextFamily]:
     """Pure: the per-probe gauges for (labels, reason labels, result) rows. /metrics and
     /probe share it; /probe passes empty labels."""
-    success = Family("dnsfleet_probe_success", "1 if the last probe succeeded.")
-    duration = Family("dnsfleet_probe_duration_seconds",
-                      "Duration of the last probe, answer or not.")
-    failure = Family("dnsfleet_probe_failure",
-                     "1 for the reason the last probe failed, 0 for every other reason.")
-    rcode = Family("dnsfleet_probe_dns_rcode",
-                   "Response code of the last answer (numeric), -1 when there was none.")
-    answers = Family("dnsfleet_probe_answer_rrs",
-                     "Resource records in the answer section of the last answer.")
+    names = ("dnsfleet_probe_success", "dnsfleet_probe_duration_seconds",
+             "dnsfleet_probe_dns_rcode", "dnsfleet_probe_answer_rrs")
+    cols: tuple[list[str], ...] = ([], [], [], [])
+    failure: list[str] = []
+    fail_name = "dnsfleet_probe_failure"
     for labels, reason_labels, r in rows:
         if r is None:
             continue
-        success.add_raw(labels, 1.0 if r.success else 0.0)
-        duration.add_raw(labels, r.duration)
+        lab = f"{{{labels}}}" if labels else ""
+        cols[0].append(f"{names[0]}{lab} {1 if r.success else 0}\n")
+        cols[1].append(f"{names[1]}{lab} {format_value(r.duration)}\n")
+        cols[2].append(f"{names[2]}{lab} {r.rcode}\n")
+        cols[3].append(f"{names[3]}{lab} {r.answer_rrs}\n")
         current = REASONS.index(r.reason) if r.reason is not None else -1
-        for i, lab in enumerate(reason_labels):
-            failure.add_raw(lab, 1.0 if i == current else 0.0)
-        rcode.add_raw(labels, r.rcode)
-        answers.add_raw(labels, r.answer_rrs)
-    return [success, duration, failure, rcode, answers]
+        failure.extend(f"{fail_name}{{{rl}}} {1 if i == current else 0}\n"
+                       for i, rl in enumerate(reason_labels))
+    helps = ("1 if the last probe succeeded.",
+             "Duration of the last probe, answer or not.",
+             "Response code of the last answer (numeric), -1 when there was none.",
+             "Resource records in the answer section of the last answer.")
+    fams = [TextFamily(n, h, "gauge", "".join(c)) for n, h, c in zip(names, helps, cols,
+                                                                       strict=True)]
+    fams.insert(2, TextFamily(
+        fail_name, "1 for the reason the last probe failed, 0 for every other reason.",
+        "gauge", "".join(failure)))
+    return fams

@@ -6,23 +6,22 @@ import html
 import ipaddress
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 import dns.exception
-from aiohttp import web
 
 from dnsfleet import __version__
 from dnsfleet.app import Exporter, probe_exposition
 from dnsfleet.config import Target, parse_address, to_yaml
+from dnsfleet.httpserver import Request, Response, Router
 
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-EXPORTER: web.AppKey[Exporter] = web.AppKey("exporter", Exporter)
-PROBES_IN_FLIGHT: web.AppKey[list[int]] = web.AppKey("probes_in_flight", list)
 
 
-def scrape_timeout_header(request: web.Request) -> float | None:
-    raw = request.headers.get("X-Prometheus-Scrape-Timeout-Seconds")
+def scrape_timeout_header(request: Request) -> float | None:
+    raw = request.headers.get("x-prometheus-scrape-timeout-seconds")
     if not raw:
         return None
     try:
@@ -32,94 +31,91 @@ def scrape_timeout_header(request: web.Request) -> float | None:
     return v if v > 0 else None
 
 
-async def metrics(request: web.Request) -> web.Response:
-    exp = request.app[EXPORTER]
-    text = await exp.scrape(scrape_timeout_header(request))
-    return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
+class Handlers:
+    def __init__(self, exp: Exporter, metrics_path: str) -> None:
+        self.exp = exp
+        self.metrics_path = metrics_path
+        self.probes_in_flight = 0
+
+    async def metrics(self, request: Request) -> Response:
+        body = await self.exp.scrape(scrape_timeout_header(request))
+        return Response(body=body, content_type=CONTENT_TYPE)
+
+    async def probe(self, request: Request) -> Response:
+        exp = self.exp
+        cfg = exp.config
+        q = request.query
+        if request.repeated:
+            # Two targets in one URL: a proxy and the exporter might each honour another.
+            return _bad(400, f"repeated parameter: {', '.join(sorted(request.repeated))}")
+        raw_target = q.get("target", "")
+        if not raw_target:
+            return _bad(400, "missing parameter: target")
+        try:
+            host, port, scope = parse_address(raw_target)
+        except ValueError as e:
+            return _bad(400, f"invalid target: {e}")
+        ip = ipaddress.ip_address(host)
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            # ::ffff:a.b.c.d reaches the IPv4 host: judge it as that host, so an IPv6 entry
+            # in the allowlist cannot open the IPv4 space (or a v4 target hide behind v6).
+            ip = ip.ipv4_mapped
+            host, scope = str(ip), 0
+        configured = [t for t in cfg.targets
+                      if (t.host, t.port, t.scope_id) == (host, port, scope)]
+        module_name = q.get("module") or (configured[0].module if configured else "")
+        if not module_name:
+            return _bad(400, "missing parameter: module")
+        module = cfg.modules.get(module_name)
+        if module is None:
+            return _bad(400, f"unknown module {module_name!r}")
+        allowed = bool(configured) or any(ip in net for net in cfg.probe_allowlist)
+        if not allowed:
+            return _bad(403, f"target {raw_target} is neither configured nor inside "
+                             "probe_allowlist")
+        qname, qtype = q.get("name"), q.get("type")
+        if (qname or qtype) and not module.allow_query_override:
+            return _bad(403, f"module {module_name!r} does not allow overriding the query")
+        budget = exp.scrape_budget(scrape_timeout_header(request))
+        target = Target(address=raw_target, host=host, port=port, module=module_name,
+                        scope_id=scope)
+        if self.probes_in_flight >= cfg.limits.max_concurrent_probes:
+            # Each /probe holds a socket: a flood must not exhaust descriptors.
+            return _bad(503, "too many concurrent probes (limits.max_concurrent_probes: "
+                             f"{cfg.limits.max_concurrent_probes})")
+        self.probes_in_flight += 1
+        try:
+            result = await exp.probe_one(target, module, budget, qname=qname,
+                                         qtype=qtype.upper() if qtype else None)
+        except (ValueError, dns.exception.DNSException) as e:  # invalid override name/type
+            return _bad(400, f"invalid query: {e}")
+        finally:
+            self.probes_in_flight -= 1
+        return Response(body=probe_exposition(result).encode(), content_type=CONTENT_TYPE)
+
+    async def healthy(self, request: Request) -> Response:
+        return Response.text(200, "OK\n")
+
+    async def ready(self, request: Request) -> Response:
+        return Response.text(200, "Ready\n")
+
+    async def reload(self, request: Request) -> Response:
+        st = self.exp.reload()
+        if st.successful:
+            return Response.text(200, "reloaded\n")
+        return Response.text(500, f"reload failed, old configuration kept: {st.error}\n")
+
+    async def config(self, request: Request) -> Response:
+        return Response(body=to_yaml(self.exp.config).encode(),
+                        content_type="text/yaml; charset=utf-8")
+
+    async def index(self, request: Request) -> Response:
+        return Response(body=status_page(self.exp, self.metrics_path).encode(),
+                        content_type="text/html; charset=utf-8")
 
 
-def _bad(status: int, reason: str) -> web.Response:
-    return web.Response(status=status, text=reason + "\n")
-
-
-async def probe(request: web.Request) -> web.Response:
-    exp = request.app[EXPORTER]
-    cfg = exp.config
-    q = request.query
-    repeated = sorted(k for k in set(q) if len(q.getall(k)) > 1)
-    if repeated:
-        # Two targets in one URL: a proxy and the exporter might each honour another one.
-        return _bad(400, f"repeated parameter: {', '.join(repeated)}")
-    raw_target = q.get("target", "")
-    if not raw_target:
-        return _bad(400, "missing parameter: target")
-    try:
-        host, port, scope = parse_address(raw_target)
-    except ValueError as e:
-        return _bad(400, f"invalid target: {e}")
-    ip = ipaddress.ip_address(host)
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        # ::ffff:a.b.c.d reaches the IPv4 host: judge it as that host, so an IPv6 entry
-        # in the allowlist cannot open the IPv4 space (or a v4 target hide behind v6).
-        ip = ip.ipv4_mapped
-        host, scope = str(ip), 0
-    configured = [t for t in cfg.targets
-                  if (t.host, t.port, t.scope_id) == (host, port, scope)]
-    module_name = q.get("module") or (configured[0].module if configured else "")
-    if not module_name:
-        return _bad(400, "missing parameter: module")
-    module = cfg.modules.get(module_name)
-    if module is None:
-        return _bad(400, f"unknown module {module_name!r}")
-    allowed = bool(configured) or any(ip in net for net in cfg.probe_allowlist)
-    if not allowed:
-        return _bad(403, f"target {raw_target} is neither configured nor inside probe_allowlist")
-    qname, qtype = q.get("name"), q.get("type")
-    if (qname or qtype) and not module.allow_query_override:
-        return _bad(403, f"module {module_name!r} does not allow overriding the query")
-    budget = exp.scrape_budget(scrape_timeout_header(request))
-    target = Target(address=raw_target, host=host, port=port, module=module_name,
-                    scope_id=scope)
-    inflight = request.app[PROBES_IN_FLIGHT]
-    if inflight[0] >= cfg.limits.max_concurrent_probes:
-        # Each /probe holds a socket: a flood must not exhaust descriptors.
-        return _bad(503, f"too many concurrent probes (limits.max_concurrent_probes: "
-                         f"{cfg.limits.max_concurrent_probes})")
-    inflight[0] += 1
-    try:
-        result = await exp.probe_one(target, module, budget, qname=qname,
-                                     qtype=qtype.upper() if qtype else None)
-    except (ValueError, dns.exception.DNSException) as e:  # an invalid override name/type
-        return _bad(400, f"invalid query: {e}")
-    finally:
-        inflight[0] -= 1
-    return web.Response(body=probe_exposition(result).encode(),
-                        headers={"Content-Type": CONTENT_TYPE})
-
-
-async def healthy(request: web.Request) -> web.Response:
-    return web.Response(text="OK\n")
-
-
-async def ready(request: web.Request) -> web.Response:
-    return web.Response(text="Ready\n")
-
-
-async def reload(request: web.Request) -> web.Response:
-    st = request.app[EXPORTER].reload()
-    if st.successful:
-        return web.Response(text="reloaded\n")
-    return web.Response(status=500, text=f"reload failed, old configuration kept: {st.error}\n")
-
-
-async def config(request: web.Request) -> web.Response:
-    return web.Response(text=to_yaml(request.app[EXPORTER].config),
-                        content_type="text/yaml")
-
-
-async def index(request: web.Request) -> web.Response:
-    return web.Response(text=status_page(request.app[EXPORTER], request.app["metrics_path"]),
-                        content_type="text/html")
+def _bad(status: int, reason: str) -> Response:
+    return Response.text(status, reason + "\n")
 
 
 def status_page(exp: Exporter, metrics_path: str) -> str:
@@ -169,18 +165,20 @@ text-align: left; }} .ok {{ color: #176f2c; }} .bad {{ color: #b00020; font-weig
 """
 
 
-def make_app(exp: Exporter, *, metrics_path: str = "/metrics") -> web.Application:
-    app = web.Application()
-    app[EXPORTER] = exp
-    app[PROBES_IN_FLIGHT] = [0]
-    app["metrics_path"] = metrics_path
-    app.router.add_get(metrics_path, metrics)
-    app.router.add_get("/probe", probe)
-    app.router.add_get("/-/healthy", healthy)
-    app.router.add_get("/-/ready", ready)
-    app.router.add_post("/-/reload", reload)
-    app.router.add_put("/-/reload", reload)
-    app.router.add_get("/config", config)
+def make_router(exp: Exporter, *, metrics_path: str = "/metrics") -> Router:
+    h = Handlers(exp, metrics_path)
+    router = Router()
+    routes: list[tuple[str, str, Callable[[Request], Awaitable[Response]]]] = [
+        ("GET", metrics_path, h.metrics),
+        ("GET", "/probe", h.probe),
+        ("GET", "/-/healthy", h.healthy),
+        ("GET", "/-/ready", h.ready),
+        ("POST", "/-/reload", h.reload),
+        ("PUT", "/-/reload", h.reload),
+        ("GET", "/config", h.config),
+    ]
     if metrics_path != "/":
-        app.router.add_get("/", index)
-    return app
+        routes.append(("GET", "/", h.index))
+    for method, path, handler in routes:
+        router.add(method, path, handler)
+    return router

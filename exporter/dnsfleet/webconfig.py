@@ -28,17 +28,16 @@ import ssl
 import tempfile
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import bcrypt
 import yaml
-from aiohttp import web
-from aiohttp.typedefs import Middleware
 
 from dnsfleet.config import ConfigError, Fields, Node
+from dnsfleet.httpserver import Guard, Request, Response, Router
 
 log = logging.getLogger(__name__)
 
@@ -431,52 +430,38 @@ class TokenBucket:
         return False
 
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def _peer_sans(request: web.Request) -> set[str]:
-    cert = request.transport.get_extra_info("peercert") if request.transport else None
+def _peer_sans(request: Request) -> set[str]:
+    cert = request.peercert
     if not cert:
         return set()
     return {str(v) for _, v in cert.get("subjectAltName", ())}
 
 
-BASIC_AUTH: web.AppKey[BasicAuth] = web.AppKey("basic_auth", BasicAuth)
-
-
-def middleware(wc: WebConfig) -> tuple[Middleware, BasicAuth | None]:
-    """Rate limit, then extra headers, client SAN check and basic auth, in the toolkit's
-    order; 401 carries ``WWW-Authenticate: Basic``."""
+def guard(wc: WebConfig) -> tuple[Guard, BasicAuth | None]:
+    """Rate limit, client SAN check and basic auth, in the toolkit's order; 401 carries
+    ``WWW-Authenticate: Basic``. Returns the guard and the BasicAuth it uses (or None)."""
     auth = BasicAuth(wc.basic_auth_users) if wc.basic_auth_users else None
     bucket = TokenBucket(wc.rate_limit) if wc.rate_limit else None
     allowed_sans = set(wc.tls.client_allowed_sans) if wc.tls else set()
 
-    @web.middleware
-    async def mw(request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def check(request: Request) -> Response | None:
         if bucket is not None and not bucket.allow():
-            return web.Response(status=429, text="Too Many Requests\n")
-        resp = await _guarded(request, handler)
-        for name, value in wc.headers:
-            resp.headers[name] = value
-        return resp
-
-    async def _guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
+            return Response.text(429, "Too Many Requests\n")
         if allowed_sans and not (_peer_sans(request) & allowed_sans):
-            return web.Response(status=403,
-                                text="client certificate SAN is not in client_allowed_sans\n")
+            return Response.text(403, "client certificate SAN is not in client_allowed_sans\n")
         if auth is not None:
-            creds = parse_basic(request.headers.get("Authorization", ""))
+            creds = parse_basic(request.headers.get("authorization", ""))
             if creds is None or not await auth.check(*creds):
-                return web.Response(status=401, text="Unauthorized\n",
-                                    headers={"WWW-Authenticate": "Basic"})
-        return await handler(request)
+                return Response(status=401, body=b"Unauthorized\n",
+                                headers=[("WWW-Authenticate", "Basic")])
+        return None
 
-    return mw, auth
+    return check, auth
 
 
-def install(app: web.Application, wc: WebConfig) -> None:
-    """Put the web config's middleware first on ``app`` (before it is frozen)."""
-    mw, auth = middleware(wc)
-    app.middlewares.insert(0, mw)
-    if auth is not None:
-        app[BASIC_AUTH] = auth
+def install(router: Router, wc: WebConfig) -> BasicAuth | None:
+    """Guard every route of ``router`` and add the configured response headers."""
+    check, auth = guard(wc)
+    router.guards.insert(0, check)
+    router.extra_headers.extend(wc.headers)
+    return auth

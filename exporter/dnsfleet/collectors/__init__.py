@@ -5,6 +5,7 @@ Each collector module exposes ``COLLECTOR``; this list is the only registration.
 
 from __future__ import annotations
 
+from dnsfleet.collectors import consul, stub
 from dnsfleet.collectors.base import (
     CollectContext,
     Collector,
@@ -14,6 +15,8 @@ from dnsfleet.collectors.base import (
 )
 
 _ALL: tuple[Collector, ...] = (
+    consul.COLLECTOR,
+    stub.COLLECTOR,
 )
 
 COLLECTORS: dict[str, Collector] = {c.name: c for c in _ALL}

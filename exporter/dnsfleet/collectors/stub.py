@@ -1,0 +1,244 @@
+"""Stub resolvers: what the clients of each watched resolv.conf suffer right now.
+
+For every configured resolv.conf (read through --path.rootfs), probe each nameserver glibc
+would use, over the transport it would use (``options use-vc`` -> TCP), with the query the
+config says a client makes; classify the server (:class:`ServerState`) and run the failover
+model (:mod:`dnsfleet.stubmodel`) for glibc and musl.
+
+Probe timeout: ``probe_timeout`` (default 1 s) bounded by the scrape deadline, not the
+file's ``timeout`` (5 s by default). A server that answers after the probe timeout but
+within the client's timeout is counted as silent: the model then over-states the delay,
+which is the side to err on for an alert, and scrapes stay fast. All nameservers of all
+files are probed concurrently and each distinct server is probed once per scrape.
+
+A missing or unreadable file is reported per file
+(``dnsfleet_stub_resolv_conf_read_failure``), never as a failed scrape: containers and pods
+come and go and their resolv.conf with them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import dns.rcode
+
+from dnsfleet.collectors.base import CollectContext, Collector
+from dnsfleet.config import Module, ResolvConfWatch, Transport, parse_address
+from dnsfleet.dnswire import Query, build_query
+from dnsfleet.exposition import Family
+from dnsfleet.hostfs import HostFS, HostReadError
+from dnsfleet.parsers.resolvconf import (
+    NAMESERVER_PORT,
+    Nameserver,
+    ResolvConf,
+    parse_resolv_conf,
+)
+from dnsfleet.probes import ProbeResult, Reason, probe
+from dnsfleet.stubmodel import (
+    DEFAULT_TCP_SYN_RETRIES,
+    FAILURE_STATES,
+    LIBCS,
+    ServerOutcome,
+    ServerState,
+    Verdict,
+    model,
+    tcp_connect_timeout,
+)
+
+log = logging.getLogger(__name__)
+
+READ_FAILURES: tuple[str, ...] = ("missing", "unreadable")
+# glibc and musl query 127.0.0.1 when resolv.conf names no usable nameserver.
+IMPLICIT_NAMESERVER = Nameserver(address="127.0.0.1", version=4)
+MIN_PROBE_TIMEOUT = 0.05
+
+SockAddr = tuple[str, int] | tuple[str, int, int, int]
+Resolve = Callable[[Nameserver], tuple[SockAddr, socket.AddressFamily]]
+
+
+def default_resolve(ns: Nameserver) -> tuple[SockAddr, socket.AddressFamily]:
+    if ns.version == 4:
+        return (ns.address, NAMESERVER_PORT), socket.AF_INET
+    try:
+        _, _, scope_id = parse_address(ns.text)
+    except ValueError:
+        scope_id = 0  # glibc ignores a zone it cannot convert, too
+    return (ns.address, NAMESERVER_PORT, 0, scope_id), socket.AF_INET6
+
+
+def classify(result: ProbeResult, *, transport: str) -> ServerOutcome:
+    """What a glibc client makes of this server (see stubmodel for the source)."""
+    if result.rcode >= 0:
+        if result.rcode in (dns.rcode.SERVFAIL, dns.rcode.NOTIMP):
+            return ServerOutcome(ServerState.SERVFAIL, result.duration)
+        if result.rcode == dns.rcode.REFUSED:
+            return ServerOutcome(ServerState.RCODE_REFUSED, result.duration)
+        return ServerOutcome(ServerState.ANSWERING, result.duration)
+    reason = result.reason
+    if reason is Reason.TIMEOUT:
+        return ServerOutcome(ServerState.SILENT)
+    if reason is Reason.REFUSED:
+        return ServerOutcome(ServerState.REFUSED, result.duration)
+    if reason is Reason.UNREACHABLE:
+        return ServerOutcome(ServerState.UNREACHABLE, result.duration)
+    if reason is Reason.MALFORMED and transport == "udp":
+        # send_dg drops datagrams that are not an answer to its query and keeps waiting.
+        return ServerOutcome(ServerState.SILENT)
+    return ServerOutcome(ServerState.ERROR, result.duration)
+
+
+@dataclass(frozen=True)
+class FileReport:
+    watch: ResolvConfWatch
+    conf: ResolvConf | None
+    read_failure: str = ""             # one of READ_FAILURES, "" when read
+    detail: str = ""
+    servers: tuple[Nameserver, ...] = ()
+    outcomes: tuple[ServerOutcome, ...] = ()
+    details: tuple[str, ...] = ()      # probe detail per server, for the on-call tool
+    verdicts: tuple[Verdict, ...] = ()
+
+
+def read_watch(fs: HostFS, watch: ResolvConfWatch) -> tuple[ResolvConf | None, str, str]:
+    path = fs.root(watch.path)
+    try:
+        text = fs.read_text(path, limit=1024 * 1024)
+    except FileNotFoundError:
+        return None, "missing", f"{path}: no such file"
+    except (HostReadError, OSError) as e:
+        return None, "unreadable", str(e)
+    return parse_resolv_conf(text), "", ""
+
+
+def syn_retries(fs: HostFS) -> int:
+    try:
+        text = fs.read_optional(fs.proc("sys", "net", "ipv4", "tcp_syn_retries"))
+    except HostReadError:
+        text = None
+    try:
+        return int(text.strip()) if text else DEFAULT_TCP_SYN_RETRIES
+    except ValueError:
+        return DEFAULT_TCP_SYN_RETRIES
+
+
+async def assess(fs: HostFS, watches: tuple[ResolvConfWatch, ...], *, deadline: float,
+                 resolve: Resolve = default_resolve) -> list[FileReport]:
+    """Read, probe and model every watched file. ``deadline`` is ``loop.time()``-based."""
+    loop = asyncio.get_running_loop()
+    read = await asyncio.to_thread(lambda: [read_watch(fs, w) for w in watches])
+    connect_timeout = tcp_connect_timeout(await asyncio.to_thread(syn_retries, fs))
+    tasks: dict[tuple[object, ...], asyncio.Task[ProbeResult]] = {}
+
+    def probe_task(ns: Nameserver, watch: ResolvConfWatch,
+                   conf: ResolvConf) -> asyncio.Task[ProbeResult]:
+        transport: Transport = "tcp" if conf.use_vc else "udp"
+        sockaddr, family = resolve(ns)
+        key = (sockaddr, transport, watch.query_name, watch.qtype, conf.edns0,
+               watch.probe_timeout)
+        if key not in tasks:
+            module = Module(name="stub", query_name=watch.query_name,
+                            query_type=watch.query_type, transport=transport,
+                            edns=conf.edns0)
+            # glibc sends EDNS only with options edns0, and never NSID.
+            query: Query = build_query(watch.query_name, watch.qtype, module.qclass,
+                                       recursion_desired=True, edns=conf.edns0,
+                                       payload=1232, nsid=False)
+            timeout = max(min(watch.probe_timeout, deadline - loop.time() - 0.05),
+                          MIN_PROBE_TIMEOUT)
+            tasks[key] = asyncio.ensure_future(probe(sockaddr=sockaddr, family=family,
+                                                     module=module, query=query,
+                                                     timeout=timeout))
+        return tasks[key]
+
+    pending: list[tuple[ResolvConfWatch, ResolvConf | None, str, str,
+                        tuple[Nameserver, ...], list[asyncio.Task[ProbeResult]]]] = []
+    for watch, (conf, failure, detail) in zip(watches, read, strict=True):
+        if conf is None:
+            log.warning("stub: resolv.conf %s: %s", watch.path, detail)
+            pending.append((watch, None, failure, detail, (), []))
+            continue
+        servers = conf.servers or (IMPLICIT_NAMESERVER,)
+        pending.append((watch, conf, "", "", servers,
+                        [probe_task(ns, watch, conf) for ns in servers]))
+    if tasks:
+        await asyncio.gather(*tasks.values())
+
+    reports = []
+    for watch, conf, failure, detail, servers, probes in pending:
+        if conf is None:
+            reports.append(FileReport(watch, None, failure, detail))
+            continue
+        transport = "tcp" if conf.use_vc else "udp"
+        results = [t.result() for t in probes]
+        outcomes = tuple(classify(r, transport=transport) for r in results)
+        verdicts = tuple(model(conf, outcomes, libc, connect_timeout=connect_timeout)
+                         for libc in LIBCS)
+        reports.append(FileReport(watch, conf, servers=servers, outcomes=outcomes,
+                                  details=tuple(r.detail for r in results),
+                                  verdicts=verdicts))
+    return reports
+
+
+def families(reports: list[FileReport]) -> list[Family]:
+    readable = Family("dnsfleet_stub_resolv_conf_readable",
+                      "1 if the watched resolv.conf could be read and parsed.")
+    read_failure = Family("dnsfleet_stub_resolv_conf_read_failure",
+                          "Why the watched resolv.conf could not be read: 1 for the current "
+                          "reason, 0 for the others.")
+    problems = Family("dnsfleet_stub_resolv_conf_problems",
+                      "Lines of the resolv.conf that glibc ignores or reads differently "
+                      "than written.")
+    count = Family("dnsfleet_stub_nameservers",
+                   "Nameservers in the resolv.conf that clients query (at most 3).")
+    up = Family("dnsfleet_stub_nameserver_up",
+                "1 if the nameserver gives clients an answer that ends their lookup.")
+    failure = Family("dnsfleet_stub_nameserver_failure",
+                     "How the nameserver fails clients: 1 for the current reason, 0 for "
+                     "the others (all 0 when it answers).")
+    timeout = Family("dnsfleet_stub_timeout_seconds",
+                     "Seconds glibc waits for the first nameserver in each round "
+                     "(options timeout, at least 1).")
+    attempts = Family("dnsfleet_stub_attempts",
+                      "Rounds glibc makes over the nameservers (options attempts).")
+    delay = Family("dnsfleet_stub_expected_delay_seconds",
+                   "Extra seconds a lookup waits before its answer because of failing "
+                   "nameservers (0 when the first answers); when resolution fails, the "
+                   "seconds until the lookup gives up.")
+    failing = Family("dnsfleet_stub_resolution_failing",
+                     "1 if no nameserver gives these clients an answer: lookups fail.")
+    for rep in reports:
+        f = {"resolv_conf": rep.watch.path}
+        readable.add(0.0 if rep.conf is None else 1.0, f)
+        for reason in READ_FAILURES:
+            read_failure.add(1.0 if rep.read_failure == reason else 0.0,
+                             {**f, "reason": reason})
+        if rep.conf is None:
+            continue
+        conf = rep.conf
+        problems.add(len(conf.problems), f)
+        count.add(len(conf.servers), f)
+        timeout.add(max(conf.timeout, 1), f)
+        attempts.add(conf.attempts, f)
+        for pos, (ns, out) in enumerate(zip(rep.servers, rep.outcomes, strict=True)):
+            labels = {**f, "nameserver": ns.text, "position": str(pos)}
+            up.add(1.0 if out.state is ServerState.ANSWERING else 0.0, labels)
+            for state in FAILURE_STATES:
+                failure.add(1.0 if out.state is state else 0.0,
+                            {**labels, "reason": state.value})
+        for v in rep.verdicts:
+            delay.add(v.delay, {**f, "libc": v.libc})
+            failing.add(1.0 if v.failing else 0.0, {**f, "libc": v.libc})
+    return [readable, read_failure, problems, count, up, failure, timeout, attempts, delay,
+            failing]
+
+
+async def collect(ctx: CollectContext) -> list[Family]:
+    reports = await assess(ctx.fs, ctx.config.resolv_conf, deadline=ctx.deadline)
+    return families(reports)
+
+
+COLLECTOR = Collector(name="stub", run=collect, enabled=lambda cfg: bool(cfg.resolv_conf))
