@@ -56,5 +56,9 @@ bench: $(STAMP) check-deps
 	$(call install_debs,$(BENCH_DEBS))
 	$(BIN)/python bench/bench_probe.py $(ARGS)
 
+## make bench-soak: N scrapes of many loopback targets; fds and RSS before and after
+bench-soak: $(STAMP) check-deps
+	$(BIN)/python bench/bench_soak.py $(ARGS)
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -29,6 +29,7 @@ from dnsfleet.probes import Reason
 from tests.proc_exporter import ExporterProc, running_exporter
 from tests.servers import Blackhole, Unbound, answer, scripted
 from tests.tools import free_port
+from tests.wildcard import WildcardUnbound, answering_and_silent
 
 A_MODULE = {"query_name": "a.local.test.", "query_type": "A"}
 
@@ -147,20 +148,6 @@ def test_scrape_deadline_budgets_every_probe(tmp_path: Path, blackhole: Blackhol
 # ------------------------------------------------------------------------ 10,000 targets
 
 
-class WildcardUnbound(Unbound):
-    """unbound on 0.0.0.0 with interface-automatic: it answers on every 127.x.y.z from
-    the address asked (IP_PKTINFO), so one server stands behind thousands of targets.
-    access-control stays at unbound's default: localhost only."""
-
-    def write_config(self) -> Path:
-        p = super().write_config()
-        p.write_text(p.read_text().replace(
-            f"interface: {self.host}\n",
-            "interface: 0.0.0.0\n  interface-automatic: yes\n  so-rcvbuf: 4m\n"
-            "  num-queries-per-thread: 4096\n", 1))
-        return p
-
-
 @pytest.fixture
 def wildcard_unbound(tmp_path: Path) -> Iterator[Unbound]:
     u = WildcardUnbound(tmp_path / "unbound", local_data=["a.local.test. 300 IN A 192.0.2.1"])
@@ -175,14 +162,8 @@ def test_ten_thousand_targets_a_fifth_silent(tmp_path: Path,
     silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # reads nothing, answers nothing
     silent.bind(("0.0.0.0", 0))
     silent_port = silent.getsockname()[1]
-    targets = []
-    for i in range(10_000):
-        a, b = divmod(i, 250)
-        if i % 5 == 4:
-            targets.append({"address": f"127.1.{a}.{b + 1}:{silent_port}", "module": "a"})
-        else:
-            targets.append({"address": f"127.0.{a + 1}.{b + 1}:{wildcard_unbound.port}",
-                            "module": "a"})
+    targets = [{"address": a, "module": "a"} for a, _ in answering_and_silent(
+        10_000, silent_every=5, port=wildcard_unbound.port, silent_port=silent_port)]
     scrape_timeout = 10.0
     try:
         exp = exporter_for(tmp_path, {"modules": {"a": {**A_MODULE, "timeout": "1s"}},
