@@ -79,11 +79,16 @@ def soak(args: argparse.Namespace, unbound: WildcardUnbound, silent_port: int,
             scrape(base + "/metrics", args.scrape_timeout)
         fd0, rss0 = fd_count(proc.pid), rss_bytes(proc.pid)
         times: list[float] = []
+        # RSS at each quarter: allocator high-water settles after the first few hundred
+        # scrapes (a leak keeps climbing).
+        checkpoints: list[str] = []
         t_end = time.monotonic() + args.max_seconds
-        for _ in range(args.scrapes):
+        for i in range(1, args.scrapes + 1):
             if time.monotonic() > t_end:
                 break
             times.append(scrape(base + "/metrics", args.scrape_timeout)[0])
+            if i % max(args.scrapes // 4, 1) == 0:
+                checkpoints.append(f"{i}: {mib(rss_bytes(proc.pid))}")
         fd1, rss1 = fd_count(proc.pid), rss_bytes(proc.pid)
     finally:
         stop(proc)
@@ -96,6 +101,7 @@ def soak(args: argparse.Namespace, unbound: WildcardUnbound, silent_port: int,
     print(f"  RSS               before {mib(rss0):>10}   after {mib(rss1):>10}   "
           f"growth {mib(rss1 - rss0)} ({(rss1 - rss0) / max(len(times), 1) / 1024:.2f} "
           "KiB/scrape)")
+    print(f"  RSS after scrape  {'   '.join(checkpoints)}")
     print(f"  scrape wall time  p50 {statistics.median(times):.3f}s   "
           f"p99 {times[int(len(times) * 0.99) - 1]:.3f}s   max {times[-1]:.3f}s   "
           f"max/timeout {times[-1] / args.scrape_timeout:.2f}")
