@@ -8,7 +8,8 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-8)
 TEST_DEBS := unbound:unbound named:bind9 dig:bind9-dnsutils prometheus:prometheus \
              promtool:prometheus prometheus-alertmanager:prometheus-alertmanager \
              amtool:prometheus-alertmanager resperf:dnsperf dnsperf:dnsperf ip:iproute2 \
-             getent:libc-bin unshare:util-linux unbound-checkconf:unbound
+             getent:libc-bin unshare:util-linux unbound-checkconf:unbound \
+             setpriv:util-linux curl:curl
 BENCH_DEBS := prometheus-blackbox-exporter:prometheus-blackbox-exporter \
               prometheus-node-exporter:prometheus-node-exporter
 ARGS ?=
@@ -71,6 +72,10 @@ stack: $(STAMP) check-deps
 ## make dashboards: regenerate dashboards/json from dashboards/generate.py
 dashboards: $(STAMP)
 	$(BIN)/python -m dashboards.generate
+
+## make bench-soak: N scrapes of many loopback targets; fds and RSS before and after
+bench-soak: $(STAMP) check-deps
+	$(BIN)/python bench/bench_soak.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -10,7 +10,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 
-from dnsfleet import __version__, capacity, failover
+from dnsfleet import __version__, capacity, failover, webconfig
 from dnsfleet.app import Exporter
 from dnsfleet.config import ConfigError, parse_address
 from dnsfleet.hostfs import HostFS
@@ -45,6 +45,8 @@ def exporter_parser() -> argparse.ArgumentParser:
                    help="validate the configuration, print the verdict, exit 0 or 1")
     p.add_argument("--web.listen-address", dest="listen", type=_listen,
                    default=("", DEFAULT_PORT), help=f"[host]:port (default :{DEFAULT_PORT})")
+    p.add_argument("--web.config.file", dest="web_config_file", default=None,
+                   help="exporter-toolkit web configuration: TLS, basic auth (see README)")
     p.add_argument("--web.telemetry-path", dest="telemetry_path", default="/metrics")
     p.add_argument("--path.procfs", dest="procfs", default="/proc")
     p.add_argument("--path.sysfs", dest="sysfs", default="/sys")
@@ -80,6 +82,12 @@ def exporter_main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"configuration invalid: {e}", file=sys.stderr)
         return 1
+    try:
+        args.web_config = (webconfig.load(args.web_config_file)
+                           if args.web_config_file else None)
+    except ConfigError as e:
+        print(f"web configuration invalid: {e}", file=sys.stderr)
+        return 1
     if args.config_check:
         cfg = exp.config
         print(f"configuration valid: {cfg.source}: {len(cfg.modules)} modules, "
@@ -94,7 +102,11 @@ def exporter_main(argv: Sequence[str] | None = None) -> int:
 
 async def serve(exp: Exporter, args: argparse.Namespace) -> int:
     router = make_router(exp, metrics_path=args.telemetry_path)
+    wc: webconfig.WebConfig | None = getattr(args, "web_config", None)
     ssl_context = None
+    if wc is not None:
+        webconfig.install(router, wc)
+        ssl_context = wc.ssl_context
     host, port = args.listen
     try:
         server = await http_serve(router, host or None, port, ssl_context=ssl_context)
@@ -106,9 +118,9 @@ async def serve(exp: Exporter, args: argparse.Namespace) -> int:
     loop.add_signal_handler(signal.SIGHUP, exp.reload)
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
-    log.info("dnsfleet-exporter %s listening on %s:%d%s (config: %s, %d targets)",
-             __version__, host or "*", port, args.telemetry_path, exp.config.source,
-             len(exp.config.targets))
+    log.info("dnsfleet-exporter %s listening on %s://%s:%d%s (config: %s, %d targets)",
+             __version__, "https" if ssl_context else "http", host or "*", port,
+             args.telemetry_path, exp.config.source, len(exp.config.targets))
     await stop.wait()
     server.close()
     await server.wait_closed()

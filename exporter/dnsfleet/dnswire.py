@@ -24,6 +24,10 @@ FLAG_QR = 0x8000
 FLAG_AA = 0x0400
 FLAG_TC = 0x0200
 FLAG_RA = 0x0080
+MAX_TTL = 0x7FFFFFFF
+# Servers may answer these without echoing the question (e.g. FORMERR to a question they
+# could not parse): FORMERR, SERVFAIL, NOTIMP, REFUSED.
+QUESTIONLESS_RCODES = frozenset({1, 2, 4, 5})
 
 
 class Malformed(ValueError):
@@ -156,6 +160,10 @@ def parse_response(data: bytes, query: Query, qid: int) -> Response | None:
     if rid != qid or not flags & FLAG_QR:
         return None
     pos = 12
+    if not qd and flags & 0x000F not in QUESTIONLESS_RCODES:
+        # Without a question nothing ties the datagram to our query but the ID: a NOERROR
+        # "answer" to no question is ignored (dnspython's Message.is_response does the same).
+        return None
     if qd:
         if qd != 1:
             raise Malformed(f"{qd} questions in a response to one")
@@ -186,6 +194,8 @@ def parse_response(data: bytes, query: Query, qid: int) -> Response | None:
                     answer_rrs += 1
                     if rtype == query.qtype and rclass == query.qclass:
                         matching += 1
+                        if ttl > MAX_TTL:
+                            ttl = 0  # RFC 2181 §8: a TTL with the top bit set means zero
                         if min_ttl is None or ttl < min_ttl:
                             min_ttl = ttl
                 elif section == 2 and rtype == OPT:

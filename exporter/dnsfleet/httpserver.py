@@ -15,11 +15,13 @@ their turn: reading pauses while a request is handled).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
+from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,10 @@ class Request:
     headers: Mapping[str, str]      # lower-cased names
     body: bytes = b""
     peer: str = ""
+    # Parameters given more than once (``query`` keeps the first): /probe refuses them.
+    repeated: frozenset[str] = frozenset()
+    # The verified client certificate (ssl.getpeercert() form) on a TLS connection.
+    peercert: Mapping[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -55,13 +61,16 @@ class Response:
 
 Handler = Callable[[Request], Awaitable[Response]]
 # Runs before routing; returns a response to answer instead (e.g. 401), or None to go on.
-Guard = Callable[[Request], Response | None]
+# May be a coroutine (basic auth verifies bcrypt hashes off the event loop).
+Guard = Callable[[Request], Awaitable[Response | None] | Response | None]
 
 
 class Router:
     def __init__(self) -> None:
         self.routes: dict[str, dict[str, Handler]] = {}
         self.guards: list[Guard] = []
+        # Added to every response, refusals included (--web.config.file headers).
+        self.extra_headers: list[tuple[str, str]] = []
 
     def add(self, method: str, path: str, handler: Handler) -> None:
         self.routes.setdefault(path, {})[method] = handler
@@ -69,8 +78,16 @@ class Router:
             self.routes[path].setdefault("HEAD", handler)
 
     async def dispatch(self, req: Request) -> Response:
+        resp = await self._dispatch(req)
+        if self.extra_headers:
+            resp.headers.extend(self.extra_headers)
+        return resp
+
+    async def _dispatch(self, req: Request) -> Response:
         for guard in self.guards:
             denied = guard(req)
+            if inspect.isawaitable(denied):
+                denied = await denied
             if denied is not None:
                 return denied
         methods = self.routes.get(req.path)
@@ -136,6 +153,7 @@ class HTTPProtocol(asyncio.Protocol):
         self.task: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.peer = ""
+        self.peercert: Mapping[str, Any] | None = None
 
     # -- connection lifecycle
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -143,6 +161,7 @@ class HTTPProtocol(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else ""
+        self.peercert = transport.get_extra_info("peercert")
         self._arm(HEAD_TIMEOUT)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -205,8 +224,11 @@ class HTTPProtocol(asyncio.Protocol):
         path, _, qs = target.partition("?")
         try:
             query: dict[str, str] = {}
+            repeated: set[str] = set()
             for k, v in parse_qsl(qs, keep_blank_values=True,
                                   max_num_fields=MAX_QUERY_PARAMS, strict_parsing=False):
+                if k in query:
+                    repeated.add(k)
                 query.setdefault(k, v)
         except ValueError:
             self._fail(400, "too many query parameters")
@@ -215,7 +237,8 @@ class HTTPProtocol(asyncio.Protocol):
                       if version == "HTTP/1.1"
                       else headers.get("connection", "").lower() == "keep-alive")
         req = Request(method=method, path=unquote(path), query=query, headers=headers,
-                      body=body, peer=self.peer)
+                      body=body, peer=self.peer, repeated=frozenset(repeated),
+                      peercert=self.peercert)
         self.busy = True
         self.transport.pause_reading()
         if self.timer:

@@ -8,6 +8,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+import dns.exception
+
 from dnsfleet import __version__
 from dnsfleet.app import Exporter, probe_exposition
 from dnsfleet.config import Target, parse_address, to_yaml
@@ -33,6 +35,7 @@ class Handlers:
     def __init__(self, exp: Exporter, metrics_path: str) -> None:
         self.exp = exp
         self.metrics_path = metrics_path
+        self.probes_in_flight = 0
 
     async def metrics(self, request: Request) -> Response:
         body = await self.exp.scrape(scrape_timeout_header(request))
@@ -42,6 +45,9 @@ class Handlers:
         exp = self.exp
         cfg = exp.config
         q = request.query
+        if request.repeated:
+            # Two targets in one URL: a proxy and the exporter might each honour another.
+            return _bad(400, f"repeated parameter: {', '.join(sorted(request.repeated))}")
         raw_target = q.get("target", "")
         if not raw_target:
             return _bad(400, "missing parameter: target")
@@ -49,14 +55,20 @@ class Handlers:
             host, port, scope = parse_address(raw_target)
         except ValueError as e:
             return _bad(400, f"invalid target: {e}")
-        configured = [t for t in cfg.targets if (t.host, t.port) == (host, port)]
+        ip = ipaddress.ip_address(host)
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            # ::ffff:a.b.c.d reaches the IPv4 host: judge it as that host, so an IPv6 entry
+            # in the allowlist cannot open the IPv4 space (or a v4 target hide behind v6).
+            ip = ip.ipv4_mapped
+            host, scope = str(ip), 0
+        configured = [t for t in cfg.targets
+                      if (t.host, t.port, t.scope_id) == (host, port, scope)]
         module_name = q.get("module") or (configured[0].module if configured else "")
         if not module_name:
             return _bad(400, "missing parameter: module")
         module = cfg.modules.get(module_name)
         if module is None:
             return _bad(400, f"unknown module {module_name!r}")
-        ip = ipaddress.ip_address(host)
         allowed = bool(configured) or any(ip in net for net in cfg.probe_allowlist)
         if not allowed:
             return _bad(403, f"target {raw_target} is neither configured nor inside "
@@ -67,11 +79,18 @@ class Handlers:
         budget = exp.scrape_budget(scrape_timeout_header(request))
         target = Target(address=raw_target, host=host, port=port, module=module_name,
                         scope_id=scope)
+        if self.probes_in_flight >= cfg.limits.max_concurrent_probes:
+            # Each /probe holds a socket: a flood must not exhaust descriptors.
+            return _bad(503, "too many concurrent probes (limits.max_concurrent_probes: "
+                             f"{cfg.limits.max_concurrent_probes})")
+        self.probes_in_flight += 1
         try:
             result = await exp.probe_one(target, module, budget, qname=qname,
                                          qtype=qtype.upper() if qtype else None)
-        except ValueError as e:  # an invalid override name/type
+        except (ValueError, dns.exception.DNSException) as e:  # invalid override name/type
             return _bad(400, f"invalid query: {e}")
+        finally:
+            self.probes_in_flight -= 1
         return Response(body=probe_exposition(result).encode(), content_type=CONTENT_TYPE)
 
     async def healthy(self, request: Request) -> Response:

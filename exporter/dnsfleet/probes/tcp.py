@@ -14,13 +14,15 @@ from dnsfleet.probes.udp import classify_oserror
 
 async def _read_exactly(loop: asyncio.AbstractEventLoop, sock: socket.socket, n: int,
                         got: list[int]) -> bytes:
+    # ``got`` counts every byte as it arrives, so a peer that sends one octet of the length
+    # prefix and closes reads as a broken answer (malformed), not as a network error.
     buf = bytearray()
     while len(buf) < n:
         chunk = await loop.sock_recv(sock, n - len(buf))
         if not chunk:
-            raise EOFError(f"connection closed after {got[0] + len(buf)} bytes of the response")
+            raise EOFError(f"connection closed after {got[0]} bytes of the response")
         buf += chunk
-    got[0] += n
+        got[0] += len(chunk)
     return bytes(buf)
 
 

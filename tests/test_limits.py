@@ -1,0 +1,309 @@
+"""Limits: concurrent probes, targets, the per-scrape deadline, 10,000 targets with a fifth
+silent, no descriptor or memory growth over 1,000 scrapes, and reloads that keep the old
+configuration when the new one is broken. Real sockets and servers on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import threading
+import time
+import tracemalloc
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dnsfleet import config as config_mod
+from dnsfleet.app import Exporter
+from dnsfleet.cli import raise_fd_limit
+from dnsfleet.config import ConfigError
+from dnsfleet.hostfs import HostFS
+from dnsfleet.probes import Reason
+from tests.proc_exporter import ExporterProc, running_exporter
+from tests.servers import Blackhole, Unbound, answer, scripted
+from tests.tools import free_port
+from tests.wildcard import WildcardUnbound, answering_and_silent
+
+A_MODULE = {"query_name": "a.local.test.", "query_type": "A"}
+
+
+def write_config(path: Path, doc: dict[str, Any]) -> Path:
+    # resolv_conf: [] — the stub collector must never probe this machine's own resolver.
+    path.write_text(yaml.safe_dump({"resolv_conf": [], **doc}))
+    return path
+
+
+def exporter_for(tmp: Path, doc: dict[str, Any]) -> Exporter:
+    return Exporter(fs=HostFS(), config_file=str(write_config(tmp / "dnsfleet.yml", doc)))
+
+
+def fds() -> int:
+    return len(HostFS().listdir(HostFS().proc("self", "fd")))
+
+
+# ------------------------------------------------------------------------ concurrency
+
+
+class DelayedPeer:
+    """Answers every UDP query after ``delay``, tracking how many are outstanding."""
+
+    def __init__(self, delay: float) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.05)
+        self.port = self.sock.getsockname()[1]
+        self.delay = delay
+        self.lock = threading.Lock()
+        self.outstanding = 0
+        self.max_outstanding = 0
+        self.received = 0
+        self.stop = threading.Event()
+        self.timers: list[threading.Timer] = []
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                data, peer = self.sock.recvfrom(4096)
+            except OSError:
+                continue
+            with self.lock:
+                self.received += 1
+                self.outstanding += 1
+                self.max_outstanding = max(self.max_outstanding, self.outstanding)
+            t = threading.Timer(self.delay, self.reply, args=(data, peer))
+            self.timers.append(t)
+            t.start()
+
+    def reply(self, data: bytes, peer: tuple[str, int]) -> None:
+        # Decrement before sending: the prober can start the next probe only after it has
+        # read this answer, so ``outstanding`` never undercounts.
+        with self.lock:
+            self.outstanding -= 1
+        self.sock.sendto(answer(data, "a.local.test. 60 IN A 192.0.2.1"), peer)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=2)
+        for t in self.timers:
+            t.join()
+        self.sock.close()
+
+
+def test_max_concurrent_probes_is_honoured(tmp_path: Path) -> None:
+    peer = DelayedPeer(0.05)
+    try:
+        # 24 targets on one peer, distinct by module.
+        targets = [{"address": f"127.0.0.1:{peer.port}", "module": f"m{i}"}
+                   for i in range(24)]
+        exp = exporter_for(tmp_path, {
+            "modules": {f"m{i}": A_MODULE for i in range(24)},
+            "targets": targets,
+            "limits": {"max_concurrent_probes": 4},
+        })
+        asyncio.run(exp.scrape(10.0))
+    finally:
+        peer.close()
+    assert peer.received == 24
+    assert peer.max_outstanding == 4
+    assert all(st.last is not None and st.last.success for st in exp.prober.states.values())
+
+
+def test_max_targets(tmp_path: Path) -> None:
+    doc = {"modules": {"m": A_MODULE},
+           "targets": [{"address": f"127.0.0.{i}", "module": "m"} for i in range(1, 6)],
+           "limits": {"max_targets": 4}}
+    with pytest.raises(ConfigError) as e:
+        config_mod.load(write_config(tmp_path / "c.yml", doc))
+    assert str(e.value).endswith("targets: 5 targets exceed limits.max_targets (4)")
+
+
+def test_scrape_deadline_budgets_every_probe(tmp_path: Path, blackhole: Blackhole) -> None:
+    """Six silent targets with a 5 s module timeout, two at a time, a 1.5 s scrape timeout
+    (offset 0.5 s): the first two wait out the 1 s budget, the other four are not started
+    after the deadline. Nobody waits 5 s."""
+    exp = exporter_for(tmp_path, {
+        "modules": {f"m{i}": {**A_MODULE, "timeout": "5s"} for i in range(6)},
+        "targets": [{"address": blackhole.address, "module": f"m{i}"} for i in range(6)],
+        "limits": {"max_concurrent_probes": 2},
+    })
+    asyncio.run(exp.scrape(1.5))
+    results = [st.last for st in exp.prober.states.values()]
+    assert all(r is not None and r.reason is Reason.TIMEOUT for r in results)
+    details = sorted(r.detail for r in results if r is not None)
+    assert details.count("scrape deadline reached before the probe could start") == 4
+    waited = [r for r in results if r is not None and r.detail.startswith("no answer within")]
+    assert len(waited) == 2
+    assert all(r.duration < 5.0 for r in waited)  # cut by the budget, not the module timeout
+
+
+# ------------------------------------------------------------------------ 10,000 targets
+
+
+@pytest.fixture
+def wildcard_unbound(tmp_path: Path) -> Iterator[Unbound]:
+    u = WildcardUnbound(tmp_path / "unbound", local_data=["a.local.test. 300 IN A 192.0.2.1"])
+    u.start()
+    yield u
+    u.stop()
+
+
+def test_ten_thousand_targets_a_fifth_silent(tmp_path: Path,
+                                             wildcard_unbound: Unbound) -> None:
+    raise_fd_limit()
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # reads nothing, answers nothing
+    silent.bind(("0.0.0.0", 0))
+    silent_port = silent.getsockname()[1]
+    targets = [{"address": a, "module": "a"} for a, _ in answering_and_silent(
+        10_000, silent_every=5, port=wildcard_unbound.port, silent_port=silent_port)]
+    scrape_timeout = 10.0
+    try:
+        exp = exporter_for(tmp_path, {"modules": {"a": {**A_MODULE, "timeout": "1s"}},
+                                      "targets": targets})
+        text = asyncio.run(exp.scrape(scrape_timeout)).decode()
+    finally:
+        silent.close()
+    results = {st.target.address: st.last for st in exp.prober.states.values()}
+    assert len(results) == 10_000
+    ok = [a for a, r in results.items() if r is not None and r.success]
+    timed_out = [a for a, r in results.items()
+                 if r is not None and r.reason is Reason.TIMEOUT
+                 and r.detail.startswith("no answer within")]
+    assert len(ok) == 8_000 and all(a.startswith("127.0.") for a in ok)
+    # Every silent target got its full module timeout: none was starved by the deadline.
+    assert len(timed_out) == 2_000 and all(a.startswith("127.1.") for a in timed_out)
+    duration = float(text.split("\ndnsfleet_scrape_duration_seconds ", 1)[1].split()[0])
+    # The contract with Prometheus, not a speed target: the exporter budgets every probe
+    # against this timeout, so the whole scrape must fit in it.
+    assert duration < scrape_timeout, duration
+
+
+# ------------------------------------------------------------------------ soak
+
+
+def test_no_descriptor_or_memory_growth_over_1000_scrapes(tmp_path: Path) -> None:
+    closed = free_port()
+    with scripted(lambda q: [answer(q, "a.local.test. 60 IN A 192.0.2.1")]) as good, \
+            scripted(lambda q: [os.urandom(64)]) as junk:
+        hole = Blackhole()
+        try:
+            mods = {"udp": {**A_MODULE, "timeout": "20ms"},
+                    "tcp": {**A_MODULE, "timeout": "20ms", "transport": "tcp"}}
+            exp = exporter_for(tmp_path, {"modules": mods, "targets": [
+                {"address": good.address, "module": "udp"},
+                {"address": good.address, "module": "tcp"},
+                {"address": junk.address, "module": "udp"},
+                {"address": hole.address, "module": "udp"},
+                {"address": hole.address, "module": "tcp"},
+                {"address": f"127.0.0.1:{closed}", "module": "udp"},
+                {"address": f"127.0.0.1:{closed}", "module": "tcp"},
+            ]})
+
+            async def soak() -> tuple[int, int, int, int]:
+                for _ in range(100):  # warm up: caches, lazily created objects
+                    await exp.scrape(5.0)
+                tracemalloc.start()
+                await asyncio.sleep(0.2)  # the in-process peers' connections wind down
+                fd0, mem0 = fds(), tracemalloc.get_traced_memory()[0]
+                for _ in range(900):
+                    await exp.scrape(5.0)
+                await asyncio.sleep(0.2)
+                fd1, mem1 = fds(), tracemalloc.get_traced_memory()[0]
+                tracemalloc.stop()
+                return fd0, fd1, mem0, mem1
+
+            fd0, fd1, mem0, mem1 = asyncio.run(soak())
+        finally:
+            hole.close()
+    assert exp.scrapes_total == 1000
+    reasons = {(st.target.port, st.target.module): st.last.reason if st.last else None
+               for st in exp.prober.states.values()}
+    assert reasons[(good.port, "udp")] is None and reasons[(good.port, "tcp")] is None
+    assert reasons[(hole.port, "udp")] is Reason.TIMEOUT
+    assert reasons[(closed, "tcp")] is Reason.REFUSED
+    assert fd1 == fd0, f"descriptors {fd0} -> {fd1}"
+    # Python memory allocated and still held after 900 scrapes (not RSS): bounded well
+    # below one scrape's worth of garbage per scrape.
+    assert mem1 - mem0 < 256 * 1024, f"traced memory grew {mem1 - mem0} bytes"
+
+
+# ------------------------------------------------------------------------ reloads
+
+
+def http(e: ExporterProc, path: str, method: str = "GET") -> tuple[int, str]:
+    req = urllib.request.Request(e.url + path, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith((name + " ", name + "{")):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in exposition")
+
+
+BROKEN: list[tuple[str, str]] = [
+    ("yaml", "modules: [unclosed\n"),
+    ("unknown key", "resolv_conf: []\nmodules: {}\ntargets: []\nprobe_allow_list: []\n"),
+    ("bad module ref", "modules: {}\ntargets: [{address: 127.0.0.1, module: nope}]\n"),
+    ("too many targets", "modules: {m: {}}\nlimits: {max_targets: 1}\ntargets:\n"
+                         "  - {address: 127.0.0.1, module: m}\n"
+                         "  - {address: 127.0.0.2, module: m}\n"),
+    ("not utf-8", "\udcff"),
+    ("directory", ""),
+    ("deleted", ""),
+]
+
+
+def test_broken_reload_keeps_the_old_config(tmp_path: Path) -> None:
+    with scripted(lambda q: [answer(q, "a.local.test. 60 IN A 192.0.2.1")]) as good:
+        conf = tmp_path / "dnsfleet.yml"
+        original = {"modules": {"a": A_MODULE},
+                    "targets": [{"address": good.address, "module": "a"}]}
+        write_config(conf, original)
+        with running_exporter(tmp_path, "--config.file", str(conf)) as e:
+            _, first = http(e, "/metrics")
+            assert metric(first, "dnsfleet_probe_success") == 1
+            for i, (what, text) in enumerate(BROKEN):
+                if what == "directory":
+                    conf.unlink()
+                    conf.mkdir()
+                elif what == "deleted":
+                    conf.rmdir()
+                elif what == "not utf-8":
+                    conf.write_bytes(b"modules: \xff\n")
+                else:
+                    conf.write_text(text)
+                if i % 2:
+                    failures = e.stderr().count("reload failed")
+                    e.signal(signal.SIGHUP)
+                    deadline = time.monotonic() + 10
+                    while e.stderr().count("reload failed") == failures:
+                        assert time.monotonic() < deadline, "SIGHUP not handled"
+                        time.sleep(0.05)
+                else:
+                    status, body = http(e, "/-/reload", "POST")
+                    assert status == 500, what
+                    assert body.startswith("reload failed, old configuration kept: "), body
+                _, after = http(e, "/metrics")
+                assert metric(after, "dnsfleet_config_last_reload_successful") == 0, what
+                assert metric(after, "dnsfleet_targets") == 1, what
+                assert metric(after, "dnsfleet_probe_success") == 1, what  # still probing
+                assert e.proc.poll() is None
+            write_config(conf, {**original, "targets": []})
+            assert http(e, "/-/reload", "POST")[0] == 200
+            _, final = http(e, "/metrics")
+            assert metric(final, "dnsfleet_config_last_reload_successful") == 1
+            assert metric(final, "dnsfleet_targets") == 0
