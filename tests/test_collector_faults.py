@@ -197,3 +197,89 @@ def test_missing_root_directories(tmp_path: Path) -> None:
     assert isinstance(success, dict)
     assert success["healthy"] == 1.0 and success["denied"] == 1.0
     assert success["buggy"] == 0.0
+
+
+def test_fifo_where_a_file_should_be_does_not_hang(tmp_path: Path) -> None:
+    """open() of a FIFO blocks until a writer appears; HostFS must not."""
+    import os as _os
+    import threading
+
+    from dnsfleet.hostfs import HostFS, HostReadError
+
+    fifo = tmp_path / "interrupts"
+    _os.mkfifo(fifo)
+    writer_ready = threading.Event()
+
+    def writer() -> None:  # a writer that never writes: read() would block without O_NONBLOCK
+        fd = _os.open(fifo, _os.O_WRONLY)
+        writer_ready.set()
+        threading.Event().wait(5)
+        _os.close(fd)
+
+    fs = HostFS(procfs=tmp_path)
+    assert fs.read_bytes(fifo) == b""          # no writer: EOF at once
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    # The writer's open() blocks until a reader opens; read in a loop until it is there.
+    done = threading.Event()
+    outcome: list[object] = []
+
+    def reader() -> None:
+        while not writer_ready.is_set():
+            try:
+                outcome.append(fs.read_bytes(fifo))
+            except HostReadError as e:
+                outcome.append(e)
+        try:
+            outcome.append(fs.read_bytes(fifo))
+        except HostReadError as e:
+            outcome.append(e)
+        done.set()
+
+    threading.Thread(target=reader, daemon=True).start()
+    assert done.wait(5), "HostFS blocked on a FIFO"
+    assert isinstance(outcome[-1], HostReadError)  # writer present, no data: EAGAIN
+
+
+def test_a_hung_host_collector_blocks_neither_the_others_nor_the_next_scrape() -> None:
+    """Host collectors share one thread for speed; a read that never returns must not keep
+    the queue (or later scrapes) waiting behind it."""
+    import threading
+
+    from dnsfleet.collectors.base import (
+        HOST_LANE,
+        CollectContext,
+        host_collector,
+        run_collectors,
+    )
+    from dnsfleet.config import builtin_default
+    from dnsfleet.hostfs import HostFS
+
+    release = threading.Event()
+
+    def hung(fs: HostFS, cfg: Config) -> list[Family]:
+        release.wait(30)  # a stuck NFS read, as far as Python can tell
+        return []
+
+    def fine(fs: HostFS, cfg: Config) -> list[Family]:
+        return [Family("test_fine", "ok").add(1)]
+
+    cols = {"hung": host_collector("hung", hung), "fine": host_collector("fine", fine)}
+    for c in cols.values():
+        object.__setattr__(c, "enabled", lambda cfg: True)
+    cfg = builtin_default([])
+
+    async def scrape() -> dict[str, float | None]:
+        loop = asyncio.get_running_loop()
+        ctx = CollectContext(fs=HostFS(), config=cfg, deadline=loop.time() + 1.0, state={})
+        fams = await run_collectors(ctx, cols)
+        success = fams[0]
+        return {n: success.value({"collector": n}) for n in cols}
+
+    started = HOST_LANE.threads_started
+    try:
+        for _ in range(2):  # the second scrape starts while the first hung job still runs
+            assert asyncio.run(scrape()) == {"hung": 0.0, "fine": 1.0}
+        assert HOST_LANE.threads_started > started
+    finally:
+        release.set()

@@ -67,9 +67,11 @@ class HostFS:
         # os.open/os.read rather than open(): half the cost per file, and host collectors read
         # thousands of one-line sysfs files per scrape on large machines. A read shorter than
         # a page is the whole file (sysfs attributes come whole, seq_file fills the buffer
-        # until EOF); a longer one may be a chunk, so read on to EOF.
+        # until EOF); a longer one may be a chunk, so read on to EOF. O_NONBLOCK: a FIFO
+        # planted where a pseudo-file should be would otherwise block open() and read()
+        # forever and pin the collector thread; regular, proc, sys and device files ignore it.
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
             try:
                 chunks: list[bytes] = []
                 size = 0

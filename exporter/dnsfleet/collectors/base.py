@@ -12,10 +12,12 @@ thread; network collectors (stub resolvers, resolver statistics, Consul) are cor
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,17 +51,97 @@ class Collector:
     enabled: Callable[[Config], bool]
 
 
-# Host collectors are syscall-bound Python. In parallel threads every read releases the GIL
-# and the threads convoy: the three host collectors on a 128-CPU tree took 30 ms one after
-# another and 80 ms in parallel threads (bench/bench_host.py). They share one worker thread,
-# so a host collector's duration includes any wait behind the others.
-_HOST_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dnsfleet-host")
+class HostLane:
+    """Runs host collectors one after another on one thread, and replaces a stuck thread.
+
+    Host collectors are syscall-bound Python. In parallel threads every read releases the GIL
+    and the threads convoy: the three host collectors on a 128-CPU tree took 30 ms one after
+    another and 80 ms in parallel threads (bench/bench_host.py). So they queue on one thread.
+    But a read can hang (a FUSE or NFS mount, a wedged driver) and Python cannot interrupt
+    it: a thread busy with one job for longer than ``stall`` seconds is retired (it exits
+    when its job returns, if ever) and a fresh thread takes the queue, so the other
+    collectors, and later scrapes, go on.
+    """
+
+    def __init__(self, stall: float = 1.0) -> None:
+        self.stall = stall
+        self._lock = threading.Lock()
+        self._queue: collections.deque[tuple[Future[Any], Callable[[], Any]]] = (
+            collections.deque())
+        self._worker: _LaneWorker | None = None
+        self.threads_started = 0
+
+    def submit(self, fn: Callable[[], Any]) -> Future[Any]:
+        fut: Future[Any] = Future()
+        with self._lock:
+            self._queue.append((fut, fn))
+            self._ensure_worker()
+        return fut
+
+    def check(self, stall: float) -> None:
+        """Retire the worker if one job has kept it for more than ``stall`` seconds
+        (called while callers wait)."""
+        with self._lock:
+            self._ensure_worker(stall)
+
+    def _ensure_worker(self, stall: float | None = None) -> None:  # holds the lock
+        w = self._worker
+        limit = self.stall if stall is None else stall
+        if w is not None and not w.done and not (
+                w.busy_since is not None and time.monotonic() - w.busy_since > limit):
+            return
+        if w is not None:
+            w.retired = True
+        if not self._queue:
+            self._worker = None
+            return
+        self._worker = _LaneWorker(self)
+        self.threads_started += 1
+        threading.Thread(target=self._worker.loop, name="dnsfleet-host", daemon=True).start()
+
+
+class _LaneWorker:
+    def __init__(self, lane: HostLane) -> None:
+        self.lane = lane
+        self.busy_since: float | None = None
+        self.retired = False
+        self.done = False
+
+    def loop(self) -> None:
+        lane = self.lane
+        while True:
+            with lane._lock:
+                if self.retired or not lane._queue:
+                    self.done = True
+                    if lane._worker is self:
+                        lane._worker = None
+                    return
+                fut, fn = lane._queue.popleft()
+                self.busy_since = time.monotonic()
+            if fut.set_running_or_notify_cancel():
+                try:
+                    fut.set_result(fn())
+                except BaseException as e:  # delivered to the waiting coroutine
+                    fut.set_exception(e)
+            self.busy_since = None
+
+
+HOST_LANE = HostLane()
 
 
 def host_collector(name: str, fn: HostCollectFn) -> Collector:
     async def run(ctx: CollectContext) -> list[Family]:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(_HOST_THREAD, fn, ctx.fs, ctx.config)
+        fut = asyncio.wrap_future(HOST_LANE.submit(lambda: fn(ctx.fs, ctx.config)))
+        # A job is stuck after a quarter of what is left of the scrape (at most lane.stall):
+        # early enough that the collectors queued behind it still finish in time.
+        stall = min(HOST_LANE.stall, max(0.05, (ctx.deadline - loop.time()) / 4))
+        while True:
+            done, _ = await asyncio.wait({fut}, timeout=stall / 2)
+            if done:
+                result: list[Family] = fut.result()
+                return result
+            HOST_LANE.check(stall)
 
     return Collector(name=name, run=run, enabled=lambda cfg: name in cfg.host.collectors)
 
