@@ -177,6 +177,22 @@ def test_natural_expiry_is_not_a_reset(pair: tuple[Named, Unbound], tmp_path: Pa
     assert value(s, "dnsfleet_resolver_cache_resets_total", target=u) == 0
 
 
+def test_authoritative_canary_never_counts_resets(unbound: Unbound, tmp_path: Path) -> None:
+    """local-data is answered with AA and a constant TTL: without the AA check every scrape
+    looked like a cache reset (TTL "went up" by the elapsed time)."""
+    exp = exporter(tmp_path, {"modules": {"m": {"query_name": "a.local.test",
+                                                "canary": "a.local.test",
+                                                "canary_tolerance": "500ms"}},
+                              "targets": [{"address": unbound.address, "module": "m"}]})
+    u = unbound.address
+    for _ in range(3):
+        s = scrape(exp)
+        time.sleep(1.2)
+    assert value(s, "dnsfleet_resolver_canary_ttl_seconds", target=u) == 300
+    assert value(s, "dnsfleet_resolver_canary_cached", target=u) == 0
+    assert value(s, "dnsfleet_resolver_cache_resets_total", target=u) == 0
+
+
 # ------------------------------------------------------------------ the real channels
 
 

@@ -95,6 +95,10 @@ class WatchState:
     last_good_ttl: int | None = None
     ttl_backend: str | None = None
     longest_ttl: int = 0
+    # An authoritative answer (AA set: local-data, a stub to the authoritative server, or
+    # the authority itself) comes from no cache: its TTL never counts down, so it cannot
+    # show a reset. None until the first canary answer.
+    canary_cached: bool | None = None
     resets: int = 0
     last_reset: float | None = None   # epoch seconds
     # backend identity
@@ -160,6 +164,13 @@ class ResolverWatch:
             ttl = None
             if canary_res is not None and canary_res.success and canary_res.response:
                 ttl = canary_res.response.min_ttl
+                cached = not canary_res.response.authoritative
+                if not cached and st.canary_cached is not False:
+                    log.warning("canary %s on %s is answered authoritatively (local data or "
+                                "an authoritative server): its TTL does not count down, so "
+                                "cache resets cannot be seen; pick a name the resolver "
+                                "caches", canary[0].query_name, target.address)
+                st.canary_cached = cached
             elif canary_res is not None:
                 log.debug("canary %s on %s: %s", canary[0].query_name, target.address,
                           canary_res.detail)
@@ -182,7 +193,7 @@ class ResolverWatch:
                        backend: str | None) -> bool:
         """Record one canary answer; True if it shows a cache reset."""
         st.ttl = ttl
-        if ttl is None:
+        if ttl is None or st.canary_cached is False:
             return False
         reset = False
         prev = st.last_good_ttl
@@ -210,6 +221,9 @@ class ResolverWatch:
         info = Family("dnsfleet_resolver_backend_info",
                       "Backend that answered the last probe (EDNS NSID or CHAOS TXT); "
                       "always 1.")
+        cached = Family("dnsfleet_resolver_canary_cached",
+                        "1 if the last canary answer came from the resolver's cache, 0 if it "
+                        "was authoritative (then its TTL cannot show cache resets).")
         changes = Family("dnsfleet_resolver_backend_changes_total",
                          "Times the backend identity answering at this address changed.",
                          "counter")
@@ -217,6 +231,8 @@ class ResolverWatch:
             has_canary = st.target.module in self.canary_queries
             if has_canary:
                 resets.add_raw(st.labels, st.resets)
+                if st.canary_cached is not None:
+                    cached.add_raw(st.labels, 1.0 if st.canary_cached else 0.0)
                 if st.ttl is not None:
                     ttl.add_raw(st.labels, st.ttl)
                 if st.last_reset is not None:
@@ -224,7 +240,7 @@ class ResolverWatch:
             if st.backend is not None:
                 info.add_raw(join_labels(st.labels, labelset([("backend", st.backend)])), 1.0)
                 changes.add_raw(st.labels, st.backend_changes)
-        return [ttl, resets, last, info, changes]
+        return [ttl, cached, resets, last, info, changes]
 
 
 def _query(m: Module) -> Query:
