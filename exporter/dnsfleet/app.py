@@ -8,7 +8,7 @@ import platform
 import time
 from dataclasses import dataclass
 
-from dnsfleet import __version__
+from dnsfleet import __version__, malloc
 from dnsfleet import config as config_mod
 from dnsfleet.collectors import COLLECTORS, CollectContext, run_collectors
 from dnsfleet.config import Config, ConfigError, Module, Target
@@ -79,6 +79,7 @@ class Exporter:
         """One full probe-and-collect cycle; returns the exposition text."""
         loop = asyncio.get_running_loop()
         async with self.scrape_lock:
+            malloc.trim()  # the previous scrape's buffers are all free by now
             cfg = self.config
             start = loop.time()
             deadline = start + self.scrape_budget(header_timeout)

@@ -10,7 +10,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 
-from dnsfleet import __version__, capacity, failover, webconfig
+from dnsfleet import __version__, capacity, failover, malloc, webconfig
 from dnsfleet.app import Exporter
 from dnsfleet.config import ConfigError, parse_address
 from dnsfleet.hostfs import HostFS
@@ -94,6 +94,7 @@ def exporter_main(argv: Sequence[str] | None = None) -> int:
               f"{len(cfg.targets)} targets")
         return 0
     raise_fd_limit()
+    malloc.tune()
     if args.once:
         sys.stdout.buffer.write(asyncio.run(exp.scrape()))
         return 0

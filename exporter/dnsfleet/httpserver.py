@@ -271,7 +271,10 @@ class HTTPProtocol(asyncio.Protocol):
         if head_only or not resp.body:
             self.transport.write(head)
         else:
-            self.transport.writelines((head, resp.body))
+            # Two writes, not writelines(): asyncio joins writelines' buffers into one new
+            # bytes object first, a copy of a multi-megabyte exposition.
+            self.transport.write(head)
+            self.transport.write(resp.body)
 
     def _fail(self, status: int, reason: str) -> None:
         if self.transport is None:

@@ -1,0 +1,46 @@
+"""glibc heap tuning for a process whose scrapes allocate megabytes and free them again.
+
+A 1,000-target exposition is ~3 MB, built in family-sized pieces of several hundred KB.
+glibc serves allocations above M_MMAP_THRESHOLD with mmap and returns them to the kernel
+on free, but its threshold is *dynamic*: after the first such buffer is freed it rises to
+that size, later buffers come from the brk heap, and the heap fragments and rarely shrinks.
+Pinning it (mallopt) disables the adjustment. With that, the heap trimmed before each
+scrape, and the response written without an extra copy, bench/bench_soak.py (200 scrapes of
+1,000 targets) held RSS at 36.6 MiB at every checkpoint, where it had swung between 36 and
+47.6 MiB. Not glibc: both calls are no-ops.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+
+M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD = 128 * 1024  # glibc's initial value, pinned
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+
+
+def tune() -> bool:
+    """Pin the mmap threshold; True when glibc accepted it."""
+    libc = _libc()
+    try:
+        return libc is not None and bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    except AttributeError:  # a libc without mallopt
+        return False
+
+
+def trim() -> None:
+    """Give free heap pages back to the kernel (malloc_trim); cheap when little is free."""
+    libc = _libc()
+    try:
+        if libc is not None:
+            libc.malloc_trim(0)
+    except AttributeError:
+        pass
