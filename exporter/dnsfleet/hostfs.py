@@ -15,6 +15,7 @@ from pathlib import Path
 
 # Kernel pseudo-files are small, but a hostile or broken mount must not make us read forever.
 MAX_READ_BYTES = 4 * 1024 * 1024
+_CHUNK = 64 * 1024
 _SHORT_READ = 4096
 
 
@@ -76,7 +77,11 @@ class HostFS:
                 chunks: list[bytes] = []
                 size = 0
                 while size <= limit:
-                    chunk = os.read(fd, limit + 1 - size)
+                    # A page first (nearly every pseudo-file fits), then 64 KiB at a time:
+                    # os.read allocates the whole request up front, and asking for the
+                    # 4 MiB limit cost an mmap and munmap per file.
+                    want = _SHORT_READ if size == 0 else _CHUNK
+                    chunk = os.read(fd, min(want, limit + 1 - size))
                     if not chunk:
                         break
                     chunks.append(chunk)

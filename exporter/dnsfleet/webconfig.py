@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import bcrypt
 import yaml
 
 from dnsfleet.config import ConfigError, Fields, Node
@@ -362,6 +361,8 @@ class BasicAuth:
         if self._dummy is None:
             costs = [int(m.group(1)) for h in self.users.values()
                      if (m := BCRYPT_RE.match(h.decode()))]
+            import bcrypt  # noqa: PLC0415 - see _checkpw
+
             self._dummy = bcrypt.hashpw(secrets.token_bytes(16),
                                         bcrypt.gensalt(rounds=max(costs, default=10)))
         return self._dummy
@@ -390,6 +391,9 @@ class BasicAuth:
 
 
 def _checkpw(password: bytes, hashed: bytes) -> bool:
+    # Imported on first use: exporters without basic_auth_users do not load bcrypt.
+    import bcrypt  # noqa: PLC0415
+
     try:
         return bcrypt.checkpw(password, hashed)
     except ValueError:
