@@ -872,7 +872,9 @@ def _check_one_internals_entry(root: Node, targets: tuple[Target, ...]) -> None:
                     "one entry per address)")
 
 
-def load(path: str | Path) -> Config:
+def read_yaml_mapping(path: str | Path) -> dict[str, Any] | None:
+    """A YAML file whose top level is a mapping (None when empty); ConfigError naming the
+    file, and the line and column of a YAML error, otherwise."""
     path = str(path)
     try:
         with open(path, encoding="utf-8") as fh:
@@ -892,7 +894,11 @@ def load(path: str | Path) -> Config:
         raise ConfigError(f"{path}: invalid YAML{where}: {problem}") from None
     if data is not None and not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {_kind(data)}")
-    return parse(data, source=path)
+    return data
+
+
+def load(path: str | Path) -> Config:
+    return parse(read_yaml_mapping(path), source=str(path))
 
 
 DEFAULT_MODULE = Module(name="recursive")

@@ -33,9 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from dnsfleet.config import ConfigError, Fields, Node
+from dnsfleet.config import Fields, Node, read_yaml_mapping
 from dnsfleet.httpserver import Guard, Request, Response, Router
 
 log = logging.getLogger(__name__)
@@ -264,24 +262,7 @@ def parse(data: Any, *, source: str) -> WebConfig:
 
 
 def load(path: str | Path) -> WebConfig:
-    path = str(path)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{path}: invalid YAML{where}: "
-                          f"{getattr(e, 'problem', None) or e}") from None
-    if data is not None and not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level")
-    return parse(data, source=path)
+    return parse(read_yaml_mapping(path), source=str(path))
 
 
 def ssl_context(tls: TLSServerConfig, node: Node) -> ssl.SSLContext:
