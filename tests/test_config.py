@@ -94,7 +94,7 @@ def test_parse_address(text: str, want: tuple[str, int, int]) -> None:
 
 
 @pytest.mark.parametrize("text", ["", "localhost", "[::1", "[::1]x", "1.2.3.4:0", "1.2.3.4:x",
-                                  "1.2.3.4%eth0"])
+                                  "1.2.3.4%eth0", "1.2.3.4:5\u00b3", "1.2.3.4:\u0665\u0663"])
 def test_parse_address_rejects(text: str) -> None:
     with pytest.raises(ValueError):
         parse_address(text)

@@ -190,3 +190,14 @@ def test_once_with_builtin_default_reads_rootfs_resolv_conf(tmp_path: Path,
     for ns in ("127.0.0.9", "127.0.0.1"):
         assert value(out.stdout, "dnsfleet_probe_failure", target=ns, module="recursive",
                      reason="refused") == 1
+
+
+def test_non_ascii_content_length_is_a_400(exporter: ExporterProcess) -> None:
+    """str.isdigit() is true for '²'; int() is not: the server must answer, not fail."""
+    import socket as _socket
+
+    with _socket.create_connection(("127.0.0.1", exporter.port), timeout=5) as s:
+        # 0xB2 is '²' in latin-1, the encoding HTTP heads are read in.
+        s.sendall(b"POST /-/reload HTTP/1.1\r\nHost: x\r\nContent-Length: \xb2\r\n\r\n")
+        reply = s.recv(4096)
+    assert reply.startswith(b"HTTP/1.1 400 "), reply

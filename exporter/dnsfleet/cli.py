@@ -23,7 +23,7 @@ log = logging.getLogger("dnsfleet")
 
 def _listen(value: str) -> tuple[str, int]:
     host, _, port = value.rpartition(":")
-    if not port.isdigit():
+    if not (port.isascii() and port.isdigit()):
         raise argparse.ArgumentTypeError(f"invalid listen address {value!r}: want [host]:port")
     host = host.strip("[]")
     if host:

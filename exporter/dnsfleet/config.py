@@ -451,14 +451,14 @@ def parse_address(text: str, *, default_port: int = DEFAULT_DNS_PORT) -> tuple[s
         raise ValueError(f"{_show(host)} is not an IP address (names are not resolved)") from None
     port = default_port
     if port_s:
-        if not port_s.isdigit() or not 0 < int(port_s) < 65536:
+        if not (port_s.isascii() and port_s.isdigit()) or not 0 < int(port_s) < 65536:
             raise ValueError(f"invalid port {_show(port_s)}")
         port = int(port_s)
     scope_id = 0
     if scope:
         if ip.version != 6:
             raise ValueError("a %zone is only valid on IPv6 addresses")
-        scope_id = int(scope) if scope.isdigit() else _if_index(scope)
+        scope_id = int(scope) if scope.isascii() and scope.isdigit() else _if_index(scope)
     return str(ip), port, scope_id
 
 

@@ -208,7 +208,7 @@ class HTTPProtocol(asyncio.Protocol):
             if "transfer-encoding" in headers:
                 raise _BadRequest(501, "chunked request bodies are not supported")
             clen_raw = headers.get("content-length", "0")
-            if not clen_raw.isdigit():
+            if not (clen_raw.isascii() and clen_raw.isdigit()):
                 raise _BadRequest(400, "invalid Content-Length")
             clen = int(clen_raw)
             if clen > MAX_BODY:
