@@ -90,7 +90,7 @@ INHIBITION = {
     "site down mutes that site's resolver, stub and host alerts": (
         [{"alertname": "DNSSiteDown", "severity": "critical", "site": "ams"},
          {"alertname": "DNSResolverDown", "severity": "critical", "site": "ams",
-          "instance": "h1:9853", "target": "10.0.0.1:53"},
+          "instance": "h1:9853", "target": "192.0.2.1:53"},
          {"alertname": "DNSStubResolutionFailing", "severity": "critical", "site": "ams",
           "instance": "h1:9853", "resolv_conf": "/etc/resolv.conf", "libc": "glibc"},
          {"alertname": "DNSBondDegraded", "severity": "warning", "site": "ams",
@@ -99,14 +99,14 @@ INHIBITION = {
           "instance": "h1:9853"},
          # other site, and not a per-resolver/per-host alert: not muted
          {"alertname": "DNSResolverDown", "severity": "critical", "site": "fra",
-          "instance": "h2:9853", "target": "10.1.0.1:53"},
+          "instance": "h2:9853", "target": "198.51.100.1:53"},
          {"alertname": "DNSConsulNoLeader", "severity": "critical", "site": "ams",
           "instance": "h1:9853", "agent": "local"}],
         {1, 2, 3, 4}),
     "a site-down without a site mutes nothing (equal on an absent label)": (
         [{"alertname": "DNSSiteDown", "severity": "critical"},
          {"alertname": "DNSResolverDown", "severity": "critical", "instance": "h1:9853",
-          "target": "10.0.0.1:53"}],
+          "target": "192.0.2.1:53"}],
         set()),
     "exporter down mutes the alerts of that instance only": (
         [{"alertname": "DNSFleetExporterDown", "severity": "critical", "site": "ams",
@@ -128,13 +128,13 @@ INHIBITION = {
          {"alertname": "DNSStubFailoverDelay", "severity": "warning", "site": "ams",
           "instance": "h1:9853", "resolv_conf": "/pods/a/resolv.conf", "libc": "glibc"},
          {"alertname": "DNSResolverServfailHigh", "severity": "critical", "site": "ams",
-          "instance": "h1:9853", "target": "10.0.0.1:53", "module": "recursive"},
+          "instance": "h1:9853", "target": "192.0.2.1:53", "module": "recursive"},
          {"alertname": "DNSResolverServfailHigh", "severity": "warning", "site": "ams",
-          "instance": "h1:9853", "target": "10.0.0.1:53", "module": "recursive"},
+          "instance": "h1:9853", "target": "192.0.2.1:53", "module": "recursive"},
          {"alertname": "DNSResolverServfailHigh", "severity": "warning", "site": "ams",
-          "instance": "h1:9853", "target": "10.0.0.2:53", "module": "recursive"},
+          "instance": "h1:9853", "target": "192.0.2.2:53", "module": "recursive"},
          {"alertname": "DNSResolverLatencyHigh", "severity": "warning", "site": "ams",
-          "instance": "h1:9853", "target": "10.0.0.1:53", "module": "recursive"}],
+          "instance": "h1:9853", "target": "192.0.2.1:53", "module": "recursive"}],
         {1, 4}),
 }
 

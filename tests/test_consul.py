@@ -95,23 +95,23 @@ def test_invalid_config_messages(tmp_path: Path, doc: object, message: str) -> N
 
 def test_compare_stale_missing_and_limits() -> None:
     health = parse_health_service(
-        '[{"Node":{"Node":"a","Address":"10.0.0.1"},"Service":{"Address":"","Port":1},'
+        '[{"Node":{"Node":"a","Address":"192.0.2.1"},"Service":{"Address":"","Port":1},'
         '"Checks":[{"Status":"passing"}]},'
-        '{"Node":{"Node":"b","Address":"10.0.0.2"},"Service":{"Address":"","Port":1},'
+        '{"Node":{"Node":"b","Address":"192.0.2.2"},"Service":{"Address":"","Port":1},'
         '"Checks":[{"Status":"warning"}]},'
-        '{"Node":{"Node":"c","Address":"10.0.0.3"},"Service":{"Address":"10.0.9.9",'
+        '{"Node":{"Node":"c","Address":"192.0.2.3"},"Service":{"Address":"192.0.2.99",'
         '"Port":1},"Checks":[{"Status":"passing"},{"Status":"critical"}]}]')
     assert len(health.passing) == 1
-    ok = frozenset({"10.0.0.1", "10.0.0.2"})
+    ok = frozenset({"192.0.2.1", "192.0.2.2"})
     c = compare(ok, health, only_passing=False, a_record_limit=None)
     assert (c.stale, c.missing) == (0, 0)
-    c = compare(ok | {"10.0.9.9"}, health, only_passing=False, a_record_limit=None)
+    c = compare(ok | {"192.0.2.99"}, health, only_passing=False, a_record_limit=None)
     assert (c.stale, c.missing) == (1, 0)
     c = compare(ok, health, only_passing=True, a_record_limit=None)
     assert (c.stale, c.missing) == (1, 0)            # warning served despite only_passing
-    c = compare(frozenset({"10.0.0.1"}), health, only_passing=False, a_record_limit=None)
+    c = compare(frozenset({"192.0.2.1"}), health, only_passing=False, a_record_limit=None)
     assert (c.stale, c.missing) == (0, 1)
-    c = compare(frozenset({"10.0.0.1"}), health, only_passing=False, a_record_limit=1)
+    c = compare(frozenset({"192.0.2.1"}), health, only_passing=False, a_record_limit=1)
     assert (c.stale, c.missing) == (0, 0)
 
 
@@ -129,7 +129,7 @@ def consul() -> Iterator[ConsulDouble]:
         for i in range(1, 4):
             c.add_node(f"n{i}", f"10.0.0.{i}")
             c.register("web", f"n{i}", 8080, tags=("primary",) if i == 1 else ())
-        c.add_node("far1", "10.9.0.1", datacenter="dc2")
+        c.add_node("far1", "198.51.100.9", datacenter="dc2")
         c.register("db", "far1", 5432, datacenter="dc2")
         c.create_query("db-q", "db", failover_datacenters=("dc2",))
         c.create_query("web-q", "web")
@@ -303,7 +303,7 @@ def test_garbage_dns_is_malformed(consul: ConsulDouble) -> None:
 
 def test_acl_token_from_file(tmp_path: Path) -> None:
     with consul_double(token="s3cret") as c:
-        c.add_node("n1", "10.0.0.1")
+        c.add_node("n1", "192.0.2.1")
         c.register("web", "n1", 80)
         # Without a token the health list comes back filtered: no catalog, no comparison.
         m = collect(make_config(c, services=["web"]))
@@ -323,7 +323,7 @@ def test_acl_token_from_file(tmp_path: Path) -> None:
 
 def test_token_never_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with consul_double(token="s3cret-token-value") as c:
-        c.add_node("n1", "10.0.0.1")
+        c.add_node("n1", "192.0.2.1")
         c.register("web", "n1", 80)
         token = tmp_path / "token"
         token.write_text("wrong-token-value")

@@ -21,14 +21,14 @@ from tests.consul_double import CRITICAL, WARNING, ConsulDouble, consul_double
 @pytest.fixture
 def consul() -> Iterator[ConsulDouble]:
     with consul_double() as c:
-        c.add_node("n1", "10.0.0.1")
-        c.add_node("n2", "10.0.0.2")
-        c.add_node("n3", "10.0.0.3")
-        c.add_node("far1", "10.9.0.1", datacenter="dc2")
+        c.add_node("n1", "192.0.2.1")
+        c.add_node("n2", "192.0.2.2")
+        c.add_node("n3", "192.0.2.3")
+        c.add_node("far1", "198.51.100.9", datacenter="dc2")
         c.register("web", "n1", 8080, tags=("primary",))
         c.register("web", "n2", 8080)
         c.register("web", "n3", 8080, status=CRITICAL)
-        c.register("api", "n1", 9000, address="10.0.1.1")
+        c.register("api", "n1", 9000, address="192.0.2.65")
         c.register("db", "far1", 5432, datacenter="dc2")
         yield c
 
@@ -59,17 +59,17 @@ def get(c: ConsulDouble, path: str, token: str | None = None) -> tuple[int, obje
 def test_service_a_answers_only_healthy_instances_with_ttl_0_and_flags(consul: ConsulDouble
                                                                         ) -> None:
     m = ask(consul, "web.service.consul")
-    assert addrs(m) == {"10.0.0.1", "10.0.0.2"}          # n3 is critical
+    assert addrs(m) == {"192.0.2.1", "192.0.2.2"}          # n3 is critical
     assert all(rs.ttl == 0 for rs in m.answer)
     assert m.flags & dns.flags.QR and m.flags & dns.flags.AA and m.flags & dns.flags.RD
     assert not m.flags & dns.flags.RA
 
 
 def test_warning_instances_are_served_unless_only_passing() -> None:
-    for only_passing, expect in ((False, {"10.0.0.1", "10.0.0.2"}), (True, {"10.0.0.1"})):
+    for only_passing, expect in ((False, {"192.0.2.1", "192.0.2.2"}), (True, {"192.0.2.1"})):
         with consul_double(only_passing=only_passing) as c:
-            c.add_node("n1", "10.0.0.1")
-            c.add_node("n2", "10.0.0.2")
+            c.add_node("n1", "192.0.2.1")
+            c.add_node("n2", "192.0.2.2")
             c.register("web", "n1", 80)
             c.register("web", "n2", 80, status=WARNING)
             assert addrs(ask(c, "web.service.consul")) == expect
@@ -86,7 +86,7 @@ def test_answers_are_shuffled() -> None:
 
 
 def test_tag_and_rfc2782_forms(consul: ConsulDouble) -> None:
-    assert addrs(ask(consul, "primary.web.service.consul")) == {"10.0.0.1"}
+    assert addrs(ask(consul, "primary.web.service.consul")) == {"192.0.2.1"}
     srv = ask(consul, "_web._tcp.service.consul", "SRV")   # _tcp: no tag filter
     assert {rd.target.to_text() for rs in srv.answer for rd in rs} == {
         "n1.node.dc1.consul.", "n2.node.dc1.consul."}
@@ -101,11 +101,11 @@ def test_srv_has_the_address_in_additional_and_addr_form_for_own_address(
     assert {(rd.priority, rd.weight, rd.port) for rd in srv} == {(1, 1, 8080)}
     extra = {rs.name.to_text(): rs[0].address for rs in m.additional
              if rs.rdtype == dns.rdatatype.A}
-    assert extra == {"n1.node.dc1.consul.": "10.0.0.1", "n2.node.dc1.consul.": "10.0.0.2"}
+    assert extra == {"n1.node.dc1.consul.": "192.0.2.1", "n2.node.dc1.consul.": "192.0.2.2"}
     m = ask(consul, "api.service.consul", "SRV")
     target = m.answer[0][0].target.to_text()
-    assert target == "0a000101.addr.dc1.consul."           # 10.0.1.1 in hex
-    assert addrs(ask(consul, target)) == {"10.0.1.1"}
+    assert target == "c0000241.addr.dc1.consul."           # 192.0.2.65 in hex
+    assert addrs(ask(consul, target)) == {"192.0.2.65"}
 
 
 def test_nxdomain_carries_the_consul_soa(consul: ConsulDouble) -> None:
@@ -122,19 +122,19 @@ def test_nxdomain_carries_the_consul_soa(consul: ConsulDouble) -> None:
 
 
 def test_node_lookup_and_datacenter_forms(consul: ConsulDouble) -> None:
-    assert addrs(ask(consul, "n2.node.consul")) == {"10.0.0.2"}
-    assert addrs(ask(consul, "far1.node.dc2.consul")) == {"10.9.0.1"}
-    assert addrs(ask(consul, "db.service.dc2.consul")) == {"10.9.0.1"}
-    assert addrs(ask(consul, "db.service.dc2.dc.consul")) == {"10.9.0.1"}
+    assert addrs(ask(consul, "n2.node.consul")) == {"192.0.2.2"}
+    assert addrs(ask(consul, "far1.node.dc2.consul")) == {"198.51.100.9"}
+    assert addrs(ask(consul, "db.service.dc2.consul")) == {"198.51.100.9"}
+    assert addrs(ask(consul, "db.service.dc2.dc.consul")) == {"198.51.100.9"}
     assert ask(consul, "db.service.consul").rcode() == dns.rcode.NXDOMAIN
 
 
 def test_prepared_query_with_failover(consul: ConsulDouble) -> None:
     consul.create_query("web-q", "web")
     consul.create_query("db-q", "db", failover_datacenters=("dc2",))
-    assert addrs(ask(consul, "web-q.query.consul")) == {"10.0.0.1", "10.0.0.2"}
+    assert addrs(ask(consul, "web-q.query.consul")) == {"192.0.2.1", "192.0.2.2"}
     # db has no instance in dc1: the query fails over to dc2.
-    assert addrs(ask(consul, "db-q.query.consul")) == {"10.9.0.1"}
+    assert addrs(ask(consul, "db-q.query.consul")) == {"198.51.100.9"}
     srv = ask(consul, "_db-q._tcp.query.consul", "SRV")
     assert srv.answer[0][0].target.to_text() == "far1.node.dc2.consul."
     status, body, _ = get(consul, "/v1/query/db-q/execute")
@@ -162,7 +162,7 @@ def test_http_health_status_agent_and_queries(consul: ConsulDouble) -> None:
     status, body, _ = get(consul, "/v1/health/service/web")
     assert status == 200 and len(body) == 3
     status, body, _ = get(consul, "/v1/health/service/web?passing")
-    assert {e["Node"]["Address"] for e in body} == {"10.0.0.1", "10.0.0.2"}
+    assert {e["Node"]["Address"] for e in body} == {"192.0.2.1", "192.0.2.2"}
     status, body, _ = get(consul, "/v1/health/service/web?tag=primary")
     assert [e["Node"]["Node"] for e in body] == ["n1"]
     assert get(consul, "/v1/status/leader")[1] == "127.0.0.1:8300"
@@ -176,7 +176,7 @@ def test_http_health_status_agent_and_queries(consul: ConsulDouble) -> None:
 
 def test_acl_filters_lists_and_denies_agent_self() -> None:
     with consul_double(token="s3cret") as c:
-        c.add_node("n1", "10.0.0.1")
+        c.add_node("n1", "192.0.2.1")
         c.register("web", "n1", 80)
         status, body, headers = get(c, "/v1/health/service/web")
         assert status == 200 and body == []
@@ -188,6 +188,6 @@ def test_acl_filters_lists_and_denies_agent_self() -> None:
 
 def test_fault_switch_serves_failed_instances(consul: ConsulDouble) -> None:
     consul.serve_failed = True
-    assert addrs(ask(consul, "web.service.consul")) == {"10.0.0.1", "10.0.0.2", "10.0.0.3"}
+    assert addrs(ask(consul, "web.service.consul")) == {"192.0.2.1", "192.0.2.2", "192.0.2.3"}
     _, body, _ = get(consul, "/v1/health/service/web?passing")
     assert len(body) == 2                                     # the catalog is not fooled

@@ -93,7 +93,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[St
     try:
         consul.start()
         started.append(consul)
-        consul.add_node("n1", "10.0.0.1")
+        consul.add_node("n1", "192.0.2.1")
         consul.register("web", "n1", 8080)
         consul.create_query("web-q", "web")
         for u in (u1, u2):

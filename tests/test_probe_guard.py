@@ -158,7 +158,7 @@ def test_refused_requests_send_no_packet(client_for: Any, tmp_path: Path) -> Non
         statuses(client_for, s.port + 1 if s.port < 65535 else s.port - 1, [
             f"target=127.0.0.1:{s.port}&module=fixed",
             f"target=[::ffff:127.0.0.1]:{s.port}&module=fixed",
-        ], probe_allowlist=["10.255.255.0/24"])
+        ], probe_allowlist=["192.0.2.0/24"])
         assert s.received == 0
 
 

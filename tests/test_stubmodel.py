@@ -99,7 +99,7 @@ def test_musl_parallel_first_answer_wins() -> None:
 
 
 def test_model_reads_the_parsed_file() -> None:
-    rc = parse_resolv_conf("nameserver 10.0.0.1\nnameserver 10.0.0.2\n"
+    rc = parse_resolv_conf("nameserver 192.0.2.1\nnameserver 192.0.2.2\n"
                            "options timeout:2 attempts:1\n")
     assert model(rc, (S, A), "glibc").delay == 2.0
     assert model(rc, (S, A), "musl").delay == 0.0
