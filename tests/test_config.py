@@ -74,11 +74,33 @@ def test_valid_config_defaults_and_values() -> None:
     assert "max_concurrent_probes: 64" in text and "www.example.test" in text
 
 
-def test_empty_file_is_valid_and_empty(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("text", "problem"), [
+    ("", "the file is empty"),
+    ("# all commented out\n", "the file is empty"),
+    ("targets:\n", "nothing to monitor"),              # cut short after the key
+    ("modules:\n  m: {}\n", "nothing to monitor"),
+    ("limits: {max_targets: 10}\nresolv_conf:\n", "nothing to monitor"),
+])
+def test_config_that_monitors_nothing_is_refused(tmp_path: Path, text: str,
+                                                 problem: str) -> None:
+    """An empty or truncated file would make every probe series vanish, and with them every
+    alert that could say so: it is refused, naming the file."""
     p = tmp_path / "empty.yml"
-    p.write_text("")
+    p.write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        config.load(p)
+    assert str(exc.value) == (
+        f"{p}: {problem}: it has no targets, resolv_conf or consul section (write "
+        "`targets: []` to run only the host collectors on purpose)")
+
+
+@pytest.mark.parametrize("text", ["targets: []\n", "resolv_conf: []\n",
+                                  "consul: {agents: []}\n"])
+def test_explicitly_empty_config_is_accepted(tmp_path: Path, text: str) -> None:
+    p = tmp_path / "hostonly.yml"
+    p.write_text(text)
     cfg = config.load(p)
-    assert cfg.targets == () and dict(cfg.modules) == {}
+    assert cfg.targets == ()
 
 
 @pytest.mark.parametrize(("text", "want"), [

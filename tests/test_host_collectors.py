@@ -25,7 +25,8 @@ HOST = ("bonding", "nic", "cpu_latency")
 
 
 def collect(fs: HostFS, *, resolver: str | None = "unbound") -> list[Family]:
-    cfg = parse({"host": {"resolver_process": resolver}} if resolver else {}, source="test")
+    cfg = parse({"targets": [], "host": {"resolver_process": resolver}} if resolver
+                else {"targets": []}, source="test")
     return asyncio.run(_run(fs, cfg))
 
 
@@ -313,8 +314,9 @@ def test_process_vanishing_mid_scan(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_host_config_keys() -> None:
-    cfg = parse({"host": {"collectors": ["nic"], "resolver_process": "unbound",
-                          "nic_include": "eth.*", "nic_exclude": "eth1"}}, source="c.yml")
+    cfg = parse({"targets": [], "host": {"collectors": ["nic"], "resolver_process": "unbound",
+                                         "nic_include": "eth.*", "nic_exclude": "eth1"}},
+                source="c.yml")
     assert cfg.host.nic_include == "eth.*" and cfg.host.collectors == ("nic",)
     with pytest.raises(ConfigError, match=r"c.yml: host.nic_exclude: invalid regular"):
         parse({"host": {"nic_exclude": "("}}, source="c.yml")
@@ -325,7 +327,8 @@ def test_host_config_keys() -> None:
 
 
 def test_nic_include_exclude() -> None:
-    cfg = parse({"host": {"nic_include": "eth.*", "nic_exclude": "eth1"}}, source="t")
+    cfg = parse({"targets": [], "host": {"nic_include": "eth.*", "nic_exclude": "eth1"}},
+                source="t")
     from dnsfleet.collectors.nic import collect as nic_collect
     fams = nic_collect(host_fs(TREES / "x86"), cfg)
     devices = {dict(lab)["device"] for n, lab in samples(fams) if n == "dnsfleet_nic_queues"}
@@ -334,7 +337,7 @@ def test_nic_include_exclude() -> None:
 
 def test_cli_once_on_fixture_tree(tmp_path: Path) -> None:
     cfg = tmp_path / "dnsfleet.yml"
-    cfg.write_text("host:\n  resolver_process: unbound\n")
+    cfg.write_text("targets: []\nhost:\n  resolver_process: unbound\n")
     root = TREES / "x86"
     out = subprocess.run(
         [sys.executable, "-m", "dnsfleet", "--once", "--config.file", str(cfg),

@@ -115,7 +115,8 @@ def test_classify_network_failures() -> None:
 
 def test_config_resolv_conf_section() -> None:
     assert [w.path for w in builtin_default([]).resolv_conf] == ["/etc/resolv.conf"]
-    assert [w.path for w in parse({}, source="t.yml").resolv_conf] == ["/etc/resolv.conf"]
+    assert [w.path for w in parse({"targets": []}, source="t.yml").resolv_conf] == [
+        "/etc/resolv.conf"]
     assert parse({"resolv_conf": []}, source="t.yml").resolv_conf == ()
     cfg = parse({"resolv_conf": ["/etc/resolv.conf",
                                  {"path": "/var/lib/kubelet/pods/x/etc-hosts/resolv.conf",

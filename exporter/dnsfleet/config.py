@@ -854,7 +854,19 @@ def parse(data: Any, *, source: str) -> Config:
         raw=data if isinstance(data, dict) else {},
     )
     f.done()
+    if not any(f.has(key) for key in MONITORING_KEYS):
+        # An empty or truncated file (`: > dnsfleet.yml`, a half-written deploy) must not
+        # quietly turn every probe series off: then no probe alert can ever fire.
+        raise root.error(
+            ("the file is empty" if not f.node.value else "nothing to monitor")
+            + ": it has no targets, resolv_conf or consul section (write `targets: []` to "
+            "run only the host collectors on purpose)")
     return cfg
+
+
+# A config must set at least one of these, if only to an empty list (see parse); a key
+# with no value (`targets:`, as a file cut short leaves it) does not count.
+MONITORING_KEYS = ("targets", "resolv_conf", "consul")
 
 
 def _check_one_internals_entry(root: Node, targets: tuple[Target, ...]) -> None:
