@@ -44,10 +44,12 @@ class TargetState:
     failures: list[int] = field(default_factory=lambda: [0] * len(REASONS))
     buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
     latency_sum: float = 0.0
+    probes: int = 0                               # sent on /metrics, answered or not
 
     def observe(self, result: ProbeResult, wall: float) -> None:
         self.last = result
         self.last_wall = wall
+        self.probes += 1
         if result.reason is not None:
             self.failures[REASONS.index(result.reason)] += 1
         if result.response is not None:
@@ -91,8 +93,8 @@ class Prober:
                 states[key] = old
             elif old is not None:  # same target, new labels: keep the counters
                 fresh = new_state(t)
-                fresh.failures, fresh.buckets, fresh.latency_sum = (
-                    old.failures, old.buckets, old.latency_sum)
+                fresh.failures, fresh.buckets, fresh.latency_sum, fresh.probes = (
+                    old.failures, old.buckets, old.latency_sum, old.probes)
                 fresh.last, fresh.last_wall = old.last, old.last_wall
                 states[key] = fresh
             else:
@@ -131,9 +133,12 @@ class Prober:
         fams = probe_result_families([(st.labels, st.reason_labels, st.last) for st in states])
         failures: list[str] = []
         hist: list[str] = []
+        attempts: list[str] = []
         fname = "dnsfleet_probe_failures_total"
         hname = "dnsfleet_probe_latency_seconds"
+        aname = "dnsfleet_probe_attempts_total"
         for st in states:
+            attempts.append(f"{aname}{{{st.labels}}} {st.probes}\n")
             failures.extend(f"{fname}{{{lab}}} {n}\n"
                             for lab, n in zip(st.reason_labels, st.failures, strict=True))
             labels = st.labels
@@ -148,6 +153,11 @@ class Prober:
             *fams,
             TextFamily(fname, "Failed probes per target by reason since the exporter started.",
                        "counter", "".join(failures)),
+            # The denominator of the failure ratio: a share of failed probes needs the
+            # probes, and counting them here stays right when two Prometheus servers scrape
+            # one exporter (each scrape is a probe; a sample count per server is not).
+            TextFamily(aname, "Probes sent to this target on /metrics since the exporter "
+                       "started, answered or not.", "counter", "".join(attempts)),
             TextFamily(hname, "Latency of probes that got an answer (any rcode).", "histogram",
                        "".join(hist)),
             *self.watch.families(),
