@@ -18,6 +18,7 @@ from dnsfleet.parsers.resolvconf import parse_resolv_conf
 from dnsfleet.prober import Prober, probe_result_families, query_for
 from dnsfleet.probes import REASONS, ProbeResult, probe
 from dnsfleet.selfmetrics import process_families
+from dnsfleet.statuspage import History, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,8 @@ MIN_PROBE_TIMEOUT = 0.05
 class ReloadStatus:
     successful: bool
     timestamp: float          # of the last successful load
-    error: str = ""
+    error: str = ""           # of the latest failed load only
+    failed_at: float = 0.0
 
 
 class Exporter:
@@ -43,6 +45,9 @@ class Exporter:
         self.prober.configure(self.config)
         self.reload_status = ReloadStatus(True, time.time())
         self.scrapes_total = 0
+        # What the status page shows: the last scrape's findings, never a probe of its own.
+        self.last_snapshot: Snapshot | None = None
+        self.status_history = History()
 
     def _load(self) -> Config:
         if self.config_file:
@@ -58,9 +63,12 @@ class Exporter:
     def reload(self) -> ReloadStatus:
         try:
             cfg = self._load()
-        except ConfigError as e:
-            log.error("reload failed, keeping the running configuration: %s", e)
-            self.reload_status = ReloadStatus(False, self.reload_status.timestamp, str(e))
+        except Exception as e:
+            msg = str(e) if isinstance(e, ConfigError) else (
+                f"{self.config_file}: {type(e).__name__}: {e}")
+            log.error("reload failed, keeping the running configuration: %s", msg)
+            self.reload_status = ReloadStatus(False, self.reload_status.timestamp, msg,
+                                              failed_at=time.time())
             return self.reload_status
         self.config = cfg
         self.prober.configure(cfg)
@@ -90,10 +98,13 @@ class Exporter:
             self.scrapes_total += 1
             fams: list[Family | TextFamily] = [
                 *self.prober.families(), *merge(collected), *self.self_families(cfg)]
+            took = loop.time() - start
             fams.append(Family("dnsfleet_scrape_duration_seconds",
-                               "Time this exporter spent on the current scrape.")
-                        .add(loop.time() - start))
+                               "Time this exporter spent on the current scrape.").add(took))
             fams.extend(process_families())
+            self.last_snapshot = Snapshot.of(fams, wall=time.time(), duration=took)
+            self.status_history.update(self.last_snapshot,
+                                       (t.address for t in cfg.targets))
             return render_bytes(fams)
 
     def self_families(self, cfg: Config) -> list[Family]:

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import html
 import ipaddress
 import logging
-import time
 from collections.abc import Awaitable, Callable
 
 import dns.exception
 
-from dnsfleet import __version__
+from dnsfleet import statuspage
 from dnsfleet.app import Exporter, probe_exposition
 from dnsfleet.config import Target, parse_address, to_yaml
 from dnsfleet.httpserver import Request, Response, Router
@@ -110,59 +108,13 @@ class Handlers:
                         content_type="text/yaml; charset=utf-8")
 
     async def index(self, request: Request) -> Response:
-        return Response(body=status_page(self.exp, self.metrics_path).encode(),
+        return Response(body=statuspage.render(self.exp, metrics_path=self.metrics_path)
+                        .encode(),
                         content_type="text/html; charset=utf-8")
 
 
 def _bad(status: int, reason: str) -> Response:
     return Response.text(status, reason + "\n")
-
-
-def status_page(exp: Exporter, metrics_path: str) -> str:
-    """A page someone on call can read: every target, its last result, reason, latency."""
-    e = html.escape
-    rows = []
-    now = time.time()
-    states = sorted(exp.prober.states.values(),
-                    key=lambda s: (s.last is None or s.last.success, s.target.address))
-    for st in states:
-        t, r = st.target, st.last
-        labels = " ".join(f"{k}={v}" for k, v in t.labels)
-        if r is None:
-            cells = ('<td class="unk">not probed yet</td><td></td><td></td><td></td><td></td>')
-        else:
-            cls = "ok" if r.success else "bad"
-            verdict = "OK" if r.success else f"FAIL: {r.reason.value if r.reason else '?'}"
-            cells = (f'<td class="{cls}">{e(verdict)}</td><td>{r.duration * 1000:.1f} ms</td>'
-                     f"<td>{e(r.rcode_text)}</td><td>{e(r.detail)}</td>"
-                     f"<td>{now - st.last_wall:.0f}s ago</td>")
-        rows.append(f"<tr><td>{e(t.address)}</td><td>{e(t.module)}</td><td>{e(labels)}</td>"
-                    f"{cells}</tr>")
-    failing = sum(1 for s in exp.prober.states.values() if s.last and not s.last.success)
-    rs = exp.reload_status
-    reload_note = "" if rs.successful else (
-        f'<p class="bad">Last reload FAILED, running the previous configuration: '
-        f"{e(rs.error)}</p>")
-    body = "\n".join(rows) or '<tr><td colspan="8">No targets configured.</td></tr>'
-    return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>dnsfleet exporter</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 1.5em; }}
-table {{ border-collapse: collapse; }} td, th {{ padding: 4px 10px; border-bottom: 1px solid #ddd;
-text-align: left; }} .ok {{ color: #176f2c; }} .bad {{ color: #b00020; font-weight: bold; }}
-.unk {{ color: #777; }}
-</style></head><body>
-<h1>dnsfleet exporter {e(__version__)}</h1>
-<p>Configuration: {e(exp.config.source)} &middot; {len(exp.config.targets)} targets &middot;
-<b>{failing} failing</b> at the last scrape &middot;
-<a href="{e(metrics_path)}">metrics</a> &middot; <a href="/config">effective config</a></p>
-{reload_note}
-<p>Results are from the last <code>{e(metrics_path)}</code> scrape; failing targets first.</p>
-<table><tr><th>target</th><th>module</th><th>labels</th><th>result</th><th>latency</th>
-<th>rcode</th><th>detail</th><th>probed</th></tr>
-{body}
-</table></body></html>
-"""
 
 
 def make_router(exp: Exporter, *, metrics_path: str = "/metrics") -> Router:

@@ -1,0 +1,276 @@
+"""The status page at ``/`` as an incident view: pure pieces (label parsing, event history)
+and the real page in headless Chromium, served by a real exporter that probes a real
+unbound (recursing to BIND for its canary) and a closed port, with a resolv.conf whose only
+nameserver refuses. The DOM is asserted, a screenshot is taken, and the page is shown to
+send no query to any resolver: unbound's own query counter does not move while it is
+viewed, and the exporter's probe counter moves by one scrape's worth per scrape only."""
+
+from __future__ import annotations
+
+import html.parser
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dnsfleet.exposition import Family, labelset
+from dnsfleet.statuspage import History, Snapshot, ago, parse_labels
+from tests.exporter_proc import ExporterProcess, value
+from tests.servers import Named, Unbound
+from tests.tools import binary
+
+# ------------------------------------------------------------------------------ pure
+
+
+@given(st.dictionaries(st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True),
+                       st.text(max_size=20), max_size=5))
+def test_parse_labels_inverts_labelset(labels: dict[str, str]) -> None:
+    assert parse_labels(labelset(labels)) == labels
+
+
+def test_ago() -> None:
+    assert [ago(s) for s in (-3, 5, 89, 600, 7200, 200000)] == [
+        "0s", "5s", "89s", "10m", "2h", "2d"]
+
+
+def snap(wall: float, *, start: float, resets: int, last_reset: float | None,
+         queries: float) -> Snapshot:
+    t = labelset({"target": "192.0.2.1:53", "site": "x"})
+    tm = labelset({"target": "192.0.2.1:53", "module": "m", "site": "x"})
+    fams = [Family("dnsfleet_resolver_start_time_seconds", "").add(start,
+                                                                    parse_labels(t)),
+            Family("dnsfleet_resolver_queries_total", "", "counter"),
+            Family("dnsfleet_resolver_cache_resets_total", "", "counter"),
+            Family("dnsfleet_resolver_last_cache_reset_timestamp_seconds", "")]
+    fams[1].add_raw(t, queries)
+    fams[2].add_raw(tm, resets)
+    if last_reset is not None:
+        fams[3].add_raw(tm, last_reset)
+    return Snapshot.of(fams, wall=wall, duration=0.1)
+
+
+def test_history_remembers_restarts_resets_and_load() -> None:
+    h = History()
+    targets = ["192.0.2.1:53"]
+    h.update(snap(1000, start=500, resets=0, last_reset=None, queries=0), targets)
+    assert not h.events
+    h.update(snap(1015, start=500, resets=1, last_reset=1010, queries=1500), targets)
+    assert [(e.wall, e.what) for e in h.events["192.0.2.1:53"]] == [
+        (1010, "cache reset seen by the canary (module m)")]
+    assert h.qps["192.0.2.1:53"] == 100
+    h.update(snap(1030, start=1025, resets=1, last_reset=1010, queries=10), targets)
+    assert h.events["192.0.2.1:53"][-1].what == "restarted (start time changed)"
+    assert "192.0.2.1:53" not in h.qps   # the counter restarted: no rate across it
+    h.update(snap(1045, start=1025, resets=1, last_reset=1010, queries=40), [])
+    assert not h.events and not h.qps    # target removed from the config
+
+
+def test_snapshot_keeps_only_the_page_families() -> None:
+    kept = Family("dnsfleet_collector_success", "").add(1, {"collector": "nic"})
+    other = Family("dnsfleet_nic_queue_interrupts_total", "").add(5, {"device": "eth0"})
+    s = Snapshot.of([kept, other], wall=1, duration=0)
+    assert set(s.families) == {"dnsfleet_collector_success"}
+
+
+# --------------------------------------------------------------------- the real page
+
+
+@dataclass
+class Page:
+    exporter: ExporterProcess
+    unbound: Unbound
+    dead: str
+    config: Path
+    work: Path
+
+
+def spare_loopback() -> str:
+    """A loopback address with nothing on port 53 (resolv.conf cannot name a port)."""
+    import socket
+
+    for third in range(60, 250):
+        host = f"127.54.{third}.1"
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.bind((host, 53))
+        except OSError:
+            continue
+        return host
+    pytest.fail("no free loopback address")
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[Page]:
+    work = tmp_path_factory.mktemp("statuspage")
+    u = Unbound(work / "u", stubs={"example.test.": f"127.0.0.1@{named.port}"},
+                extra_server='  nsid: "ascii_page-u1"\n')
+    u.start()
+    from tests.tools import free_port
+
+    dead = f"127.0.0.1:{free_port()}"
+    root = work / "root"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc" / "resolv.conf").write_text(
+        f"nameserver {spare_loopback()}\noptions timeout:1 attempts:1\n")
+    cfg = work / "dnsfleet.yml"
+    cfg.write_text(yaml.safe_dump({
+        "modules": {"lab": {"query_name": "www.example.test", "query_type": "A",
+                            "timeout": "500ms", "canary": "canary.example.test"}},
+        "targets": [
+            {"address": u.address, "module": "lab", "labels": {"site": "lab"},
+             "capacity_qps": 2000,
+             "stats": {"type": "unbound", "control": f"unix://{u.control_socket}"}},
+            {"address": dead, "module": "lab", "labels": {"site": "lab"}},
+        ],
+        "resolv_conf": [{"path": "/etc/resolv.conf", "query_name": "www.example.test",
+                         "query_type": "A", "probe_timeout": "300ms"}],
+    }))
+    exp = ExporterProcess(f"--config.file={cfg}", f"--path.rootfs={root}", cwd=work)
+    try:
+        yield Page(exp, u, dead, cfg, work)
+    finally:
+        exp.stop()
+        u.stop()
+
+
+CHROMIUM_FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-default-apps", "--disable-extensions", "--hide-scrollbars",
+    # Anything not on loopback goes to a proxy that does not exist: the page must be
+    # complete without the network, and the browser must not reach out by itself.
+    "--proxy-server=http://127.0.0.1:9",  # loopback itself is bypassed implicitly
+)
+
+
+def chromium(*args: str, timeout: float = 60) -> str:
+    exe = shutil.which("chromium") or binary("chromium")
+    # A profile of its own per run: two runs sharing one hand over to each other and the
+    # second returns at once with nothing.
+    with tempfile.TemporaryDirectory(prefix="chromium-") as profile:
+        out = subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+                             capture_output=True, text=True, timeout=timeout,
+                             env={**os.environ, "HOME": profile})
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+class Dom(html.parser.HTMLParser):
+    """Text of every element with an id or a data-target/data-collector attribute."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.text: dict[str, str] = {}
+        self.open: list[tuple[str, str]] = []
+        self.external: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        for k in ("src", "href"):
+            v = a.get(k) or ""
+            if v.startswith(("http:", "https:", "//")):
+                self.external.append(v)
+        key = a.get("id") or a.get("data-target") or a.get("data-collector")
+        if key and tag not in ("meta", "link"):
+            self.open.append((tag, key))
+            self.text.setdefault(key, "")
+
+    def handle_endtag(self, tag: str) -> None:
+        if self.open and self.open[-1][0] == tag:
+            self.open.pop()
+
+    def handle_data(self, data: str) -> None:
+        for _, key in self.open:
+            self.text[key] += data
+
+
+def dom(page: Page) -> Dom:
+    d = Dom()
+    d.feed(chromium("--dump-dom", page.exporter.base + "/"))
+    return d
+
+
+def unbound_queries(u: Unbound) -> int:
+    for line in u.control("stats_noreset").splitlines():
+        if line.startswith("total.num.queries="):
+            return int(line.split("=")[1])
+    raise AssertionError("no total.num.queries")
+
+
+def test_page_before_any_scrape_says_so(page: Page) -> None:
+    body = page.exporter.get("/")   # runs first: the module's exporter was never scraped
+    assert "No scrape yet" in body and "not probed yet" in body
+    assert "<script" not in body and "http://" not in body.replace(page.exporter.base, "")
+
+
+def test_incident_view_in_chromium(page: Page, tmp_path: Path) -> None:
+    exp, u = page.exporter, page.unbound
+    first = exp.get("/metrics")
+    u.restart()                     # a restart the page must show, with when
+    second = exp.get("/metrics")
+    targets = 2
+    probes = value(second, "dnsfleet_probes_total")
+    assert probes == 2 * targets and value(first, "dnsfleet_probes_total") == targets
+
+    before = unbound_queries(u)
+    d = dom(page)
+    shot = tmp_path / "status.png"
+    chromium("--window-size=1500,900", f"--screenshot={shot}", exp.base + "/")
+    for _ in range(3):
+        exp.get("/")
+    assert unbound_queries(u) == before, "viewing the page sent queries to the resolver"
+    third = exp.get("/metrics")
+    assert value(third, "dnsfleet_probes_total") == 3 * targets
+
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+    keep = os.environ.get("DNSFLEET_SCREENSHOT_DIR")
+    if keep:
+        shutil.copy(shot, Path(keep) / "status-page.png")
+    assert not d.external, d.external
+
+    row = d.text[u.address]
+    assert "OK" in row and "page-u1" in row                       # result, backend (NSID)
+    assert "readable: unbound" in row                             # statistics
+    assert "restarted (start time changed)" in row and "ago" in row
+    assert "cached" in row or "usable" in row                     # canary
+    assert "qps" in row                                           # headroom vs 2000 qps
+    dead = d.text[page.dead]
+    assert "FAIL: refused" in dead and "not configured" in dead
+    assert "ALL LOOKUPS FAIL" in d.text["stub"] and "/etc/resolv.conf" in d.text["stub"]
+    assert "ok" in d.text["resolver_stats"] and "FAILING" not in d.text["collectors"]
+    assert "1 failing" in d.text["summary"] and "2 targets" in d.text["summary"]
+    assert "Last scrape" in d.text["age"] and "ago" in d.text["age"]
+    assert "loaded" in d.text["reload"]
+    # failing first
+    order = [k for k in d.text if k in (u.address, page.dead)]
+    assert order == [page.dead, u.address]
+
+
+def test_failed_reload_shows_latest_error_only(page: Page) -> None:
+    good = page.config.read_text()
+    try:
+        page.config.write_text("targets: [\n")
+        status, _ = page.exporter.request("/-/reload", method="POST")
+        assert status == 500
+        page.config.write_text("")
+        status, _ = page.exporter.request("/-/reload", method="POST")
+        assert status == 500
+        text = dom(page).text["reload"]
+        assert "Last reload FAILED" in text and "the file is empty" in text
+        assert "invalid YAML" not in text    # the latest error only
+        metrics = page.exporter.get("/metrics")
+        assert value(metrics, "dnsfleet_config_last_reload_successful") == 0
+        assert value(metrics, "dnsfleet_targets") == 2   # still the old config
+    finally:
+        page.config.write_text(good)
+        status, _ = page.exporter.request("/-/reload", method="POST")
+    assert status == 200
+    assert "Last reload FAILED" not in page.exporter.get("/")
