@@ -12,7 +12,12 @@ untouched). The stack:
 - site "lab2": two closed ports: every resolver of the site is down from the start;
 - the exporter host's resolv.conf (under --path.rootfs): a silent first nameserver (a
   blackhole on port 53 of another spare loopback address), then u2; timeout:2 attempts:1;
-- site "lab3": an exporter address nothing listens on.
+- site "lab3": an exporter address nothing listens on;
+- site "lab4": a resolver that answers every other query and drops the rest (partial
+  loss: DNSResolverDown never fires for it, the failure-ratio alert pages).
+
+The empty-config scenario truncates the exporter's file and reloads it: the exporter keeps
+its configuration and DNSFleetConfigReloadFailed reaches the ticket receiver.
 
 The measured fault-to-notification times are printed (`pytest -s`) and kept in MEASURED.
 """
@@ -25,6 +30,7 @@ import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,7 +48,7 @@ from tests.monitoring import (
     prometheus_config,
     scaled_rules,
 )
-from tests.servers import Blackhole, Named, Unbound
+from tests.servers import Blackhole, Named, ScriptedServer, Unbound, answer
 from tests.tools import free_port
 
 SCALE = 30          # 2m -> 4s, 1m -> 2s, 5m -> 10s
@@ -73,6 +79,8 @@ class Stack:
     exporter: ExporterProcess
     u1: Unbound
     u2: Unbound
+    lossy: ScriptedServer
+    config: Path
     started: float
 
 
@@ -87,6 +95,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[St
                  extra_server='  nsid: "ascii_u2"\n')
     consul = ConsulDouble()
     blackhole = Blackhole(host=silent_addr, port=53)
+    seen = [0]
+
+    def every_other(query: bytes) -> list[bytes]:
+        seen[0] += 1
+        if seen[0] % 2:
+            return []
+        return [answer(query, "www.example.test. 60 IN A 192.0.2.10")]
+
+    lossy = ScriptedServer(every_other)
     dead = [free_port(), free_port()]
     dead_exporter = free_port()
     started: list[Any] = []
@@ -120,10 +137,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[St
                     "stats": {"type": "unbound", "control": f"unix://{u.control_socket}"}}
 
         config = {
-            "modules": {"lab": module},
+            "modules": {"lab": module,
+                        "lossy": {"query_name": "www.example.test", "query_type": "A",
+                                  "timeout": "300ms"}},
             "targets": [{**resolver(u1), "capacity_qps": 2000}, resolver(u2),
                         *({"address": f"127.0.0.1:{p}", "module": "lab",
-                           "labels": {"site": "lab2"}} for p in dead)],
+                           "labels": {"site": "lab2"}} for p in dead),
+                        {"address": lossy.address, "module": "lossy",
+                         "labels": {"site": "lab4"}}],
             "resolv_conf": [{"path": "/etc/resolv.conf", "query_name": "www.example.test",
                              "query_type": "A", "probe_timeout": "500ms"}],
             "limits": {"scrape_timeout_offset": "300ms"},
@@ -156,11 +177,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[St
         (work / "prom").mkdir()
         prom.start()
         started.append(prom)
-        yield Stack(prom, am, hook, exporter, u1, u2, time.time())
+        yield Stack(prom, am, hook, exporter, u1, u2, lossy, cfg, time.time())
     finally:
         for thing in reversed(started):
             thing.stop()
         blackhole.close()
+        lossy.close()
 
 
 def first_sample_time(prom: Prometheus, expr: str) -> float:
@@ -255,6 +277,52 @@ def test_resolver_stop_and_restart_are_delivered(stack: Stack) -> None:
                           target=u1.address)
     assert again[2]["labels"]["cause"].startswith("the resolver process restarted")
     MEASURED["DNSResolverRestarted (unbound started -> ticket)"] = again[0] - restarted
+
+
+def test_partial_loss_pages_where_resolver_down_cannot(stack: Stack) -> None:
+    """Half of the probes of lab4's resolver time out: the ratio alert pages, and
+    DNSResolverDown (every probe failed) never fires for it."""
+    wait_scraped(stack)
+    crit = stack.hook.wait_for(timeout=90, receiver="pager",
+                               alertname="DNSResolverProbeFailuresHigh", severity="critical",
+                               site="lab4")
+    assert crit[2]["labels"]["target"] == stack.lossy.address
+    fault = first_sample_time(stack.prom,
+                              f'dnsfleet_probe_success{{target="{stack.lossy.address}"}}')
+    MEASURED["DNSResolverProbeFailuresHigh (first probe of a 50%-loss resolver -> pager)"] = (
+        crit[0] - fault)
+    ratio = stack.prom.query(
+        f'target:dnsfleet_probe_failures:ratio_rate10m{{target="{stack.lossy.address}"}}')
+    assert 0.3 < float(ratio[0]["value"][1]) < 0.7, ratio
+    # Pending now and then (any failed scrape), never firing.
+    assert not stack.prom.query(
+        f'max_over_time(ALERTS{{alertname="DNSResolverDown",alertstate="firing",'
+        f'target="{stack.lossy.address}"}}[10m])')
+
+
+def test_truncated_config_is_refused_and_reaches_the_webhook(stack: Stack) -> None:
+    """`: > dnsfleet.yml` then a reload: the exporter keeps probing with the old
+    configuration, and the failed reload reaches Alertmanager's ticket receiver."""
+    wait_scraped(stack)
+    good = stack.config.read_text()
+    before = stack.prom.query('dnsfleet_targets{site="lab"}')
+    try:
+        stack.config.write_text("")
+        truncated = time.time()
+        status, body = stack.exporter.request("/-/reload", method="POST")
+        assert status == 500 and "the file is empty" in body
+        alert = stack.hook.wait_for(timeout=60, receiver="ticket",
+                                    alertname="DNSFleetConfigReloadFailed", site="lab")
+        MEASURED["DNSFleetConfigReloadFailed (config truncated -> ticket)"] = (
+            alert[0] - truncated)
+        # Still probing every target of the old configuration.
+        after = stack.prom.query('dnsfleet_targets{site="lab"}')
+        assert after[0]["value"][1] == before[0]["value"][1]
+        assert stack.prom.query(f'dnsfleet_probe_success{{target="{stack.u2.address}"}}')
+    finally:
+        stack.config.write_text(good)
+        status, _ = stack.exporter.request("/-/reload", method="POST")
+    assert status == 200
 
 
 # Queries whose metrics all exist yet may return nothing in a short run, and why.
