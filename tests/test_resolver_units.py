@@ -13,7 +13,13 @@ from dnsfleet.parsers.bind import parse_bind_server
 from dnsfleet.parsers.resperf import parse_resperf
 from dnsfleet.parsers.unbound import parse_unbound_stats, parse_version
 from dnsfleet.probes import ProbeResult
-from dnsfleet.restarts import ResolverWatch, WatchState, is_cache_reset
+from dnsfleet.restarts import (
+    CanaryTracker,
+    ResolverWatch,
+    Unusable,
+    WatchState,
+    is_cache_reset,
+)
 
 FIX = Path(__file__).parent / "fixtures" / "resolver"
 
@@ -144,18 +150,105 @@ def _watch_state() -> WatchState:
     return w.states[("127.0.0.1", "m")]
 
 
-def test_observe_canary_sequence() -> None:
-    st = _watch_state()
-    obs = ResolverWatch.observe_canary
-    assert not obs(st, 3600, now=0, wall=100, backend="a")       # baseline
-    assert not obs(st, 3590, now=10, wall=110, backend="a")
-    assert not obs(st, None, now=20, wall=120, backend=None)     # canary failed
-    assert obs(st, 3600, now=30, wall=130, backend="a")          # flush
-    assert (st.resets, st.last_reset) == (1, 130)
-    # Another backend behind the VIP: another cache, not a reset.
-    assert not obs(st, 3600, now=40, wall=140, backend="b")
-    assert not obs(st, 3600, now=50, wall=150, backend="a")
-    assert st.resets == 1
+def run_canary(answers: list[tuple[float, int | None, str | None]], *, pool: bool = False,
+               tolerance: float = 2.0) -> CanaryTracker:
+    """Feed (monotonic time, TTL or None, backend) answers; wall time = 1000 + time."""
+    c = CanaryTracker(tolerance=tolerance, pool=pool)
+    for now, ttl, backend in answers:
+        c.observe(ttl, now=now, wall=1000 + now, backend=backend)
+    return c
+
+
+def countdown(start: float, ttl: int, until: float, step: float = 15,
+              backend: str | None = "a") -> list[tuple[float, int | None, str | None]]:
+    """A record cached at ``start`` with ``ttl``, looked at every ``step`` s."""
+    out: list[tuple[float, int | None, str | None]] = []
+    t = start
+    while t < until:
+        out.append((t, int(ttl - (t - start)), backend))
+        t += step
+    return out
+
+
+def test_canary_flush_is_a_reset_and_failures_are_a_visible_gap() -> None:
+    c = run_canary([(0, 3600, "a"), (10, 3590, "a"), (20, None, None)])
+    assert c.unusable is Unusable.QUERY_FAILING and c.resets == 0   # the gap is visible
+    c.observe(3600, now=30, wall=1030, backend="a")                  # flushed meanwhile
+    assert (c.resets, c.last_reset, c.unusable) == (1, 1030, None)
+
+
+def test_canary_expiry_and_prefetch_are_not_resets() -> None:
+    # 60 s record, scraped every 15 s: expires and is refetched 4 times in 5 minutes.
+    answers = [a for k in range(5) for a in countdown(60 * k, 60, 60 * (k + 1))]
+    assert run_canary(answers).resets == 0
+
+
+def test_serve_expired_healthy_upstream_is_not_a_reset() -> None:
+    """unbound serve-expired: at expiry one stale answer with TTL 30 (serve-expired-reply-
+    ttl), then the refetched record. Counted as a reset once per canary lifetime before."""
+    answers: list[tuple[float, int | None, str | None]] = []
+    t = 0.0
+    for _ in range(5):
+        answers += countdown(t, 60, t + 60)         # 60, 45, 30, 15
+        answers.append((t + 60, 30, "a"))           # stale while refetching
+        t += 75
+    c = run_canary(answers)
+    assert c.resets == 0
+    c.observe(60, now=t, wall=1000 + t, backend="a")   # fresh after the stale one
+    c.observe(45, now=t + 15, wall=1000 + t + 15, backend="a")
+    c.observe(60, now=t + 30, wall=1000 + t + 30, backend="a")  # then flushed: a reset
+    assert c.resets == 1
+
+
+def test_serve_stale_with_upstream_down_is_unusable_not_a_loop() -> None:
+    """Upstream down: every answer is stale with TTL 30. Before: a reset per scrape."""
+    answers = countdown(0, 60, 60) + [(60 + 15 * k, 30, "a") for k in range(20)]
+    c = run_canary(answers)
+    assert c.resets == 0 and c.unusable is Unusable.TTL_STATIC
+
+
+def test_static_ttl_stub_forwarder_is_unusable() -> None:
+    """Knot Resolver policy.STUB: the authoritative TTL passed through, never counting."""
+    c = run_canary([(15 * k, 300, None) for k in range(20)])
+    assert c.resets == 0 and c.unusable is Unusable.TTL_STATIC
+
+
+def test_ttl_shorter_than_the_scrape_interval_is_unusable() -> None:
+    c = run_canary([(30 * k, 10, "a") for k in range(10)])
+    assert c.resets == 0 and c.unusable is Unusable.TTL_BELOW_INTERVAL
+
+
+def test_two_caches_behind_one_address_with_nsid() -> None:
+    """dnsdist round-robin over two unbound: state per backend; a flush of one is seen
+    and attributed to it."""
+    a = countdown(0, 300, 200, step=20, backend="a")
+    b = countdown(10, 300, 200, step=20, backend="b")
+    answers = sorted(a + b)
+    c = run_canary(answers, pool=True)
+    assert c.resets == 0 and c.unusable is None
+    c.observe(300, now=210, wall=1210, backend="b")    # b flushed
+    c.observe(80, now=220, wall=1220, backend="a")     # a still counting down
+    assert c.resets == 1 and c.last_reset == 1210
+
+
+def test_two_caches_without_identity() -> None:
+    """SO_REUSEPORT pair, no NSID: TTLs of two caches interleave. Declared as a pool the
+    canary is unusable from the start; undeclared, the TTL that counts down faster than time
+    gives it away and the canary turns unusable (before: a false reset every few scrapes)."""
+    a = countdown(0, 300, 280, step=40, backend=None)
+    b = countdown(100, 300, 380, step=40, backend=None)
+    answers = sorted(a + b)
+    pool = run_canary(answers, pool=True)
+    assert pool.resets == 0 and pool.unusable is Unusable.SEVERAL_CACHES
+    single = run_canary(answers)
+    assert single.resets <= 1 and single.unusable is Unusable.SEVERAL_CACHES
+
+
+def test_authoritative_canary_counts_nothing() -> None:
+    c = CanaryTracker()
+    for k in range(5):
+        assert not c.observe(60, now=15 * k, wall=15 * k, backend=None, authoritative=True)
+    assert c.unusable is Unusable.AUTHORITATIVE
 
 
 def test_observe_backend() -> None:

@@ -281,6 +281,10 @@ class Target:
     scope_id: int = 0             # IPv6 link-local zone
     stats: StatsSource | None = None      # the resolver's own statistics (issue 4)
     capacity_qps: float | None = None     # declared capacity (issue 4)
+    # "single": one cache answers at this address; "pool": several (SO_REUSEPORT
+    # processes, dnsdist or a load balancer, anycast): answering from another member is no
+    # backend change, and without NSID the canary cannot tell their caches apart.
+    backends: str = "single"
 
     @property
     def family(self) -> socket.AddressFamily:
@@ -587,9 +591,10 @@ def _parse_target(node: Node, modules: Mapping[str, Module]) -> Target:
     labels: tuple[tuple[str, str], ...] = f.opt("labels", (), _parse_labels)
     stats = f.opt("stats", None, _parse_stats)
     capacity = f.opt("capacity_qps", None, lambda n: n.number(minimum=1))
+    backends = f.opt("backends", "single", lambda n: n.choice(("single", "pool")))
     f.done()
     return Target(address=address, host=host, port=port, module=module, labels=labels,
-                  scope_id=scope, stats=stats, capacity_qps=capacity)
+                  scope_id=scope, stats=stats, capacity_qps=capacity, backends=backends)
 
 
 _CONTROL_RE = re.compile(r"^(unix|tcp|tls)://(.+)$")
@@ -943,7 +948,8 @@ def to_yaml(cfg: Config) -> str:
             {"address": t.address, "module": t.module, "labels": dict(t.labels),
              **({"stats": {k: v for k, v in t.stats.__dict__.items() if v not in (None, "")}}
                 if t.stats else {}),
-             **({"capacity_qps": t.capacity_qps} if t.capacity_qps is not None else {})}
+             **({"capacity_qps": t.capacity_qps} if t.capacity_qps is not None else {}),
+             **({"backends": t.backends} if t.backends != "single" else {})}
             for t in cfg.targets
         ],
         "limits": dict(cfg.limits.__dict__),

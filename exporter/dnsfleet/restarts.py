@@ -11,7 +11,21 @@ while the old record could not yet have expired, the cache lost it: a flush or a
   10% of the original TTL is left, BIND (``prefetch 2 9``) at 2 s, so a jump while less
   than max(10% of the TTL, 2 s) was left is not counted;
 - the answer came from another backend behind the same address (its NSID differs): that
-  is a backend change, and its cache is another cache.
+  is a backend change, and its cache is another cache. Canary state is kept per backend
+  identity, taken from the canary answer itself;
+- a stale answer (unbound ``serve-expired``, BIND ``stale-answer-enable``): served after
+  the record expired with a short fixed TTL (30 s by default), then replaced by a fresh
+  fetch. Only an answer that continues an observed countdown, or a full-TTL fetch, becomes
+  the baseline a reset is measured against; a stale answer never does.
+
+**Usability.** Some canaries cannot show resets at all, and then nothing is counted and
+``dnsfleet_resolver_canary_usable`` is 0 with the reason: the answer is authoritative (AA
+set: its TTL never counts down), the TTL does not count down across scrapes (a forwarder
+that passes the authoritative TTL through, Knot Resolver ``policy.STUB``; also unbound and
+BIND serving stale while the upstream is down), the TTL is shorter than the time between
+scrapes (every look comes after an expiry), the canary query fails (a restart meanwhile
+goes unseen), or the answers come from several caches that cannot be told apart (a
+``backends: pool`` target without NSID, or TTLs that count down faster than time).
 
 **Backend identity.** Every probe asks for EDNS NSID (RFC 5001); a module may instead ask
 CHAOS TXT ``identity_query`` (``id.server.``, ``hostname.bind.``). The identity is exported
@@ -23,6 +37,7 @@ State is kept per (address, module) between scrapes and across reloads that keep
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 from dataclasses import dataclass, field
@@ -84,23 +99,115 @@ def nsid_of(result: ProbeResult) -> str | None:
     return backend_text(nsid_text(r.nsid))
 
 
+class Unusable(enum.Enum):
+    """Why a canary cannot show cache resets (``dnsfleet_resolver_canary_unusable_reason``)."""
+
+    AUTHORITATIVE = "authoritative"
+    TTL_STATIC = "ttl_static"
+    TTL_BELOW_INTERVAL = "ttl_below_interval"
+    QUERY_FAILING = "query_failing"
+    SEVERAL_CACHES = "several_caches"
+
+
+# How long TTLs that count down faster than time (several caches behind one address, no
+# identity to tell them apart) keep the canary unusable after the last such sighting.
+SEVERAL_CACHES_HOLD = 3600.0
+
+
+@dataclass(slots=True)
+class Baseline:
+    """The last canary answer of one cache: TTL and monotonic time. ``trusted`` when it
+    continued an observed countdown or was a full-TTL fetch: only then may a higher TTL
+    later be counted as a reset (a stale answer or a first look is not trusted)."""
+
+    ttl: int
+    at: float
+    trusted: bool
+
+
+@dataclass(slots=True)
+class CanaryTracker:
+    """Pure bookkeeping of one target's canary answers; :meth:`observe` is the model."""
+
+    tolerance: float = 2.0
+    pool: bool = False            # the target is a pool of caches (config `backends: pool`)
+    baselines: dict[str, Baseline] = field(default_factory=dict)  # per backend identity
+    longest_ttl: int = 0
+    ttl: int | None = None        # TTL of the last answer, None if the query failed
+    unusable: Unusable | None = None
+    several_caches_at: float | None = None
+    last_at: float | None = None  # monotonic time of the last answer, any backend
+    resets: int = 0
+    last_reset: float | None = None   # epoch seconds
+
+    def observe(self, ttl: int | None, *, now: float, wall: float, backend: str | None,
+                authoritative: bool = False) -> bool:
+        """One canary answer (``ttl`` None: the query failed). True if it shows a reset."""
+        self.ttl = ttl
+        if ttl is None:
+            self.unusable = Unusable.QUERY_FAILING
+            return False
+        if authoritative:
+            self.unusable = Unusable.AUTHORITATIVE
+            return False
+        if backend is None and self.pool:
+            self.unusable = Unusable.SEVERAL_CACHES
+            return False
+        self.longest_ttl = longest = max(self.longest_ttl, ttl)
+        since_last, self.last_at = (None if self.last_at is None else now - self.last_at), now
+        key = backend or ""
+        b = self.baselines.get(key)
+        self.unusable = None
+        reset = False
+        if b is None:
+            new = Baseline(ttl, now, trusted=False)       # a first look proves nothing
+        else:
+            elapsed = now - b.at
+            remaining = b.ttl - elapsed
+            window = max(PREFETCH_FRACTION * longest, PREFETCH_MIN_SECONDS)
+            if since_last is not None and longest + self.tolerance < since_last:
+                self.unusable = Unusable.TTL_BELOW_INTERVAL
+                new = Baseline(ttl, now, trusted=False)
+            elif elapsed >= 2.0 and ttl == b.ttl:
+                self.unusable = Unusable.TTL_STATIC
+                new = Baseline(ttl, now, trusted=False)
+            elif remaining > window + self.tolerance and ttl < remaining - self.tolerance - 1:
+                # Counted down faster than time while the record was alive: another cache
+                # answered under the same identity.
+                self.several_caches_at = now
+                new = Baseline(ttl, now, trusted=False)
+            elif b.trusted and is_cache_reset(prev_ttl=b.ttl, elapsed=elapsed, ttl=ttl,
+                                              tolerance=self.tolerance, longest_ttl=longest):
+                reset = not self._several_caches(now)
+                new = Baseline(ttl, now, trusted=True)    # refetched into an empty cache
+            elif ttl <= remaining + self.tolerance:
+                new = Baseline(ttl, now, trusted=True)    # the countdown goes on
+            else:
+                # Up after expiry or prefetch, or from an untrusted look: a full-TTL fetch
+                # is a new countdown; a short one (a stale answer) is not.
+                new = Baseline(ttl, now, trusted=ttl >= longest - self.tolerance - 1)
+        self.baselines[key] = new
+        if self._several_caches(now) and self.unusable is None:
+            self.unusable = Unusable.SEVERAL_CACHES
+        if reset:
+            self.resets += 1
+            self.last_reset = wall
+        return reset
+
+    def _several_caches(self, now: float) -> bool:
+        return (self.several_caches_at is not None
+                and now - self.several_caches_at < SEVERAL_CACHES_HOLD)
+
+
 @dataclass(slots=True)
 class WatchState:
     target: Target
     labels: str                   # target, module and configured labels
-    tolerance: float = 2.0        # the module's canary_tolerance
-    # canary
-    ttl: int | None = None        # TTL of the last canary answer, None if it failed
-    ttl_at: float = 0.0           # monotonic time of the last good canary answer
-    last_good_ttl: int | None = None
-    ttl_backend: str | None = None
-    longest_ttl: int = 0
+    canary: CanaryTracker = field(default_factory=CanaryTracker)
     # An authoritative answer (AA set: local-data, a stub to the authoritative server, or
     # the authority itself) comes from no cache: its TTL never counts down, so it cannot
     # show a reset. None until the first canary answer.
     canary_cached: bool | None = None
-    resets: int = 0
-    last_reset: float | None = None   # epoch seconds
     # backend identity
     backend: str | None = None
     backend_changes: int = 0
@@ -135,7 +242,8 @@ class ResolverWatch:
             labels = labelset([("target", t.address), ("module", t.module), *t.labels])
             st = old if old is not None else WatchState(target=t, labels=labels)
             st.target, st.labels = t, labels
-            st.tolerance = cfg.modules[t.module].canary_tolerance
+            st.canary.tolerance = cfg.modules[t.module].canary_tolerance
+            st.canary.pool = t.backends == "pool"
             states[key] = st
         self.states = states
 
@@ -162,53 +270,36 @@ class ResolverWatch:
         self.observe_backend(st, backend)
         if canary is not None:
             ttl = None
+            authoritative = False
             if canary_res is not None and canary_res.success and canary_res.response:
                 ttl = canary_res.response.min_ttl
-                cached = not canary_res.response.authoritative
-                if not cached and st.canary_cached is not False:
+                authoritative = canary_res.response.authoritative
+                if authoritative and st.canary_cached is not False:
                     log.warning("canary %s on %s is answered authoritatively (local data or "
                                 "an authoritative server): its TTL does not count down, so "
                                 "cache resets cannot be seen; pick a name the resolver "
                                 "caches", canary[0].query_name, target.address)
-                st.canary_cached = cached
+                st.canary_cached = not authoritative
             elif canary_res is not None:
                 log.debug("canary %s on %s: %s", canary[0].query_name, target.address,
                           canary_res.detail)
-            self.observe_canary(st, ttl, now=time.monotonic(), wall=time.time(),
-                                backend=(nsid_of(canary_res) if canary_res else None)
-                                or st.backend)
+            # The canary's own identity: the main probe may have reached another backend.
+            if st.canary.observe(ttl, now=time.monotonic(), wall=time.time(),
+                                 backend=nsid_of(canary_res) if canary_res else None,
+                                 authoritative=authoritative):
+                log.info("cache reset on %s seen by canary %s", target.address,
+                         canary[0].query_name)
 
     @staticmethod
     def observe_backend(st: WatchState, backend: str | None) -> None:
         if backend is None:
             return  # no answer, or no identity in it: not a change
-        if st.backend is not None and backend != st.backend:
+        if st.backend is not None and backend != st.backend and not st.canary.pool:
+            # On a pool (`backends: pool`) answering from another member is normal.
             st.backend_changes += 1
             log.info("backend behind %s changed: %s -> %s", st.target.address, st.backend,
                      backend)
         st.backend = backend
-
-    @staticmethod
-    def observe_canary(st: WatchState, ttl: int | None, *, now: float, wall: float,
-                       backend: str | None) -> bool:
-        """Record one canary answer; True if it shows a cache reset."""
-        st.ttl = ttl
-        if ttl is None or st.canary_cached is False:
-            return False
-        reset = False
-        prev = st.last_good_ttl
-        if prev is not None and (backend is None or st.ttl_backend is None
-                                 or backend == st.ttl_backend):
-            reset = is_cache_reset(prev_ttl=prev, elapsed=now - st.ttl_at, ttl=ttl,
-                                   tolerance=st.tolerance, longest_ttl=st.longest_ttl)
-        if reset:
-            st.resets += 1
-            st.last_reset = wall
-            log.info("cache reset on %s: canary TTL %d, expected at most %.0f", st.target.address,
-                     ttl, prev - (now - st.ttl_at) if prev is not None else 0)
-        st.last_good_ttl, st.ttl_at, st.ttl_backend = ttl, now, backend
-        st.longest_ttl = max(st.longest_ttl, ttl)
-        return reset
 
     def families(self) -> list[Family]:
         ttl = Family("dnsfleet_resolver_canary_ttl_seconds",
@@ -224,23 +315,35 @@ class ResolverWatch:
         cached = Family("dnsfleet_resolver_canary_cached",
                         "1 if the last canary answer came from the resolver's cache, 0 if it "
                         "was authoritative (then its TTL cannot show cache resets).")
+        usable = Family("dnsfleet_resolver_canary_usable",
+                        "1 if the canary can show cache resets, 0 if not (the reason is in "
+                        "dnsfleet_resolver_canary_unusable_reason); nothing is counted while 0.")
+        why = Family("dnsfleet_resolver_canary_unusable_reason",
+                     "1 for the reason the canary cannot show cache resets; present only "
+                     "while dnsfleet_resolver_canary_usable is 0.")
         changes = Family("dnsfleet_resolver_backend_changes_total",
-                         "Times the backend identity answering at this address changed.",
-                         "counter")
+                         "Times the backend identity answering at this address changed "
+                         "(not counted on a `backends: pool` target).", "counter")
         for st in self.states.values():
+            c = st.canary
             has_canary = st.target.module in self.canary_queries
             if has_canary:
-                resets.add_raw(st.labels, st.resets)
+                resets.add_raw(st.labels, c.resets)
                 if st.canary_cached is not None:
                     cached.add_raw(st.labels, 1.0 if st.canary_cached else 0.0)
-                if st.ttl is not None:
-                    ttl.add_raw(st.labels, st.ttl)
-                if st.last_reset is not None:
-                    last.add_raw(st.labels, st.last_reset)
+                if c.ttl is not None:
+                    ttl.add_raw(st.labels, c.ttl)
+                if c.last_reset is not None:
+                    last.add_raw(st.labels, c.last_reset)
+                if c.baselines or c.unusable is not None:
+                    usable.add_raw(st.labels, 0.0 if c.unusable else 1.0)
+                if c.unusable is not None:
+                    why.add_raw(join_labels(st.labels,
+                                            labelset([("reason", c.unusable.value)])), 1.0)
             if st.backend is not None:
                 info.add_raw(join_labels(st.labels, labelset([("backend", st.backend)])), 1.0)
                 changes.add_raw(st.labels, st.backend_changes)
-        return [ttl, cached, resets, last, info, changes]
+        return [ttl, cached, usable, why, resets, last, info, changes]
 
 
 def _query(m: Module) -> Query:
