@@ -173,8 +173,10 @@ def countdown(start: float, ttl: int, until: float, step: float = 15,
 def test_canary_flush_is_a_reset_and_failures_are_a_visible_gap() -> None:
     c = run_canary([(0, 3600, "a"), (10, 3590, "a"), (20, None, None)])
     assert c.unusable is Unusable.QUERY_FAILING and c.resets == 0   # the gap is visible
-    c.observe(3600, now=30, wall=1030, backend="a")                  # flushed meanwhile
-    assert (c.resets, c.last_reset, c.unusable) == (1, 1030, None)
+    assert not c.observe(3600, now=30, wall=1030, backend="a")       # flushed meanwhile
+    assert c.resets == 0                                             # until confirmed:
+    assert c.observe(3590, now=40, wall=1040, backend="a")           # it counts down
+    assert (c.resets, c.last_reset, c.unusable) == (1, 1030, None)   # when first seen
 
 
 def test_canary_expiry_and_prefetch_are_not_resets() -> None:
@@ -197,6 +199,7 @@ def test_serve_expired_healthy_upstream_is_not_a_reset() -> None:
     c.observe(60, now=t, wall=1000 + t, backend="a")   # fresh after the stale one
     c.observe(45, now=t + 15, wall=1000 + t + 15, backend="a")
     c.observe(60, now=t + 30, wall=1000 + t + 30, backend="a")  # then flushed: a reset
+    c.observe(45, now=t + 45, wall=1000 + t + 45, backend="a")
     assert c.resets == 1
 
 
@@ -228,6 +231,7 @@ def test_two_caches_behind_one_address_with_nsid() -> None:
     assert c.resets == 0 and c.unusable is None
     c.observe(300, now=210, wall=1210, backend="b")    # b flushed
     c.observe(80, now=220, wall=1220, backend="a")     # a still counting down
+    c.observe(280, now=230, wall=1230, backend="b")    # b counts down from its refetch
     assert c.resets == 1 and c.last_reset == 1210
 
 
@@ -242,6 +246,21 @@ def test_two_caches_without_identity() -> None:
     assert pool.resets == 0 and pool.unusable is Unusable.SEVERAL_CACHES
     single = run_canary(answers)
     assert single.resets <= 1 and single.unusable is Unusable.SEVERAL_CACHES
+
+
+def test_record_kept_seconds_jumps_every_scrape_and_is_unusable() -> None:
+    """Knot Resolver policy.STUB keeps a record ~6 s: every 15 s scrape sees it fresh
+    again. Before: a reset per scrape."""
+    answers = [(15.0 * k, 3600 - (15 * k) % 6, None) for k in range(20)]
+    c = run_canary(answers)
+    assert c.resets == 0 and c.unusable is Unusable.TTL_STATIC
+
+
+def test_restart_loop_is_still_counted() -> None:
+    answers: list[tuple[float, int | None, str | None]] = []
+    for k in range(4):                   # restarted every 60 s, scraped every 15 s
+        answers += countdown(60.0 * k, 300, 60.0 * (k + 1), backend="a")
+    assert run_canary(answers).resets == 3
 
 
 def test_authoritative_canary_counts_nothing() -> None:

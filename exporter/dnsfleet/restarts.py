@@ -21,11 +21,12 @@ while the old record could not yet have expired, the cache lost it: a flush or a
 **Usability.** Some canaries cannot show resets at all, and then nothing is counted and
 ``dnsfleet_resolver_canary_usable`` is 0 with the reason: the answer is authoritative (AA
 set: its TTL never counts down), the TTL does not count down across scrapes (a forwarder
-that passes the authoritative TTL through, Knot Resolver ``policy.STUB``; also unbound and
-BIND serving stale while the upstream is down), the TTL is shorter than the time between
-scrapes (every look comes after an expiry), the canary query fails (a restart meanwhile
-goes unseen), or the answers come from several caches that cannot be told apart (a
-``backends: pool`` target without NSID, or TTLs that count down faster than time).
+that passes the authoritative TTL through or keeps records only seconds, like Knot Resolver
+``policy.STUB``; also unbound and BIND serving stale while the upstream is down), the TTL is
+shorter than the time between scrapes (every look comes after an expiry), the canary query
+fails (a restart meanwhile goes unseen), or the answers come from several caches that
+cannot be told apart (a ``backends: pool`` target without NSID, or TTLs that count down
+faster than time).
 
 **Backend identity.** Every probe asks for EDNS NSID (RFC 5001); a module may instead ask
 CHAOS TXT ``identity_query`` (``id.server.``, ``hostname.bind.``). The identity is exported
@@ -118,16 +119,25 @@ SEVERAL_CACHES_HOLD = 3600.0
 class Baseline:
     """The last canary answer of one cache: TTL and monotonic time. ``trusted`` when it
     continued an observed countdown or was a full-TTL fetch: only then may a higher TTL
-    later be counted as a reset (a stale answer or a first look is not trusted)."""
+    later be counted as a reset (a stale answer or a first look is not trusted).
+    ``reset_at`` (epoch seconds) when this answer looked like a reset that the next answer
+    has to confirm by counting down from it."""
 
     ttl: int
     at: float
     trusted: bool
+    reset_at: float | None = None
 
 
 @dataclass(slots=True)
 class CanaryTracker:
-    """Pure bookkeeping of one target's canary answers; :meth:`observe` is the model."""
+    """Pure bookkeeping of one target's canary answers; :meth:`observe` is the model.
+
+    A TTL that jumps up before the record could have expired is a reset *candidate*; it is
+    counted when the next answer counts down from it. A resolver that keeps a record only a
+    few seconds (Knot Resolver in ``policy.STUB`` refetches every ~6 s) jumps at every
+    scrape and never counts down across one: never confirmed, never counted, and after two
+    such jumps in a row the canary is reported unusable (``ttl_static``)."""
 
     tolerance: float = 2.0
     pool: bool = False            # the target is a pool of caches (config `backends: pool`)
@@ -137,12 +147,14 @@ class CanaryTracker:
     unusable: Unusable | None = None
     several_caches_at: float | None = None
     last_at: float | None = None  # monotonic time of the last answer, any backend
+    unconfirmed: int = 0          # reset candidates in a row that did not count down
     resets: int = 0
     last_reset: float | None = None   # epoch seconds
 
     def observe(self, ttl: int | None, *, now: float, wall: float, backend: str | None,
                 authoritative: bool = False) -> bool:
-        """One canary answer (``ttl`` None: the query failed). True if it shows a reset."""
+        """One canary answer (``ttl`` None: the query failed). True if it confirms a
+        reset (then :attr:`last_reset` is when the reset was first seen)."""
         self.ttl = ttl
         if ttl is None:
             self.unusable = Unusable.QUERY_FAILING
@@ -158,7 +170,7 @@ class CanaryTracker:
         key = backend or ""
         b = self.baselines.get(key)
         self.unusable = None
-        reset = False
+        confirmed: float | None = None
         if b is None:
             new = Baseline(ttl, now, trusted=False)       # a first look proves nothing
         else:
@@ -178,21 +190,27 @@ class CanaryTracker:
                 new = Baseline(ttl, now, trusted=False)
             elif b.trusted and is_cache_reset(prev_ttl=b.ttl, elapsed=elapsed, ttl=ttl,
                                               tolerance=self.tolerance, longest_ttl=longest):
-                reset = not self._several_caches(now)
-                new = Baseline(ttl, now, trusted=True)    # refetched into an empty cache
+                if b.reset_at is not None:
+                    self.unconfirmed += 1                 # jumped again: not counting down
+                new = Baseline(ttl, now, trusted=True, reset_at=wall)
             elif ttl <= remaining + self.tolerance:
-                new = Baseline(ttl, now, trusted=True)    # the countdown goes on
+                confirmed = b.reset_at                    # the countdown goes on
+                self.unconfirmed = 0
+                new = Baseline(ttl, now, trusted=True)
             else:
                 # Up after expiry or prefetch, or from an untrusted look: a full-TTL fetch
                 # is a new countdown; a short one (a stale answer) is not.
                 new = Baseline(ttl, now, trusted=ttl >= longest - self.tolerance - 1)
         self.baselines[key] = new
+        if self.unconfirmed >= 2 and self.unusable is None:
+            self.unusable = Unusable.TTL_STATIC
         if self._several_caches(now) and self.unusable is None:
             self.unusable = Unusable.SEVERAL_CACHES
-        if reset:
+        if confirmed is not None and not self._several_caches(now):
             self.resets += 1
-            self.last_reset = wall
-        return reset
+            self.last_reset = confirmed
+            return True
+        return False
 
     def _several_caches(self, now: float) -> bool:
         return (self.several_caches_at is not None
