@@ -9,7 +9,7 @@ TEST_DEBS := unbound:unbound named:bind9 dig:bind9-dnsutils prometheus:prometheu
              promtool:prometheus prometheus-alertmanager:prometheus-alertmanager \
              amtool:prometheus-alertmanager resperf:dnsperf dnsperf:dnsperf ip:iproute2 \
              getent:libc-bin unshare:util-linux unbound-checkconf:unbound \
-             setpriv:util-linux curl:curl chromium:chromium
+             setpriv:util-linux curl:curl chromium:chromium kresd:knot-resolver
 BENCH_DEBS := prometheus-blackbox-exporter:prometheus-blackbox-exporter \
               prometheus-node-exporter:prometheus-node-exporter
 ARGS ?=
