@@ -149,6 +149,7 @@ class Unbound:
     stubs: dict[str, str] = field(default_factory=dict)
     local_data: list[str] = field(default_factory=list)
     extra_server: str = ""
+    extended_statistics: bool = True
     proc: subprocess.Popen[bytes] | None = None
 
     def __post_init__(self) -> None:
@@ -187,7 +188,7 @@ server:
   num-threads: 1
   do-not-query-localhost: no
   module-config: "iterator"
-  extended-statistics: yes
+  extended-statistics: {"yes" if self.extended_statistics else "no"}
   statistics-cumulative: no
   local-zone: "test." nodefault
   local-zone: "local.test." static

@@ -347,3 +347,12 @@ def test_config_stats_once_per_address() -> None:
               source="t.yml")
     assert str(e.value) == ('t.yml: targets[1].capacity_qps: already set for "127.0.0.1:53" '
                             "at targets[0] (set capacity_qps on one entry per address)")
+
+
+def test_unbound_without_extended_statistics_has_no_rcode_counts() -> None:
+    text = ("time.now=1700000100.5\ntime.up=100.5\ntotal.num.queries=7\n"
+            "total.num.cachehits=5\ntotal.num.cachemiss=2\ntotal.num.expired=3\n")
+    st = parse_unbound_stats(text)
+    assert st.responses is None and st.stale_answers == 3 and st.start_time == 1700000000
+    with_rcodes = parse_unbound_stats(text + "num.answer.rcode.SERVFAIL=4\n")
+    assert dict(with_rcodes.responses or ())["SERVFAIL"] == 4

@@ -54,6 +54,14 @@ def stats_families(rows: list[tuple[str, ResolverStats | None]]) -> list[Family]
                     "Client queries the resolver could not answer from cache.", "counter")
     responses = Family("dnsfleet_resolver_responses_total",
                        "Responses the resolver sent, by rcode.", "counter")
+    by_rcode = Family("dnsfleet_resolver_rcode_stats_available",
+                      "1 if the resolver counts responses by rcode; 0 if it does not "
+                      "(unbound without extended-statistics: yes), and then "
+                      "dnsfleet_resolver_responses_total is absent rather than zero.")
+    stale = Family("dnsfleet_resolver_stale_answers_total",
+                   "Answers the resolver served from expired records (serve-stale: unbound "
+                   "serve-expired); absent where the software does not count them.",
+                   "counter")
     for labels, st in rows:
         up.add_raw(labels, 0.0 if st is None else 1.0)
         if st is None:
@@ -64,9 +72,12 @@ def stats_families(rows: list[tuple[str, ResolverStats | None]]) -> list[Family]
         queries.add_raw(labels, st.queries)
         hits.add_raw(labels, st.cache_hits)
         misses.add_raw(labels, st.cache_misses)
-        for rcode, n in st.responses:
+        by_rcode.add_raw(labels, 0.0 if st.responses is None else 1.0)
+        for rcode, n in st.responses or ():
             responses.add_raw(join_labels(labels, labelset([("rcode", rcode)])), n)
-    return [up, start, info, queries, hits, misses, responses]
+        if st.stale_answers is not None:
+            stale.add_raw(labels, st.stale_answers)
+    return [up, start, info, queries, hits, misses, responses, by_rcode, stale]
 
 
 async def _one(target: Target, session: aiohttp.ClientSession | None,

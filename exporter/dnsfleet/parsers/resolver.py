@@ -18,7 +18,13 @@ class ResolverStats:
     queries: int                  # client queries received
     cache_hits: int
     cache_misses: int
-    responses: tuple[tuple[str, int], ...]  # (rcode name as dnspython spells it, count)
+    # (rcode name as dnspython spells it, count); None when the resolver does not count
+    # responses by rcode (unbound without `extended-statistics: yes`): no series then,
+    # rather than zeros that read as "no SERVFAIL sent".
+    responses: tuple[tuple[str, int], ...] | None
+    # Answers served from expired records (unbound `num.expired` with serve-expired);
+    # None when the software does not report it.
+    stale_answers: int | None = None
 
 
 def responses_with_common(counts: dict[str, int]) -> tuple[tuple[str, int], ...]:

@@ -77,5 +77,8 @@ def parse_unbound_stats(text: str, *, version: str = "") -> ResolverStats:
         queries=_int(values, "total.num.queries"),
         cache_hits=_int(values, "total.num.cachehits"),
         cache_misses=_int(values, "total.num.cachemiss"),
-        responses=responses_with_common(rcodes),
+        # unbound prints no num.answer.rcode.* lines without extended-statistics.
+        responses=responses_with_common(rcodes) if rcodes else None,
+        stale_answers=_int(values, "total.num.expired") if "total.num.expired" in values
+        else None,
     )
