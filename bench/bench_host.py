@@ -67,7 +67,7 @@ def build_tree(root: Path, *, cpus: int, nics: int, queues: int, other: int,
             add_irq(t, irq, f"0-{cpus - 1}", str(cpu))
             vectors.append(irq)
             irq += 1
-        add_pci_nic(t, ifname, slot, vectors, "mlx5_core")
+        add_pci_nic(t, ifname, slot, vectors, "mlx5_core", queues=queues)
     for k in range(other):
         counts = [(k * 7 + c) % 13 for c in range(cpus)]
         rows.append((str(irq), counts, f"PCI-MSI {irq}-edge      nvme{k // 32}q{k % 32}"))

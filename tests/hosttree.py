@@ -88,8 +88,15 @@ def add_process(t: TreeWriter, pid: int, comm: str, thread_cpus: Sequence[int] =
     t.write(f"proc/{pid}/stat", stat_line(pid, comm, thread_cpus[0]))
 
 
+def add_queues(t: TreeWriter, netdir: str, queues: int) -> None:
+    """``queues/rx-N`` and ``queues/tx-N`` as the kernel lists a NIC's channels."""
+    for k in range(queues):
+        t.write(f"{netdir}/queues/rx-{k}/rps_cpus", "00")
+        t.write(f"{netdir}/queues/tx-{k}/xps_cpus", "00")
+
+
 def add_pci_nic(t: TreeWriter, ifname: str, slot: str, msi: Sequence[int] | None,
-                driver: str) -> None:
+                driver: str, *, queues: int | None = None) -> None:
     dev = f"sys/devices/pci0000:00/0000:00:02.0/{slot}"
     t.write(f"{dev}/uevent", f"DRIVER={driver}\nPCI_CLASS=20000\nPCI_SLOT_NAME={slot}\n"
                              f"MODALIAS=pci:v000015B3d0000101Dsv*")
@@ -97,18 +104,21 @@ def add_pci_nic(t: TreeWriter, ifname: str, slot: str, msi: Sequence[int] | None
         for irq in msi:
             t.write(f"{dev}/msi_irqs/{irq}", "msix")
     t.write(f"{dev}/net/{ifname}/operstate", "up")
+    if queues is not None:
+        add_queues(t, f"{dev}/net/{ifname}", queues)
     t.link(f"sys/class/net/{ifname}", f"../../devices/pci0000:00/0000:00:02.0/{slot}/net/{ifname}")
     t.link(f"{dev}/net/{ifname}/device", "../../../" + slot)
 
 
 def add_virtio_nic(t: TreeWriter, ifname: str, slot: str, virtio: str,
-                   msi: Sequence[int]) -> None:
+                   msi: Sequence[int], *, queues: int = 1) -> None:
     pci = f"sys/devices/pci0000:00/{slot}"
     t.write(f"{pci}/uevent", f"DRIVER=virtio-pci\nPCI_CLASS=20000\nPCI_SLOT_NAME={slot}")
     for irq in msi:
         t.write(f"{pci}/msi_irqs/{irq}", "msix")
     t.write(f"{pci}/{virtio}/uevent", "DRIVER=virtio_net\nMODALIAS=virtio:d00000001v00001AF4")
     t.write(f"{pci}/{virtio}/net/{ifname}/operstate", "up")
+    add_queues(t, f"{pci}/{virtio}/net/{ifname}", queues)
     t.link(f"{pci}/{virtio}/net/{ifname}/device", "../../../" + virtio)
     t.link(f"sys/class/net/{ifname}", f"../../devices/pci0000:00/{slot}/{virtio}/net/{ifname}")
 
@@ -217,10 +227,10 @@ def build_x86(root: Path) -> None:
         add_irq(t, 71 + k, f"{k}", None)   # a kernel without effective_affinity_list
     t.write("proc/softirqs", softirqs_text(ncpu, [9_100_000, 420_000, 380_000, 430_000,
                                                   700_100, 701_200, 702_300, 703_400]))
-    add_pci_nic(t, "eth0", "0000:03:00.0", [*eth0, 44], "ixgbe")
-    add_pci_nic(t, "eth1", "0000:03:00.1", [*eth1, 49], "ixgbe")
-    add_pci_nic(t, "ens1f0np0", "0000:08:00.0", mlx0, "mlx5_core")
-    add_pci_nic(t, "ens1f1np1", "0000:08:00.1", None, "mlx5_core")
+    add_pci_nic(t, "eth0", "0000:03:00.0", [*eth0, 44], "ixgbe", queues=4)
+    add_pci_nic(t, "eth1", "0000:03:00.1", [*eth1, 49], "ixgbe", queues=4)
+    add_pci_nic(t, "ens1f0np0", "0000:08:00.0", mlx0, "mlx5_core", queues=4)
+    add_pci_nic(t, "ens1f1np1", "0000:08:00.1", None, "mlx5_core", queues=2)
     for name in ("lo", "bond0", "bond1"):
         add_virtual_if(t, name)
     # Bonds: bond0 from /proc, bond1 from /proc (802.3ad mismatch).
@@ -230,6 +240,9 @@ def build_x86(root: Path) -> None:
     t.write("sys/class/net/bonding_masters", "bond0 bond1")
     add_process(t, 1, "systemd")
     add_process(t, 812, "unbound", [0, 1, 5, 6])
+    # A second, single-threaded process with the same name (a second instance on another
+    # port): its thread is not one of the first one's.
+    add_process(t, 905, "unbound", [7])
     add_process(t, 990, "sshd")
     # Topology: L1d/L1i/L2 per core pair, L3 per half.
     for cpu in range(ncpu):
@@ -262,6 +275,8 @@ def build_acpi_virtio(root: Path) -> None:
         add_irq(t, irq, "0-1", "1" if irq == 38 else "0")
     t.write("proc/softirqs", softirqs_text(2, [3515, 4520]))
     add_virtio_nic(t, "eth0", "0000:00:03.0", "virtio2", [37, 38, 39])
+    # intel_idle built in, but acpi_idle does the work in this VM.
+    t.write("sys/module/intel_idle/parameters/max_cstate", "9")
     add_virtual_if(t, "lo")
     for name, src in (("bond0", "arp-monitored.txt"), ("bond1", "all-slaves-down.txt"),
                       ("bond2", "no-monitoring.txt")):
@@ -311,7 +326,7 @@ def build_arm_ena(root: Path) -> None:
     for k, irq in enumerate(range(58, 66)):
         add_irq(t, irq, str(k), str(k))
     t.write("proc/softirqs", softirqs_text(8, [10 * c for c in range(8)]))
-    add_pci_nic(t, "eth0", "0000:00:05.0", None, "ena")
+    add_pci_nic(t, "eth0", "0000:00:05.0", None, "ena", queues=8)
     shutil.copy(FIXTURES / "shared" / "bonding" / "lacp-partner-churned.txt",
                 _mk(root, "bond0"))
     add_process(t, 1, "systemd")

@@ -101,7 +101,8 @@ def test_x86_tree_values() -> None:
     assert v("dnsfleet_softirq_net_rx_total", cpu="7") == 703400
     assert v("dnsfleet_irqbalance_running") == 0
     # unbound's 4 threads ran on CPUs 0, 1, 5, 6; mlx5 port 0 interrupts go to CPUs 4-7.
-    assert v("dnsfleet_resolver_threads", process="unbound") == 4
+    assert v("dnsfleet_resolver_threads", process="unbound") == 4   # not 5: two processes
+    assert v("dnsfleet_resolver_processes", process="unbound") == 2
     assert v("dnsfleet_resolver_cpus", process="unbound") == 4
     assert v("dnsfleet_nic_resolver_shared_cpus", device="ens1f0np0", process="unbound") == 2
     assert v("dnsfleet_nic_resolver_shared_cpus", device="eth1", process="unbound") == 1
@@ -147,7 +148,11 @@ def test_acpi_virtio_tree() -> None:
     assert success(fams) == {"bonding": 1, "nic": 1, "cpu_latency": 1}
     v = lambda name, **kw: value(fams, name, **kw)  # noqa: E731
     # virtio: the vectors are on the PCI function above the virtioN device.
-    assert v("dnsfleet_nic_queues", device="eth0") == 2
+    # One rx/tx pair: one receive queue, two queue vectors (input.0, output.0).
+    assert v("dnsfleet_nic_queues", device="eth0") == 1
+    assert v("dnsfleet_nic_queue_vectors", device="eth0") == 2
+    # intel_idle's parameter is there but acpi_idle is the driver: not exported.
+    assert v("dnsfleet_intel_idle_max_cstate") is None
     assert v("dnsfleet_nic_queue_interrupts_total", device="eth0",
              queue="virtio2-input.0") == 2273
     assert v("dnsfleet_irqbalance_running") == 1

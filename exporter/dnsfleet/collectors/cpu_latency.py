@@ -212,7 +212,10 @@ def _collect(fs: HostFS) -> list[Family]:
                            "The active tuned profile; always 1.").add(
                                1, {"profile": profile.strip()}))
 
-    max_cstate = fs.read_optional(fs.sys("module", "intel_idle", "parameters", "max_cstate"))
+    # The module parameter exists whenever intel_idle is built in, also where another
+    # driver (acpi_idle, haltpoll) does the work and the parameter means nothing.
+    max_cstate = (fs.read_optional(fs.sys("module", "intel_idle", "parameters", "max_cstate"))
+                  if driver is not None and driver.strip() == "intel_idle" else None)
     if max_cstate is not None:
         v = max_cstate.strip()
         if not v.isdigit():

@@ -33,6 +33,10 @@ class Nic:
     name: str
     msi_irqs: frozenset[str]     # empty: no msi_irqs in sysfs, map by name
     pci_slot: str | None
+    # Receive queues (RSS channels) from /sys/class/net/<if>/queues/rx-N; None when the
+    # directory is absent. Not the vector count: virtio_net with one rx/tx pair has two
+    # queue vectors (input.0, output.0) but one receive queue.
+    rx_queues: int | None = None
 
 
 @dataclass(frozen=True)
@@ -83,8 +87,11 @@ def find_nics(fs: HostFS, config: Config) -> list[Nic]:
             # virtio PCI function above it.
             irqs = fs.listdir(dev / ".." / "msi_irqs")
             uevent = fs.read_optional(dev / ".." / "uevent")
+        qdir = fs.sys("class", "net", name, "queues")
+        rx = [q for q in fs.listdir(qdir) if q.startswith("rx-")]
         nics.append(Nic(name=name, msi_irqs=frozenset(i for i in irqs if i.isdigit()),
-                        pci_slot=_uevent(uevent, "PCI_SLOT_NAME")))
+                        pci_slot=_uevent(uevent, "PCI_SLOT_NAME"),
+                        rx_queues=len(rx) if fs.exists(qdir) else None))
     return nics
 
 
@@ -204,7 +211,11 @@ def _collect(fs: HostFS, config: Config) -> list[Family]:
     nic_data: list[NicIrqs] = []
     if fs.exists(fs.proc("interrupts")):
         nic_data, _ = nic_irqs(fs, nics) if nics else ([], [])
-    queues = Family("dnsfleet_nic_queues", "Queue interrupt vectors of the NIC.")
+    queues = Family("dnsfleet_nic_queues",
+                    "Receive queues of the NIC (/sys/class/net/<if>/queues/rx-N).")
+    vectors = Family("dnsfleet_nic_queue_vectors",
+                     "Interrupt vectors serving the NIC's queues (one per rx/tx pair on most "
+                     "drivers, one per direction on virtio_net).")
     q_total = Family("dnsfleet_nic_queue_interrupts_total",
                      "Interrupts taken by the queue's vector, summed over CPUs.", "counter")
     c_total = Family("dnsfleet_nic_cpu_interrupts_total",
@@ -217,7 +228,9 @@ def _collect(fs: HostFS, config: Config) -> list[Family]:
                       "(effective_affinity_list).")
     for d in nic_data:
         dev = d.nic.name
-        queues.add(len(d.queues), {"device": dev})
+        if d.nic.rx_queues is not None:
+            queues.add(d.nic.rx_queues, {"device": dev})
+        vectors.add(len(d.queues), {"device": dev})
         for q in d.queues:
             ql = {"device": dev, "queue": q.label}
             q_total.add(q.total, ql)
@@ -227,7 +240,7 @@ def _collect(fs: HostFS, config: Config) -> list[Family]:
             c_total.add(d.per_cpu[cpu], {"device": dev, "cpu": str(cpu)})
         if any(q.effective is not None for q in d.queues):
             irq_cpus.add(len(d.irq_cpus), {"device": dev})
-    fams += [queues, q_total, c_total, aff, irq_cpus]
+    fams += [queues, vectors, q_total, c_total, aff, irq_cpus]
 
     softirqs = fs.read_optional(fs.proc("softirqs"))
     if softirqs is not None:
@@ -245,7 +258,16 @@ def _collect(fs: HostFS, config: Config) -> list[Family]:
                        "1 if an irqbalance process is running.").add(
                            1 if pids["irqbalance"] else 0))
     if resolver:
-        fams += locality_families(fs, resolver, thread_cpus(fs, pids[resolver]), nic_data)
+        # Several processes may carry the name (two instances, a helper that shares the
+        # comm): their threads are not one resolver's. Take the process with the most
+        # threads as the resolver and say how many there were.
+        per_pid = [thread_cpus(fs, [pid]) for pid in pids[resolver]]
+        main = max(per_pid, key=len, default=[])
+        fams.append(Family("dnsfleet_resolver_processes",
+                           "Processes named like the configured resolver process; the "
+                           "thread and locality metrics describe the one with the most "
+                           "threads.").add(len(per_pid), {"process": resolver}))
+        fams += locality_families(fs, resolver, main, nic_data)
     return fams
 
 
@@ -253,7 +275,8 @@ def locality_families(fs: HostFS, process: str, cpus: list[int],
                       nic_data: list[NicIrqs]) -> list[Family]:
     pl = {"process": process}
     threads = Family("dnsfleet_resolver_threads",
-                     "Threads of the configured resolver process (0: not running).").add(
+                     "Threads of the configured resolver process (0: not running); of the "
+                     "one with the most threads when several share the name.").add(
                          len(cpus), pl)
     if not cpus:
         return [threads]
