@@ -9,7 +9,9 @@ TEST_DEBS := unbound:unbound named:bind9 dig:bind9-dnsutils prometheus:prometheu
              promtool:prometheus prometheus-alertmanager:prometheus-alertmanager \
              amtool:prometheus-alertmanager resperf:dnsperf dnsperf:dnsperf ip:iproute2 \
              getent:libc-bin unshare:util-linux unbound-checkconf:unbound \
-             setpriv:util-linux curl:curl chromium:chromium kresd:knot-resolver
+             setpriv:util-linux curl:curl chromium:chromium kresd:knot-resolver \
+             pdns_recursor:pdns-recursor dnsdist:dnsdist \
+             /usr/lib/x86_64-linux-gnu/knot-resolver/kres_modules/http.lua:knot-resolver-module-http
 BENCH_DEBS := prometheus-blackbox-exporter:prometheus-blackbox-exporter \
               prometheus-node-exporter:prometheus-node-exporter
 ARGS ?=
@@ -27,7 +29,7 @@ venv: $(STAMP)
 
 define install_debs
 	@missing=""; for pair in $(1); do bin=$${pair%%:*}; pkg=$${pair##*:}; \
-	  command -v $$bin >/dev/null 2>&1 || [ -x /usr/sbin/$$bin ] || [ -x /usr/bin/$$bin ] || missing="$$missing $$pkg"; done; \
+	  command -v $$bin >/dev/null 2>&1 || [ -x /usr/sbin/$$bin ] || [ -x /usr/bin/$$bin ] || [ -e "$$bin" ] || missing="$$missing $$pkg"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \

@@ -22,7 +22,8 @@ import yaml
 from dnsfleet.app import Exporter
 from dnsfleet.hostfs import HostFS
 from dnsfleet.restarts import is_cache_reset
-from tests.servers import Named, Unbound, wait_dns
+from tests.resolverfamilies import Kresd
+from tests.servers import Named, Unbound
 from tests.tools import binary, free_port
 
 Seen = list[tuple[float, int | None]]
@@ -112,32 +113,15 @@ def test_unbound_serve_expired(tmp_path: Path, stale_pair: tuple[Named, Unbound]
     assert c.resets == 1 and c.unusable is None
 
 
-def kresd_config(workdir: Path, port: int, upstream: str) -> Path:
-    conf = workdir / "kresd.conf"
-    conf.write_text(f"""
-net.listen('127.0.0.1', {port}, {{ kind = 'dns' }})
-cache.size = 10 * MB
-modules = {{ 'policy' }}
-policy.add(policy.all(policy.STUB('{upstream}')))
-""")
-    return conf
-
-
 def test_knot_resolver_stub_mode_static_ttl(tmp_path: Path, named: Named) -> None:
     """Knot Resolver 5.6 with policy.STUB keeps the answer about 6 s and refetches it (AA
     clear, measured here: 3600 ... 3595, 3600 ...): at any scrape interval above that the
     TTL never counts down across scrapes, and the previous model counted a reset on every
     scrape."""
-    port = free_port()
-    work = tmp_path / "kresd"
-    work.mkdir()
-    conf = kresd_config(work, port, f"127.0.0.1@{named.port}")
-    log = open(work / "kresd.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen([binary("kresd"), "-n", "-c", str(conf), str(work)],
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    k = Kresd(tmp_path / "kresd", upstream=f"127.0.0.1@{named.port}")
+    k.start()
     try:
-        wait_dns("127.0.0.1", port, "www.example.test", "A")
-        exp = exporter(tmp_path, f"127.0.0.1:{port}", "canary.example.test")
+        exp = exporter(tmp_path, k.address, "canary.example.test")
         seen = watch(exp, 5, every=7.0)
         c = tracker(exp)
         ttls = [t for _, t in seen]
@@ -148,9 +132,7 @@ def test_knot_resolver_stub_mode_static_ttl(tmp_path: Path, named: Named) -> Non
         print(f"\nkresd STUB: previous model {previous_model_resets(seen, 0.5)} resets in "
               f"{len(seen)} scrapes; now {c.resets}; real resets 0")
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        log.close()
+        k.stop()
 
 
 def test_two_caches_behind_one_address_without_nsid(tmp_path: Path, named: Named) -> None:

@@ -324,7 +324,7 @@ def test_config_valid() -> None:
     ({"stats": {"type": "bind", "url": "127.0.0.1:8053"}}, {},
      't.yml: targets[0].stats.url: "127.0.0.1:8053" is not an http:// or https:// URL'),
     ({"stats": {"type": "bind", "url": "http://x", "control": "unix:///x"}}, {},
-     "t.yml: targets[0].stats.control: unknown key (valid keys: timeout, type, url)"),
+     "t.yml: targets[0].stats.control: unknown key (valid keys: api_key, timeout, type, url)"),
     ({"capacity_qps": 0}, {}, "t.yml: targets[0].capacity_qps: must be at least 1, got 0"),
     ({}, {"canary": "bad..name"}, 't.yml: modules.m.canary: invalid name "bad..name"'),
     ({}, {"canary_tolerance": "1s"}, "t.yml: modules.m.canary_tolerance: only meaningful with "

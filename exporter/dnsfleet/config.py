@@ -17,7 +17,7 @@ import socket
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import dns.rcode
 import dns.rdataclass
@@ -250,8 +250,11 @@ class Module:
         return frozenset(int(dns.rcode.from_text(r)) for r in self.valid_rcodes)
 
 
-StatsType = Literal["unbound", "bind"]
-STATS_TYPES: tuple[StatsType, ...] = ("unbound", "bind")
+StatsType = Literal["unbound", "bind", "pdns-recursor", "dnsdist", "knot-resolver", "coredns"]
+STATS_TYPES: tuple[StatsType, ...] = ("unbound", "bind", "pdns-recursor", "dnsdist",
+                                      "knot-resolver", "coredns")
+# Read over HTTP: BIND's statistics channel (base URL), the others' Prometheus /metrics.
+HTTP_STATS_TYPES = frozenset({"bind", "pdns-recursor", "dnsdist", "knot-resolver", "coredns"})
 
 
 @dataclass(frozen=True)
@@ -260,7 +263,9 @@ class StatsSource:
 
     unbound: ``control`` is ``unix:///path/to/sock``, ``tcp://host:port`` (remote-control
     without certificates) or ``tls://host:port`` with the control keys. bind: ``url`` is the
-    statistics channel base URL."""
+    statistics channel base URL. pdns-recursor, dnsdist, knot-resolver, coredns: ``url`` is
+    the daemon's Prometheus ``/metrics`` URL; ``api_key`` is sent as ``X-API-Key`` (the
+    PowerDNS web servers ask for it)."""
 
     type: StatsType
     control: str = ""
@@ -269,6 +274,7 @@ class StatsSource:
     client_cert: str | None = None   # unbound_control.pem
     client_key: str | None = None    # unbound_control.key
     timeout: float = 2.0
+    api_key: str | None = None       # X-API-Key for the PowerDNS web servers
 
 
 @dataclass(frozen=True)
@@ -602,15 +608,19 @@ _CONTROL_RE = re.compile(r"^(unix|tcp|tls)://(.+)$")
 
 def _parse_stats(node: Node) -> StatsSource:
     f = node.fields()
-    kind: StatsType = "bind" if f.req("type").choice(STATS_TYPES) == "bind" else "unbound"
+    kind = cast("StatsType", f.req("type").choice(STATS_TYPES))
     timeout = f.opt("timeout", 2.0, lambda n: n.duration(maximum=60))
-    if kind == "bind":
+    if kind in HTTP_STATS_TYPES:
         url_node = f.req("url")
         url = url_node.string()
         if not re.match(r"^https?://[^/]+", url):
             raise url_node.error(f"{_show(url)} is not an http:// or https:// URL")
+        api_key = f.opt("api_key", None, lambda n: n.string())
+        if api_key is not None and kind not in ("pdns-recursor", "dnsdist"):
+            raise f.get("api_key").error("only meaningful with pdns-recursor or dnsdist")
         f.done()
-        return StatsSource(type="bind", url=url.rstrip("/"), timeout=timeout)
+        return StatsSource(type=kind, url=url.rstrip("/") if kind == "bind" else url,
+                           timeout=timeout, api_key=api_key)
     ctl_node = f.req("control")
     control = ctl_node.string()
     m = _CONTROL_RE.match(control)
@@ -946,7 +956,8 @@ def to_yaml(cfg: Config) -> str:
         },
         "targets": [
             {"address": t.address, "module": t.module, "labels": dict(t.labels),
-             **({"stats": {k: v for k, v in t.stats.__dict__.items() if v not in (None, "")}}
+             **({"stats": {k: ("<secret>" if k == "api_key" else v)
+                           for k, v in t.stats.__dict__.items() if v not in (None, "")}}
                 if t.stats else {}),
              **({"capacity_qps": t.capacity_qps} if t.capacity_qps is not None else {}),
              **({"backends": t.backends} if t.backends != "single" else {})}

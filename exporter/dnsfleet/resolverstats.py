@@ -1,4 +1,5 @@
-"""Reading a resolver's own statistics: unbound remote control and BIND's statistics channel.
+"""Reading a resolver's own statistics: unbound remote control, BIND's statistics channel,
+and the Prometheus ``/metrics`` of PowerDNS Recursor, dnsdist, Knot Resolver and CoreDNS.
 
 Thin I/O only; the text goes to the pure parsers in ``parsers/unbound.py`` and
 ``parsers/bind.py``. One reader per software, listed in :data:`READERS`.
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from dnsfleet.config import StatsSource, parse_address
 from dnsfleet.parsers.bind import parse_bind_server
+from dnsfleet.parsers.promtext import parse_resolver_metrics
 from dnsfleet.parsers.resolver import ResolverStats
 from dnsfleet.parsers.unbound import parse_unbound_stats, parse_version
 
@@ -117,10 +119,37 @@ async def read_bind(source: StatsSource, session: aiohttp.ClientSession | None) 
         raise StatsError(f"{url}: {e}") from None
 
 
+async def read_metrics(source: StatsSource,
+                       session: aiohttp.ClientSession | None) -> ResolverStats:
+    """PowerDNS Recursor, dnsdist, Knot Resolver, CoreDNS: their Prometheus ``/metrics``."""
+    import aiohttp  # noqa: PLC0415 - only HTTP sources pay for aiohttp
+
+    if session is None:
+        raise StatsError("no HTTP session")
+    headers = {"X-API-Key": source.api_key} if source.api_key else {}
+    try:
+        async with session.get(source.url, allow_redirects=False, headers=headers) as resp:
+            if resp.status != 200:
+                raise StatsError(f"{source.url}: HTTP {resp.status}")
+            body = await resp.content.read(MAX_REPLY_BYTES * 8 + 1)
+    except aiohttp.ClientError as e:
+        raise StatsError(f"{source.url}: {e or type(e).__name__}") from None
+    if len(body) > MAX_REPLY_BYTES * 8:
+        raise StatsError(f"{source.url}: reply too large")
+    try:
+        return parse_resolver_metrics(source.type, body.decode("utf-8", "replace"))
+    except ValueError as e:
+        raise StatsError(f"{source.url}: {e}") from None
+
+
 Reader = Callable[[StatsSource, "aiohttp.ClientSession | None"], Awaitable[ResolverStats]]
 READERS: dict[str, Reader] = {
     "unbound": read_unbound,
     "bind": read_bind,
+    "pdns-recursor": read_metrics,
+    "dnsdist": read_metrics,
+    "knot-resolver": read_metrics,
+    "coredns": read_metrics,
 }
 
 

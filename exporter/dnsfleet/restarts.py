@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 PREFETCH_FRACTION = 0.1    # unbound: prefetch when < 10% of the original TTL is left
 PREFETCH_MIN_SECONDS = 2.0  # BIND: `prefetch 2 9` triggers at 2 s left
 MAX_BACKEND_LEN = 128       # a label value from the network: bounded
+TTL_GRANULARITY = 1.0       # seconds: see is_cache_reset
 
 StateKey = tuple[str, str]  # (address, module)
 
@@ -66,7 +67,9 @@ def is_cache_reset(*, prev_ttl: int, elapsed: float, ttl: int, tolerance: float,
     window = max(PREFETCH_FRACTION * max(longest_ttl, ttl), PREFETCH_MIN_SECONDS)
     if remaining <= window + tolerance:
         return False  # could have expired or been prefetched: a fresh TTL is expected
-    return ttl > remaining + tolerance
+    # TTLs are whole seconds counted against a whole-second clock: an answer may show up
+    # to one second more than the time really left.
+    return ttl > remaining + tolerance + TTL_GRANULARITY
 
 
 def backend_text(raw: str) -> str:
@@ -183,7 +186,8 @@ class CanaryTracker:
             elif elapsed >= 2.0 and ttl == b.ttl:
                 self.unusable = Unusable.TTL_STATIC
                 new = Baseline(ttl, now, trusted=False)
-            elif remaining > window + self.tolerance and ttl < remaining - self.tolerance - 1:
+            elif (remaining > window + self.tolerance
+                  and ttl < remaining - self.tolerance - TTL_GRANULARITY):
                 # Counted down faster than time while the record was alive: another cache
                 # answered under the same identity.
                 self.several_caches_at = now
@@ -193,7 +197,7 @@ class CanaryTracker:
                 if b.reset_at is not None:
                     self.unconfirmed += 1                 # jumped again: not counting down
                 new = Baseline(ttl, now, trusted=True, reset_at=wall)
-            elif ttl <= remaining + self.tolerance:
+            elif ttl <= remaining + self.tolerance + TTL_GRANULARITY:
                 confirmed = b.reset_at                    # the countdown goes on
                 self.unconfirmed = 0
                 new = Baseline(ttl, now, trusted=True)

@@ -62,11 +62,18 @@ def stats_families(rows: list[tuple[str, ResolverStats | None]]) -> list[Family]
                    "Answers the resolver served from expired records (serve-stale: unbound "
                    "serve-expired); absent where the software does not count them.",
                    "counter")
+    b_up = Family("dnsfleet_resolver_backend_up",
+                  "1 if the load balancer (dnsdist) counts the backend as up.")
+    b_queries = Family("dnsfleet_resolver_backend_queries_total",
+                       "Queries the load balancer sent to the backend.", "counter")
+    b_latency = Family("dnsfleet_resolver_backend_latency_seconds",
+                       "The load balancer's average latency of the backend.")
     for labels, st in rows:
         up.add_raw(labels, 0.0 if st is None else 1.0)
         if st is None:
             continue
-        start.add_raw(labels, st.start_time)
+        if st.start_time is not None:
+            start.add_raw(labels, st.start_time)
         info.add_raw(join_labels(labels, labelset(
             [("software", st.software), ("version", st.version)])), 1.0)
         queries.add_raw(labels, st.queries)
@@ -77,7 +84,14 @@ def stats_families(rows: list[tuple[str, ResolverStats | None]]) -> list[Family]
             responses.add_raw(join_labels(labels, labelset([("rcode", rcode)])), n)
         if st.stale_answers is not None:
             stale.add_raw(labels, st.stale_answers)
-    return [up, start, info, queries, hits, misses, responses, by_rcode, stale]
+        for b in st.backends:
+            bl = join_labels(labels, labelset([("backend", b.name),
+                                               ("backend_address", b.address)]))
+            b_up.add_raw(bl, 1.0 if b.up else 0.0)
+            b_queries.add_raw(bl, b.queries)
+            b_latency.add_raw(bl, b.latency_seconds)
+    return [up, start, info, queries, hits, misses, responses, by_rcode, stale,
+            b_up, b_queries, b_latency]
 
 
 async def _one(target: Target, session: aiohttp.ClientSession | None,
@@ -100,7 +114,7 @@ async def collect(ctx: CollectContext) -> list[Family]:
         return []
     loop = asyncio.get_running_loop()
     budget = ctx.deadline - loop.time() - DEADLINE_MARGIN
-    if not any(t.stats is not None and t.stats.type == "bind" for t in targets):
+    if not any(t.stats is not None and t.stats.type != "unbound" for t in targets):
         # Unbound's remote control needs no HTTP: do not import aiohttp (~28 MB RSS).
         results = await asyncio.gather(*(_one(t, None, budget) for t in targets))
     else:

@@ -11,10 +11,23 @@ COMMON_RCODES: tuple[str, ...] = ("NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", 
 
 
 @dataclass(frozen=True, slots=True)
+class Backend:
+    """A backend behind a load balancer (dnsdist), as the balancer sees it."""
+
+    name: str
+    address: str
+    up: bool
+    queries: int
+    latency_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
 class ResolverStats:
     software: str                 # "unbound", "bind"
     version: str                  # "" when the resolver does not say
-    start_time: float             # epoch seconds of the resolver's process start
+    # epoch seconds of the resolver's process start; None where the software does not say
+    # (Knot Resolver): restarts are then seen only by the canary
+    start_time: float | None
     queries: int                  # client queries received
     cache_hits: int
     cache_misses: int
@@ -25,6 +38,7 @@ class ResolverStats:
     # Answers served from expired records (unbound `num.expired` with serve-expired);
     # None when the software does not report it.
     stale_answers: int | None = None
+    backends: tuple[Backend, ...] = ()     # a load balancer's view of its backends
 
 
 def responses_with_common(counts: dict[str, int]) -> tuple[tuple[str, int], ...]:

@@ -1,0 +1,142 @@
+"""PowerDNS Recursor, dnsdist and Knot Resolver on loopback, each in its own temp dir, for the
+resolver-family tests. None of them may reach beyond loopback: pdns-recursor gets a root
+hints file whose only root is a loopback address and no security polling, dnsdist no
+security polling and health checks on a name its backends serve themselves, kresd forwards
+everything (policy.STUB) to a loopback server."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.servers import _stop, wait_dns
+from tests.tools import binary, free_port
+
+
+def wait_http(url: str, *, headers: dict[str, str] | None = None,
+              timeout: float = 15) -> str:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            req = urllib.request.Request(url, headers=headers or {})
+            with urllib.request.urlopen(req, timeout=2) as resp:
+                return str(resp.read().decode())
+        except OSError as e:
+            last = e
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer: {last}")
+
+
+@dataclass
+class Daemon:
+    workdir: Path
+    port: int = 0
+    web_port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+
+    def __post_init__(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.port = self.port or free_port()
+        self.web_port = self.web_port or free_port()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _spawn(self, args: list[str]) -> None:
+        log = open(self.workdir / "daemon.log", "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+
+    def stop(self) -> None:
+        _stop(self.proc)
+        self.proc = None
+
+
+@dataclass
+class PdnsRecursor(Daemon):
+    forwards: dict[str, str] = field(default_factory=dict)   # zone -> "127.0.0.1:port"
+    api_key: str = "dnsfleet-test"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}/metrics"
+
+    def start(self) -> PdnsRecursor:
+        hints = self.workdir / "root.hints"
+        hints.write_text(".  3600000 IN NS loopback-root.\n"
+                         "loopback-root. 3600000 IN A 127.0.0.254\n")
+        fwd = ",".join(f"{z}={a}" for z, a in self.forwards.items())
+        (self.workdir / "recursor.conf").write_text(f"""
+local-address=127.0.0.1
+local-port={self.port}
+socket-dir={self.workdir}
+daemon=no
+write-pid=no
+hint-file={hints}
+security-poll-suffix=
+forward-zones={fwd}
+webserver=yes
+webserver-address=127.0.0.1
+webserver-port={self.web_port}
+webserver-allow-from=127.0.0.0/8
+api-key={self.api_key}
+""")
+        self._spawn([binary("pdns_recursor"), f"--config-dir={self.workdir}"])
+        wait_dns("127.0.0.1", self.port, "www.example.test", "A")
+        wait_http(self.metrics_url, headers={"X-API-Key": self.api_key})
+        return self
+
+
+@dataclass
+class Dnsdist(Daemon):
+    backends: dict[str, str] = field(default_factory=dict)   # name -> "127.0.0.1:port"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}/metrics"
+
+    def start(self) -> Dnsdist:
+        servers = "\n".join(
+            f'newServer({{address="{a}", name="{n}", checkName="local.test.", '
+            f'checkType="SOA"}})' for n, a in self.backends.items())
+        conf = self.workdir / "dnsdist.conf"
+        conf.write_text(f"""
+setSecurityPollSuffix("")
+setLocal("127.0.0.1:{self.port}")
+{servers}
+setServerPolicy(roundrobin)
+webserver("127.0.0.1:{self.web_port}")
+setWebserverConfig({{apiKey="dnsfleet-test", acl="127.0.0.0/8",
+                     statsRequireAuthentication=false}})
+""")
+        self._spawn([binary("dnsdist"), "-C", str(conf), "--supervised", "--disable-syslog"])
+        wait_http(self.metrics_url)
+        wait_dns("127.0.0.1", self.port, "local.test.", "SOA")
+        return self
+
+
+@dataclass
+class Kresd(Daemon):
+    upstream: str = ""      # "127.0.0.1@port": every query is forwarded there (STUB)
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}/metrics"
+
+    def start(self) -> Kresd:
+        conf = self.workdir / "kresd.conf"
+        conf.write_text(f"""
+net.listen('127.0.0.1', {self.port}, {{ kind = 'dns' }})
+net.listen('127.0.0.1', {self.web_port}, {{ kind = 'webmgmt' }})
+cache.size = 10 * MB
+modules = {{ 'policy', 'http' }}
+policy.add(policy.all(policy.STUB('{self.upstream}')))
+""")
+        self._spawn([binary("kresd"), "-n", "-c", str(conf), str(self.workdir)])
+        wait_dns("127.0.0.1", self.port, "www.example.test", "A")
+        wait_http(self.metrics_url)
+        return self
