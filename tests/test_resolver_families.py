@@ -156,6 +156,8 @@ def test_dnsdist_pool(pool: tuple[Dnsdist, Unbound, Unbound], tmp_path: Path) ->
     seen = set(watch.canary.baselines)
     assert seen <= {"b1", "b2"} and seen, seen
     assert watch.canary.resets == 0
+    # The backend label describes the canary's answer, not the main probe's.
+    assert value(s, "dnsfleet_resolver_backend_info", target=t, backend=sorted(seen)[0]) == 1
     flushed = {"b1": b1, "b2": b2}[sorted(seen)[0]]
     flushed.control("flush", "canary.example.test")
     for _ in range(3):

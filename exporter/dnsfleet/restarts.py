@@ -288,7 +288,11 @@ class ResolverWatch:
         if ident is not None:
             backend = chaos_txt(ident_res) if ident_res is not None else None
         else:
-            backend = nsid_of(result) or (nsid_of(canary_res) if canary_res else None)
+            # With a canary, the identity of the canary's own answer: the backend label then
+            # describes the answer whose TTL the canary metrics show (round-robin sends the
+            # main probe and the canary to different backends).
+            backend = ((nsid_of(canary_res) if canary_res else None) or nsid_of(result)
+                       if canary is not None else nsid_of(result))
         self.observe_backend(st, backend)
         if canary is not None:
             ttl = None
@@ -309,8 +313,8 @@ class ResolverWatch:
             if st.canary.observe(ttl, now=time.monotonic(), wall=time.time(),
                                  backend=nsid_of(canary_res) if canary_res else None,
                                  authoritative=authoritative):
-                log.info("cache reset on %s seen by canary %s", target.address,
-                         canary[0].query_name)
+                log.info("cache reset on %s (backend %s) seen by canary %s", target.address,
+                         nsid_of(canary_res) if canary_res else None, canary[0].query_name)
 
     @staticmethod
     def observe_backend(st: WatchState, backend: str | None) -> None:
