@@ -356,3 +356,11 @@ def test_unbound_without_extended_statistics_has_no_rcode_counts() -> None:
     assert st.responses is None and st.stale_answers == 3 and st.start_time == 1700000000
     with_rcodes = parse_unbound_stats(text + "num.answer.rcode.SERVFAIL=4\n")
     assert dict(with_rcodes.responses or ())["SERVFAIL"] == 4
+
+
+def test_stale_answer_seen_twice_within_a_second_stays_untrusted() -> None:
+    """unbound serving stale (TTL 5) twice, 0.6 s apart, then the refetched record: the
+    repeated stale TTL 'continues' no countdown and must not become a baseline."""
+    answers = [*countdown(0, 10, 11, step=2), (12.0, 5, "a"), (12.6, 5, "a"), (14.6, 10, "a"),
+               (16.6, 8, "a"), (18.6, 6, "a")]
+    assert run_canary(answers).resets == 0

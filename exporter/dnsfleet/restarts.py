@@ -198,9 +198,12 @@ class CanaryTracker:
                     self.unconfirmed += 1                 # jumped again: not counting down
                 new = Baseline(ttl, now, trusted=True, reset_at=wall)
             elif ttl <= remaining + self.tolerance + TTL_GRANULARITY:
-                confirmed = b.reset_at                    # the countdown goes on
-                self.unconfirmed = 0
-                new = Baseline(ttl, now, trusted=True)
+                if ttl < b.ttl:                           # the countdown goes on
+                    confirmed = b.reset_at
+                    self.unconfirmed = 0
+                    new = Baseline(ttl, now, trusted=True)
+                else:   # a second look within the same second proves nothing new
+                    new = Baseline(ttl, now, trusted=b.trusted, reset_at=b.reset_at)
             else:
                 # Up after expiry or prefetch, or from an untrusted look: a full-TTL fetch
                 # is a new countdown; a short one (a stale answer) is not.
