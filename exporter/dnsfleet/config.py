@@ -12,6 +12,7 @@ section get a :class:`Node`, which knows where it is in the file so messages can
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 import socket
 from collections.abc import Callable, Iterator, Mapping
@@ -32,7 +33,21 @@ DEFAULT_DNS_PORT = 53
 BUILTIN_SOURCE = "<built-in default>"
 LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 # Labels the exporter sets itself; a target may not override them.
-RESERVED_LABELS = frozenset({"target", "module", "reason", "le", "instance", "job"})
+# Labels the exporter sets on some series itself: a configured label of the same name would
+# produce a sample with a duplicate label name, which Prometheus rejects (the whole scrape
+# fails). `instance` and `job` belong to Prometheus.
+RESERVED_LABELS = frozenset({
+    "target", "module", "reason", "le", "quantile", "instance", "job",
+    # resolver internals, canary, backends
+    "backend", "backend_address", "software", "version", "rcode",
+    # Consul
+    "agent", "service", "query", "tag", "node", "datacenter", "server", "method",
+    "position", "side",
+    # stub resolvers, host collectors, the exporter itself
+    "resolv_conf", "libc", "nameserver", "collector", "device", "queue", "cpu", "level",
+    "process", "bond", "slave", "mode", "state", "governor", "driver", "profile", "actor",
+    "partner", "python",
+})
 
 
 class ConfigError(Exception):
@@ -82,6 +97,8 @@ class Node:
     def number(self, *, minimum: float | None = None) -> float:
         if isinstance(self.value, bool) or not isinstance(self.value, int | float):
             raise self.error(f"expected a number, got {_kind(self.value)}")
+        if not math.isfinite(self.value):
+            raise self.error(f"expected a finite number, got {self.value}")
         if minimum is not None and self.value < minimum:
             raise self.error(f"must be at least {minimum}, got {self.value}")
         return float(self.value)
@@ -183,22 +200,31 @@ def _show(v: Any) -> str:
     return '"' + str(v).replace('"', '\\"') + '"'
 
 
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)\s*$")
-_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+# Go's time.ParseDuration syntax, as the Prometheus ecosystem writes durations: one or more
+# number+unit parts, `1m30s`, `500us`, `1.5h`.
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 0.001, "s": 1.0, "m": 60.0,
+         "h": 3600.0}
 
 
 def parse_duration(value: Any) -> float | None:
-    """``500ms``, ``2s``, ``1.5m``, ``1h`` -> seconds; a bare number is seconds."""
+    """``500ms``, ``2s``, ``1m30s``, ``500us`` -> seconds; a bare number is seconds. None
+    for anything else, NaN and infinities included."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
-        return float(value)
+        return float(value) if math.isfinite(value) else None
     if not isinstance(value, str):
         return None
-    m = _DURATION_RE.match(value)
-    if not m:
-        return None
-    return float(m.group(1)) * _UNIT[m.group(2)]
+    text = value.strip()
+    pos, total = 0, 0.0
+    while pos < len(text):
+        m = _DURATION_PART.match(text, pos)
+        if not m:
+            return None
+        total += float(m.group(1)) * _UNIT[m.group(2)]
+        pos = m.end()
+    return total if text and math.isfinite(total) else None
 
 
 # --------------------------------------------------------------------------- the schema
@@ -469,6 +495,8 @@ def parse_address(text: str, *, default_port: int = DEFAULT_DNS_PORT) -> tuple[s
         if ip.version != 6:
             raise ValueError("a %zone is only valid on IPv6 addresses")
         scope_id = int(scope) if scope.isascii() and scope.isdigit() else _if_index(scope)
+        if not 0 < scope_id < 2**32:
+            raise ValueError(f"zone id {_show(scope)} out of range")
     return str(ip), port, scope_id
 
 
@@ -507,7 +535,7 @@ def _parse_module(name: str, node: Node) -> Module:
             r = item.string().upper()
             try:
                 dns.rcode.from_text(r)
-            except dns.rcode.UnknownRcode:
+            except (dns.rcode.UnknownRcode, ValueError):  # out of range: ValueError
                 raise item.error(f"unknown rcode {_show(r)}") from None
             out.append(r)
         if not out:
@@ -573,7 +601,7 @@ def _parse_canary(f: Fields) -> dict[str, Any]:
 def _parse_labels(node: Node) -> tuple[tuple[str, str], ...]:
     out: list[tuple[str, str]] = []
     for k, v in node.items():
-        if not LABEL_NAME_RE.match(k) or k.startswith("__"):
+        if not isinstance(k, str) or not LABEL_NAME_RE.fullmatch(k) or k.startswith("__"):
             raise v.error("invalid label name")
         if k in RESERVED_LABELS:
             raise v.error(f"label {_show(k)} is set by the exporter and cannot be configured")
@@ -899,6 +927,31 @@ def _check_one_internals_entry(root: Node, targets: tuple[Target, ...]) -> None:
                     "one entry per address)")
 
 
+class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """Safe loading that refuses duplicate keys, as Go's yaml.v2/v3 strict decoding does
+    (the YAML spec says keys are unique; PyYAML keeps the last one silently)."""
+
+
+def _unique_mapping(loader: Any, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            duplicate = key in seen
+        except TypeError:  # unhashable: construct_mapping says so
+            continue
+        if duplicate:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return dict(loader.construct_mapping(node, deep=True))
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:map", _unique_mapping)
+
+
 def read_yaml_mapping(path: str | Path) -> dict[str, Any] | None:
     """A YAML file whose top level is a mapping (None when empty); ConfigError naming the
     file, and the line and column of a YAML error, otherwise."""
@@ -913,7 +966,9 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any] | None:
     try:
         # libyaml's loader when present: a 1,000-target file composes in a fraction of the
         # time and peak memory of the pure-Python one.
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        data = yaml.load(text, Loader=_StrictLoader)
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid YAML: nested too deeply") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -925,7 +980,16 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any] | None:
 
 
 def load(path: str | Path) -> Config:
-    return parse(read_yaml_mapping(path), source=str(path))
+    """Read and validate; ConfigError (file, key path, problem) for every bad input."""
+    data = read_yaml_mapping(path)
+    try:
+        return parse(data, source=str(path))
+    except ConfigError:
+        raise
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply") from None
+    except Exception as e:  # a validator that missed a case must not become a traceback
+        raise ConfigError(f"{path}: invalid configuration ({type(e).__name__}: {e})") from None
 
 
 DEFAULT_MODULE = Module(name="recursive")

@@ -41,6 +41,11 @@ log = logging.getLogger(__name__)
 # A bcrypt hash as htpasswd -B and Go's x/crypto/bcrypt write it ($2y$ and $2b$ are the same
 # algorithm; $2a$ predates the 2011 fix and is still verified).
 BCRYPT_RE = re.compile(r"^\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}$")
+MIN_BCRYPT_COST = 4            # bcrypt's own minimum
+MAX_BCRYPT_COST = 14           # ~1 s of CPU per uncached check on a current core
+# bcrypt reads at most 72 bytes of the password; Go's x/crypto/bcrypt compares longer ones
+# on those 72 bytes (only GenerateFromPassword refuses them), while Python's bcrypt 5 raises.
+BCRYPT_MAX_PASSWORD = 72
 
 TLS_VERSIONS: dict[str, ssl.TLSVersion] = {
     "TLS10": ssl.TLSVersion.TLSv1,
@@ -208,6 +213,9 @@ def _parse_http(node: Node) -> tuple[bool, tuple[tuple[str, str], ...]]:
                 raise v.error(f"HTTP header {name!r} can not be configured "
                               f"(configurable: {', '.join(EXTRA_HEADERS)})")
             value = v.string(allow_empty=True)
+            if not value.isascii() or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+                # CR or LF would let the file inject headers; the toolkit's values are ASCII.
+                raise v.error(f"invalid value {value!r}: control characters or non-ASCII")
             allowed = EXTRA_HEADERS[name]
             if allowed and value not in allowed:
                 raise v.error(f"invalid value {value!r}: expected one of {', '.join(allowed)}")
@@ -223,9 +231,16 @@ def _parse_users(node: Node) -> dict[str, bytes]:
     users: dict[str, bytes] = {}
     for name, v in node.items():
         h = v.string()
-        if not BCRYPT_RE.match(h):
+        m = BCRYPT_RE.match(h)
+        if not m:
             raise v.error("not a bcrypt hash (generate one with: htpasswd -nBC 10 \"\" | "
                           "tr -d ':\\n')")
+        cost = int(m.group(1))
+        if not MIN_BCRYPT_COST <= cost <= MAX_BCRYPT_COST:
+            # Each cost step doubles the work: 31 would take days per check. The toolkit's
+            # documentation uses 10-12.
+            raise v.error(f"bcrypt cost {cost} is outside {MIN_BCRYPT_COST}-{MAX_BCRYPT_COST} "
+                          "(each step doubles the time of every login; use 10-12)")
         users[name] = h.encode()
     return users
 
@@ -356,7 +371,7 @@ class BasicAuth:
         hashed = self.users.get(user)
         known = hashed is not None
         if hashed is None:
-            hashed = self._dummy_hash()
+            hashed = await asyncio.to_thread(self._dummy_hash)   # hashpw: off the loop
         key = self._cache_key(user, hashed, password)
         hit = self._cache.get(key)
         if hit is not None:
@@ -376,7 +391,7 @@ def _checkpw(password: bytes, hashed: bytes) -> bool:
     import bcrypt  # noqa: PLC0415
 
     try:
-        return bcrypt.checkpw(password, hashed)
+        return bcrypt.checkpw(password[:BCRYPT_MAX_PASSWORD], hashed)
     except ValueError:
         return False
 
