@@ -157,7 +157,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[St
         }
         cfg = work / "dnsfleet.yml"
         cfg.write_text(yaml.safe_dump(config))
-        exporter = ExporterProcess(f"--config.file={cfg}", f"--path.rootfs={root}", cwd=work)
+        exporter = ExporterProcess(f"--config.file={cfg}", f"--path.rootfs={root}",
+                                   "--web.enable-lifecycle", cwd=work)
         started.append(exporter)
 
         hook = Webhook().start()

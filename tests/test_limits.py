@@ -273,7 +273,8 @@ def test_broken_reload_keeps_the_old_config(tmp_path: Path) -> None:
         original = {"modules": {"a": A_MODULE},
                     "targets": [{"address": good.address, "module": "a"}]}
         write_config(conf, original)
-        with running_exporter(tmp_path, "--config.file", str(conf)) as e:
+        with running_exporter(tmp_path, "--config.file", str(conf),
+                              "--web.enable-lifecycle") as e:
             _, first = http(e, "/metrics")
             assert metric(first, "dnsfleet_probe_success") == 1
             for i, (what, text) in enumerate(BROKEN):

@@ -133,7 +133,8 @@ def page(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[Pag
         "resolv_conf": [{"path": "/etc/resolv.conf", "query_name": "www.example.test",
                          "query_type": "A", "probe_timeout": "300ms"}],
     }))
-    exp = ExporterProcess(f"--config.file={cfg}", f"--path.rootfs={root}", cwd=work)
+    exp = ExporterProcess(f"--config.file={cfg}", f"--path.rootfs={root}",
+                          "--web.enable-lifecycle", cwd=work)
     try:
         yield Page(exp, u, dead, cfg, work)
     finally:

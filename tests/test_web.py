@@ -50,7 +50,7 @@ probe_allowlist: ["127.0.0.0/8"]
 
 @pytest.fixture
 def exporter(config: Path, tmp_path: Path) -> Iterator[ExporterProcess]:
-    e = ExporterProcess(f"--config.file={config}", cwd=tmp_path)
+    e = ExporterProcess(f"--config.file={config}", "--web.enable-lifecycle", cwd=tmp_path)
     yield e
     e.stop()
 

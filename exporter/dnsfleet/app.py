@@ -39,7 +39,8 @@ class Exporter:
         self.config_file = config_file
         self.prober = Prober()
         self.collector_state: dict[str, object] = {}
-        self.scrape_lock = asyncio.Lock()
+        # The scrape in flight: requests that arrive meanwhile share its result.
+        self._inflight: asyncio.Future[list[Family | TextFamily]] | None = None
         self.started = time.time()
         self.config = self._load()
         self.prober.configure(self.config)
@@ -83,29 +84,45 @@ class Exporter:
             return lim.default_scrape_timeout - lim.scrape_timeout_offset
         return max(header_timeout - lim.scrape_timeout_offset, MIN_PROBE_TIMEOUT)
 
-    async def scrape(self, header_timeout: float | None = None) -> bytes:
-        """One full probe-and-collect cycle; returns the exposition text."""
+    async def scrape(self, header_timeout: float | None = None, *,
+                     arrived: float | None = None) -> bytes:
+        """The exposition of one probe-and-collect cycle, in the text format."""
+        return render_bytes(await self.scrape_families(header_timeout, arrived=arrived))
+
+    async def scrape_families(self, header_timeout: float | None = None, *,
+                              arrived: float | None = None) -> list[Family | TextFamily]:
+        """One probe-and-collect cycle. A request that arrives while a cycle is in flight
+        shares its result instead of queueing behind it (ten concurrent scrapes used to run
+        ten cycles back to back); either way it waits no longer than its own budget, counted
+        from ``arrived`` (loop time), and gets a TimeoutError past it."""
         loop = asyncio.get_running_loop()
-        async with self.scrape_lock:
-            malloc.trim()  # the previous scrape's buffers are all free by now
-            cfg = self.config
-            start = loop.time()
-            deadline = start + self.scrape_budget(header_timeout)
-            ctx = CollectContext(fs=self.fs, config=cfg, deadline=deadline,
-                                 state=self.collector_state)
-            _, collected = await asyncio.gather(self.prober.probe_all(cfg, deadline),
-                                                run_collectors(ctx, COLLECTORS))
-            self.scrapes_total += 1
-            fams: list[Family | TextFamily] = [
-                *self.prober.families(), *merge(collected), *self.self_families(cfg)]
-            took = loop.time() - start
-            fams.append(Family("dnsfleet_scrape_duration_seconds",
-                               "Time this exporter spent on the current scrape.").add(took))
-            fams.extend(process_families())
-            self.last_snapshot = Snapshot.of(fams, wall=time.time(), duration=took)
-            self.status_history.update(self.last_snapshot,
-                                       (t.address for t in cfg.targets))
-            return render_bytes(fams)
+        start = loop.time() if arrived is None else arrived
+        budget = self.scrape_budget(header_timeout)
+        if self._inflight is None or self._inflight.done():
+            self._inflight = loop.create_task(self._scrape(start + budget))
+        # The probes stop at the budget; half the offset is left to render and send.
+        remaining = start + budget + self.config.limits.scrape_timeout_offset / 2 - loop.time()
+        return await asyncio.wait_for(asyncio.shield(self._inflight), max(remaining, 0.001))
+
+    async def _scrape(self, deadline: float) -> list[Family | TextFamily]:
+        loop = asyncio.get_running_loop()
+        malloc.trim()  # the previous scrape's buffers are all free by now
+        cfg = self.config
+        start = loop.time()
+        ctx = CollectContext(fs=self.fs, config=cfg, deadline=deadline,
+                             state=self.collector_state)
+        _, collected = await asyncio.gather(self.prober.probe_all(cfg, deadline),
+                                            run_collectors(ctx, COLLECTORS))
+        self.scrapes_total += 1
+        fams: list[Family | TextFamily] = [
+            *self.prober.families(), *merge(collected), *self.self_families(cfg)]
+        took = loop.time() - start
+        fams.append(Family("dnsfleet_scrape_duration_seconds",
+                           "Time this exporter spent on the current scrape.").add(took))
+        fams.extend(process_families())
+        self.last_snapshot = Snapshot.of(fams, wall=time.time(), duration=took)
+        self.status_history.update(self.last_snapshot, (t.address for t in cfg.targets))
+        return fams
 
     def self_families(self, cfg: Config) -> list[Family]:
         st = self.reload_status

@@ -48,6 +48,10 @@ def exporter_parser() -> argparse.ArgumentParser:
     p.add_argument("--web.config.file", dest="web_config_file", default=None,
                    help="exporter-toolkit web configuration: TLS, basic auth (see README)")
     p.add_argument("--web.telemetry-path", dest="telemetry_path", default="/metrics")
+    p.add_argument("--web.enable-lifecycle", dest="enable_lifecycle", action="store_true",
+                   help="allow POST/PUT /-/reload (SIGHUP works regardless)")
+    p.add_argument("--web.max-requests", dest="max_requests", type=int, default=40,
+                   help="concurrent /metrics requests before 503 (0: no limit)")
     p.add_argument("--path.procfs", dest="procfs", default="/proc")
     p.add_argument("--path.sysfs", dest="sysfs", default="/sys")
     p.add_argument("--path.rootfs", dest="rootfs", default="/")
@@ -102,7 +106,9 @@ def exporter_main(argv: Sequence[str] | None = None) -> int:
 
 
 async def serve(exp: Exporter, args: argparse.Namespace) -> int:
-    router = make_router(exp, metrics_path=args.telemetry_path)
+    router = make_router(exp, metrics_path=args.telemetry_path,
+                         enable_lifecycle=args.enable_lifecycle,
+                         max_requests=args.max_requests)
     wc: webconfig.WebConfig | None = getattr(args, "web_config", None)
     ssl_context = None
     if wc is not None:

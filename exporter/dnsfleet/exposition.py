@@ -124,6 +124,34 @@ def render_bytes(families: Iterable[Family | TextFamily]) -> bytes:
     return b"".join(_render_one(f).encode() for f in families if f.samples)
 
 
+OPENMETRICS_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+
+
+def _om_head(fam: Family | TextFamily) -> str:
+    # OpenMetrics names a counter family without its `_total` sample suffix, calls untyped
+    # `unknown`, and escapes quotes in HELP as well (OpenMetrics 1.0, "Text format").
+    name = fam.name
+    if fam.type == "counter" and name.endswith("_total"):
+        name = name[: -len("_total")]
+    kind = "unknown" if fam.type == "untyped" else fam.type
+    helptext = fam.help.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    return f"# TYPE {name} {kind}\n# HELP {name} {helptext}\n"
+
+
+def render_openmetrics_bytes(families: Iterable[Family | TextFamily]) -> bytes:
+    """The same families in the OpenMetrics text format, ``# EOF`` last (what
+    prometheus_client serves when Prometheus asks for application/openmetrics-text)."""
+    out = []
+    for fam in families:
+        if not fam.samples:
+            continue
+        text = _render_one(fam)
+        body = text[text.index("\n", text.index("# TYPE")) + 1:]
+        out.append((_om_head(fam) + body).encode())
+    out.append(b"# EOF\n")
+    return b"".join(out)
+
+
 def merge(families: Iterable[Family]) -> list[Family]:
     """Merge families of the same name (several sources may emit one family)."""
     by_name: dict[str, Family] = {}

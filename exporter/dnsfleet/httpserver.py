@@ -67,6 +67,7 @@ class Response:
     body: bytes = b""
     content_type: str = "text/plain; charset=utf-8"
     headers: list[tuple[str, str]] = field(default_factory=list)
+    close: bool = False           # end the connection after this response
 
     @classmethod
     def text(cls, status: int, text: str) -> Response:
@@ -115,7 +116,7 @@ class Router:
             return await handler(req)
         except Exception:
             log.exception("handler for %s %s failed", req.method, req.path)
-            return Response.text(500, "internal error\n")
+            return Response(500, b"internal error\n", close=True)
 
 
 class _BadRequest(Exception):
@@ -180,8 +181,11 @@ def _reason(status: int) -> str:
 
 
 class HTTPProtocol(asyncio.Protocol):
-    def __init__(self, router: Router) -> None:
+    def __init__(self, router: Router, *, head_timeout: float = HEAD_TIMEOUT,
+                 idle_timeout: float = IDLE_TIMEOUT) -> None:
         self.router = router
+        self.head_timeout = head_timeout
+        self.idle_timeout = idle_timeout
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.buf = bytearray()
@@ -200,7 +204,7 @@ class HTTPProtocol(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else ""
         self.peercert = transport.get_extra_info("peercert")
-        self._arm(HEAD_TIMEOUT)
+        self._arm(self.head_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
@@ -301,6 +305,7 @@ class HTTPProtocol(asyncio.Protocol):
             resp = await self.router.dispatch(req)
             if self.transport is None:
                 return
+            keep_alive = keep_alive and not resp.close
             self._write(resp, keep_alive=keep_alive, head_only=req.method == "HEAD")
         except Exception:
             # A guard, a handler outside the router's net, or writing itself (a header
@@ -315,7 +320,7 @@ class HTTPProtocol(asyncio.Protocol):
             self.transport.close()
             return
         self.transport.resume_reading()
-        self._arm(IDLE_TIMEOUT if not self.buf else HEAD_TIMEOUT)
+        self._arm(self.idle_timeout if not self.buf else self.head_timeout)
         if self.buf:
             self._next()
 
@@ -349,7 +354,9 @@ class HTTPProtocol(asyncio.Protocol):
 
 
 async def serve(router: Router, host: str | None, port: int, *,
-                ssl_context: ssl.SSLContext | None = None) -> asyncio.Server:
+                ssl_context: ssl.SSLContext | None = None, head_timeout: float = HEAD_TIMEOUT,
+                idle_timeout: float = IDLE_TIMEOUT) -> asyncio.Server:
     loop = asyncio.get_running_loop()
-    return await loop.create_server(lambda: HTTPProtocol(router), host or None, port,
-                                    ssl=ssl_context, reuse_address=True, backlog=512)
+    return await loop.create_server(
+        lambda: HTTPProtocol(router, head_timeout=head_timeout, idle_timeout=idle_timeout),
+        host or None, port, ssl=ssl_context, reuse_address=True, backlog=512)
