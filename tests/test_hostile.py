@@ -21,7 +21,7 @@ import yaml
 from dnsfleet.config import Module
 from dnsfleet.prober import query_for
 from dnsfleet.probes import ProbeResult, Reason, probe
-from tests.servers import answer
+from tests.servers import answer, scripted
 from tests.tools import free_port
 
 HOST = "127.0.0.1"
@@ -254,8 +254,9 @@ def test_replies_from_another_port_or_address_are_dropped() -> None:
 
 
 def test_compression_pointer_loops() -> None:
-    """Answer names that point at themselves or at each other. The fast reader never
-    follows pointers; the full decoder (for answer-matching modules) reports malformed."""
+    """Answer names that point at each other (a forward pointer closing a loop): the fast
+    reader checks pointers as dnspython does and reports malformed (it used to call this a
+    success); so does the full decoder of answer-matching modules."""
     def looped(d: bytes) -> bytes:
         base = answer(d)  # header + question, no answers
         hdr = bytearray(base[:12])
@@ -271,19 +272,19 @@ def test_compression_pointer_loops() -> None:
     with udp_peer(lambda d, p, s: s.sendto(looped(d), p)) as port:
         fast = run_probe(port)
         full = run_probe(port, self_loop)
-    assert fast.success and fast.answer_rrs == 2
+    assert fast.reason is Reason.MALFORMED
+    assert fast.detail == "compression pointer does not point backwards"
     assert full.reason is Reason.MALFORMED
-    assert full.detail.startswith("undecodable answer")
 
 
-def test_pointer_loop_in_the_question_is_not_our_question() -> None:
+def test_pointer_loop_in_the_question_is_malformed() -> None:
     def fn(d: bytes, p: tuple[str, int], s: socket.socket) -> None:
         s.sendto(d[:2] + struct.pack("!HHHHH", 0x8180, 1, 0, 0, 0) + b"\xc0\x0c" +
                  struct.pack("!HH", 1, 1), p)
 
     with udp_peer(fn) as port:
         r = run_probe(port)
-    assert r.reason is Reason.MALFORMED and "not an answer" in r.detail
+    assert r.reason is Reason.MALFORMED and "compression pointer" in r.detail
 
 
 def test_answer_after_the_deadline_does_not_leak_into_the_next_probe() -> None:
@@ -441,3 +442,51 @@ def test_hostile_targets_do_not_disturb_good_ones(tmp_path: Path) -> None:
     assert got[j] is not None and got[j].reason is Reason.MALFORMED
     assert got[f] is not None and got[f].reason is Reason.MALFORMED
     assert got[closed] is not None and got[closed].reason is Reason.REFUSED
+
+
+def _with_answer_name(d: bytes, name: bytes, *, extra: bytes = b"", arcount: int = 0) -> bytes:
+    """A response to query ``d``: its question, one A record named ``name`` (raw wire),
+    then ``extra`` as the additional section."""
+    qend = 12
+    while d[qend]:
+        qend += d[qend] + 1
+    qend += 5                                   # root label, type, class
+    hdr = d[:2] + struct.pack("!HHHHH", 0x8180, 1, 1, 0, arcount)
+    rr = name + struct.pack("!HHIH", 1, 1, 60, 4) + bytes([192, 0, 2, 10])
+    return hdr + d[12:qend] + rr + extra
+
+
+OPT_RR = b"\x00" + struct.pack("!HHIH", 41, 1232, 0, 0)
+
+
+@pytest.mark.parametrize(("name", "extra", "arcount", "detail"), [
+    (b"\xc0\xff", b"", 0, "compression pointer does not point backwards"),   # past the end
+    (b"\xc0\x05", b"", 0, "compression pointer into the header"),
+    (b"\x03www\xc0\x0c", OPT_RR + OPT_RR, 2, "more than one OPT record"),
+])
+def test_hostile_answers_on_the_fast_path_are_malformed(name: bytes, extra: bytes,
+                                                        arcount: int, detail: str) -> None:
+    with udp_peer(lambda d, p, s: s.sendto(_with_answer_name(d, name, extra=extra,
+                                                             arcount=arcount), p)) as port:
+        r = run_probe(port)
+    assert r.reason is Reason.MALFORMED and r.detail == detail, r
+
+
+def test_tc_on_a_tcp_answer_is_not_success() -> None:
+    mod = Module(name="m", query_name="www.example.test.", query_type="A", timeout=TIMEOUT,
+                 transport="tcp")
+    with scripted(lambda d: [answer(d, "www.example.test. 60 IN A 192.0.2.1", tc=True)]) as srv:
+        r = run_probe(srv.port, mod)
+    assert r.reason is Reason.TRUNCATED and r.detail == "TC bit set on a TCP answer"
+
+
+def test_catastrophic_regex_cannot_stall_the_loop() -> None:
+    """`(a+)+$` against a 1 KiB TXT of a's and one b: Python's re takes longer than the age
+    of the universe; RE2 answers in linear time, so the probe ends with a verdict."""
+    txt = "a" * 250
+    mod = Module(name="m", query_name="www.example.test.", query_type="TXT", timeout=TIMEOUT,
+                 fail_if_matches=("(a+)+$",))
+    rec = f'www.example.test. 60 IN TXT {" ".join(chr(34) + txt + chr(34) for _ in range(4))}'
+    with scripted(lambda d: [answer(d, rec + ' "b"')]) as srv:
+        r = run_probe(srv.port, mod)
+    assert r.success, r         # a verdict, and the text does not end in a's

@@ -3,8 +3,11 @@
 The query is built once per module and only its ID is patched per probe. A
 response is read by a small bounds-checked walker rather than ``dns.message.from_wire``:
 probing needs the header, the question, counts, answer TTLs and the EDNS OPT record (NSID,
-extended rcode), and the walker does that in a fraction of the time. Skipping a name never
-follows a compression pointer (a pointer ends a name), so pointer loops cannot hang it.
+extended rcode), and the walker does that in a fraction of the time. A compression pointer
+ends a name; its target is checked as dnspython checks it: it must point backwards (so a
+chain of pointers strictly decreases and cannot loop), inside the message and past the
+header, to a well-formed name of at most 255 octets. A message with two OPT records, like
+one with a bad pointer, is malformed (RFC 6891 6.1.1).
 Full decoding with dnspython happens only for modules that match answer text, and
 dnspython's message and name modules are imported only then: with their idna and
 importlib.metadata dependencies they cost ~6 MB of RSS (tests check the hand-built query
@@ -121,7 +124,8 @@ class Response:
 
 
 def _skip_name(data: bytes, pos: int) -> int:
-    """Offset just past the name at ``pos``; never follows pointers."""
+    """Offset just past the name at ``pos``, after checking any compression pointer it
+    ends in (see the module docstring)."""
     n = len(data)
     total = 0
     while True:
@@ -134,6 +138,7 @@ def _skip_name(data: bytes, pos: int) -> int:
         if kind == 0xC0:
             if pos + 2 > n:
                 raise Malformed("truncated compression pointer")
+            _check_pointer(data, pos, total)
             return pos + 2
         if kind:
             raise Malformed(f"unsupported label type 0x{kind:02x}")
@@ -141,6 +146,37 @@ def _skip_name(data: bytes, pos: int) -> int:
         if total > 255:
             raise Malformed("name longer than 255 octets")
         pos += length + 1
+
+
+def _check_pointer(data: bytes, at: int, total: int) -> None:
+    """Follow the pointer at ``at`` to the end of its name: every pointer must point before
+    itself and past the header, and the whole name must stay within 255 octets."""
+    n = len(data)
+    while True:
+        target = ((data[at] & 0x3F) << 8) | data[at + 1]
+        if target >= at:
+            raise Malformed("compression pointer does not point backwards")
+        if target < 12:
+            raise Malformed("compression pointer into the header")
+        pos = target
+        while True:
+            length = data[pos]          # pos < at <= n - 2: in bounds
+            if length == 0:
+                return
+            kind = length & 0xC0
+            if kind == 0xC0:
+                if pos + 2 > n:
+                    raise Malformed("truncated compression pointer")
+                at = pos
+                break
+            if kind:
+                raise Malformed(f"unsupported label type 0x{kind:02x}")
+            total += length + 1
+            if total > 255:
+                raise Malformed("name longer than 255 octets")
+            pos += length + 1
+            if pos >= at:
+                raise Malformed("compressed name overlaps its pointer")
 
 
 def header_id(data: bytes) -> int | None:
@@ -179,6 +215,7 @@ def parse_response(data: bytes, query: Query, qid: int) -> Response | None:
     matching = 0
     min_ttl: int | None = None
     nsid: bytes | None = None
+    opts = 0
     n = len(data)
     try:
         for section, count in ((0, an), (1, ns), (2, ar)):
@@ -199,6 +236,9 @@ def parse_response(data: bytes, query: Query, qid: int) -> Response | None:
                         if min_ttl is None or ttl < min_ttl:
                             min_ttl = ttl
                 elif section == 2 and rtype == OPT:
+                    if opts:
+                        raise Malformed("more than one OPT record")
+                    opts += 1
                     rcode |= (ttl >> 24) << 4
                     nsid = _read_nsid(data, pos, pos + rdlen)
                 pos += rdlen

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
+from typing import Any
 
 import dns.rcode
 
@@ -55,8 +55,15 @@ class ProbeResult:
 
 
 @lru_cache(maxsize=256)
-def _compile(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern)
+def _compile(pattern: str) -> Any:
+    # RE2 matches in time linear in the text: `(a+)+$` against a hostile TXT record cannot
+    # stall the event loop (Python's re backtracks exponentially there), and its syntax is
+    # Go's regexp, as blackbox_exporter's. Patterns RE2 does not support (backreferences,
+    # lookaround) are refused when the config is loaded. Imported on first use: modules
+    # without answer checks do not load it.
+    import re2  # noqa: PLC0415
+
+    return re2.compile(pattern)
 
 
 def failed(reason: Reason, duration: float, detail: str) -> ProbeResult:
@@ -74,8 +81,10 @@ def judge(ex: Exchange, module: Module) -> ProbeResult:
         return ProbeResult(success=reason is None, reason=reason, duration=ex.duration,
                            rcode=r.rcode, answer_rrs=r.answer_rrs, detail=detail, response=r)
 
-    if r.truncated and module.transport == "udp":
-        return verdict(Reason.TRUNCATED, "TC bit set: the answer does not fit in UDP")
+    if r.truncated:
+        # Over TCP nothing is ever too large: a TC answer there is a broken server.
+        return verdict(Reason.TRUNCATED, "TC bit set: the answer does not fit in UDP"
+                       if module.transport == "udp" else "TC bit set on a TCP answer")
     if r.rcode not in module.valid_rcode_numbers:
         text = dns.rcode.to_text(r.rcode)  # type: ignore[arg-type]
         return verdict(Reason.RCODE, f"rcode {text} not in {', '.join(module.valid_rcodes)}")
