@@ -395,3 +395,129 @@ def test_empty_web_config_serves_plain_http(tmp_path: Path, exporter_config: Pat
     with running_exporter(tmp_path, "--config.file", str(exporter_config),
                           "--web.config.file", str(p)) as e:
         assert curl_status(e.url + "/-/healthy") == "200"
+
+
+# ------------------------------------------------------------------ issue 11: hardening
+
+
+def _hash(password: bytes, cost: int = 4) -> str:
+    return bcrypt.hashpw(password[:72], bcrypt.gensalt(cost)).decode()
+
+
+@pytest.mark.parametrize(("doc", "message"), [
+    ({"basic_auth_users": {"u": bcrypt.hashpw(b"x", bcrypt.gensalt(4)).decode()
+                           .replace("$04$", "$15$")}},
+     "basic_auth_users.u: bcrypt cost 15 is outside 4-14"),
+    ({"http_server_config": {"headers": {"X-Frame-Options": "deny\r\nSet-Cookie: a=b"}}},
+     "invalid value"),
+    ({"tls_server_config": {"cert_file": "c.pem", "key_file": "k.pem",
+                            "min_version": "TLS10"}},
+     "tls_server_config.min_version: TLS10 is not supported"),
+])
+def test_refused_at_load(tmp_path: Path, doc: dict[str, object], message: str) -> None:
+    p = tmp_path / "web.yml"
+    p.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=message.replace("$", r"\$")):
+        webconfig.load(p)
+
+
+async def _get(port: int, user: str, password: bytes, *,
+               ctx: ssl.SSLContext | None = None) -> int:
+    auth = base64.b64encode(user.encode() + b":" + password).decode()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
+    writer.write(f"GET / HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {auth}\r\n"
+                 "Connection: close\r\n\r\n".encode())
+    data = await reader.read()
+    writer.close()
+    return int(data.split(b" ", 2)[1])
+
+
+def test_password_rotation_and_long_passwords_without_restart(tmp_path: Path) -> None:
+    """The file is re-read when it changes: a rotated password works at once, the old one
+    stops working. A password over 72 bytes is compared on its first 72, as Go's
+    x/crypto/bcrypt CompareHashAndPassword does (Python's bcrypt 5 would raise)."""
+    from dnsfleet.httpserver import Response, Router, serve
+
+    long_pw = b"p" * 72 + b"-anything-after-72"
+    p = tmp_path / "web.yml"
+    p.write_text(yaml.safe_dump({"basic_auth_users": {"u": _hash(b"old")}}))
+
+    async def ok(req: object) -> Response:
+        return Response.text(200, "ok\n")
+
+    async def go() -> None:
+        r = Router()
+        r.add("GET", "/", ok)
+        live = webconfig.install(r, webconfig.load(p))
+        srv = await serve(r, "127.0.0.1", 0)
+        port = srv.sockets[0].getsockname()[1]
+        try:
+            assert await _get(port, "u", b"old") == 200
+            p.write_text(yaml.safe_dump({"basic_auth_users": {"u": _hash(long_pw)}}))
+            assert await _get(port, "u", b"old") == 401
+            assert await _get(port, "u", long_pw) == 200
+            assert await _get(port, "u", b"p" * 72 + b"-something-else") == 200
+            assert await _get(port, "u", b"p" * 71) == 401
+            p.write_text("basic_auth_users: [")          # broken: the previous one stays
+            assert await _get(port, "u", long_pw) == 200
+            assert live.reloads == 1
+        finally:
+            srv.close()
+            await srv.wait_closed()
+
+    asyncio.run(go())
+
+
+def test_tls_certificate_rotation_and_no_log_line_per_connection(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from dnsfleet.httpserver import Response, Router, serve
+
+    ca = trustme.CA()
+    first, second = ca.issue_cert("127.0.0.1"), ca.issue_cert("127.0.0.1")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    first.cert_chain_pems[0].write_to_path(cert)
+    first.private_key_pem.write_to_path(key)
+    p = tmp_path / "web.yml"
+    p.write_text(yaml.safe_dump({"tls_server_config": {"cert_file": str(cert),
+                                                       "key_file": str(key)},
+                                 "basic_auth_users": {"u": _hash(b"pw")}}))
+    client = ssl.create_default_context()
+    ca.configure_trust(client)
+
+    async def ok(req: object) -> Response:
+        return Response.text(200, "ok\n")
+
+    def serial(der: bytes | None) -> str:
+        from cryptography import x509
+        assert der is not None
+        return hex(x509.load_der_x509_certificate(der).serial_number)
+
+    async def peer_serial(port: int) -> str:
+        _, w = await asyncio.open_connection("127.0.0.1", port, ssl=client)
+        der = w.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        w.close()
+        return serial(der)
+
+    async def go() -> None:
+        r = Router()
+        r.add("GET", "/", ok)
+        wc = webconfig.load(p)
+        webconfig.install(r, wc)
+        srv = await serve(r, "127.0.0.1", 0, ssl_context=wc.ssl_context)
+        port = srv.sockets[0].getsockname()[1]
+        try:
+            for _ in range(3):
+                assert await _get(port, "u", b"pw", ctx=client) == 200
+            before = await peer_serial(port)
+            second.cert_chain_pems[0].write_to_path(cert)
+            second.private_key_pem.write_to_path(key)
+            assert await _get(port, "u", b"pw", ctx=client) == 200   # triggers the re-read
+            after = await peer_serial(port)
+            assert before != after
+        finally:
+            srv.close()
+            await srv.wait_closed()
+
+    with caplog.at_level("DEBUG", logger="asyncio"):
+        asyncio.run(go())
+    assert not [r for r in caplog.records if "eof_received" in r.getMessage()]

@@ -196,6 +196,7 @@ class HTTPProtocol(asyncio.Protocol):
         self.peer = ""
         self.peercert: Mapping[str, Any] | None = None
         self.continued = False   # 100 Continue sent for the request being read
+        self.tls = False
 
     # -- connection lifecycle
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -204,6 +205,7 @@ class HTTPProtocol(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else ""
         self.peercert = transport.get_extra_info("peercert")
+        self.tls = transport.get_extra_info("sslcontext") is not None
         self._arm(self.head_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -232,6 +234,10 @@ class HTTPProtocol(asyncio.Protocol):
     def eof_received(self) -> bool | None:
         if not self.busy and self.transport is not None:
             self.transport.close()
+        if self.tls:
+            # TLS cannot half-close; returning True there only makes asyncio log a warning
+            # for every connection a client ends.
+            return None
         return True  # keep our half open until the response in flight is written
 
     def _next(self) -> None:

@@ -28,13 +28,13 @@ import ssl
 import tempfile
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dnsfleet.config import Fields, Node, read_yaml_mapping
-from dnsfleet.httpserver import Guard, Request, Response, Router
+from dnsfleet.config import ConfigError, Fields, Node, read_yaml_mapping
+from dnsfleet.httpserver import Request, Response, Router
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +194,13 @@ def _parse_tls(node: Node, base: Path) -> TLSServerConfig:
     if tls.client_allowed_sans and tls.client_auth_type != "RequireAndVerifyClientCert":
         raise node.child("client_allowed_sans").error(
             "needs client_auth_type RequireAndVerifyClientCert")
+    if tls.min_version in ("TLS10", "TLS11"):
+        # Refused rather than half-working: OpenSSL 3 at its default security level (Debian
+        # 12) rejects TLS 1.0/1.1 handshakes whatever the minimum says, and RFC 8996
+        # deprecates both.
+        raise node.child("min_version").error(
+            f"{tls.min_version} is not supported: TLS 1.0 and 1.1 are deprecated (RFC 8996) "
+            "and disabled by this system's OpenSSL; use TLS12")
     if TLS_VERSIONS[tls.min_version] > TLS_VERSIONS[tls.max_version]:
         raise node.error(f"min_version {tls.min_version} is above max_version "
                          f"{tls.max_version}")
@@ -280,9 +287,12 @@ def load(path: str | Path) -> WebConfig:
     return parse(read_yaml_mapping(path), source=str(path))
 
 
-def ssl_context(tls: TLSServerConfig, node: Node) -> ssl.SSLContext:
-    """Build the server context; every failure names the file and the key."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+def ssl_context(tls: TLSServerConfig, node: Node,
+                ctx: ssl.SSLContext | None = None) -> ssl.SSLContext:
+    """Build the server context, or reconfigure ``ctx`` in place (the listening socket
+    keeps the object: new connections see new certificates); every failure names the file
+    and the key."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER) if ctx is None else ctx
     ctx.minimum_version = TLS_VERSIONS[tls.min_version]
     ctx.maximum_version = TLS_VERSIONS[tls.max_version]
     try:
@@ -437,7 +447,8 @@ def _peer_sans(request: Request) -> set[str]:
     return {str(v) for _, v in cert.get("subjectAltName", ())}
 
 
-def guard(wc: WebConfig) -> tuple[Guard, BasicAuth | None]:
+def guard(wc: WebConfig) -> tuple[Callable[[Request], Awaitable[Response | None]],
+                               BasicAuth | None]:
     """Rate limit, client SAN check and basic auth, in the toolkit's order; 401 carries
     ``WWW-Authenticate: Basic``. Returns the guard and the BasicAuth it uses (or None)."""
     auth = BasicAuth(wc.basic_auth_users) if wc.basic_auth_users else None
@@ -459,9 +470,70 @@ def guard(wc: WebConfig) -> tuple[Guard, BasicAuth | None]:
     return check, auth
 
 
-def install(router: Router, wc: WebConfig) -> BasicAuth | None:
-    """Guard every route of ``router`` and add the configured response headers."""
-    check, auth = guard(wc)
-    router.guards.insert(0, check)
-    router.extra_headers.extend(wc.headers)
-    return auth
+def install(router: Router, wc: WebConfig) -> LiveWebConfig:
+    """Guard every route of ``router`` and add the configured response headers; the file is
+    re-read when it (or a certificate, key or CA file it names) changes."""
+    return LiveWebConfig(router, wc)
+
+
+def _stamp(paths: list[str]) -> tuple[tuple[int, int, int] | None, ...]:
+    out: list[tuple[int, int, int] | None] = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+            out.append((st.st_mtime_ns, st.st_size, st.st_ino))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+class LiveWebConfig:
+    """The web config in force. The exporter-toolkit reads its file on every request, so
+    rotated certificates and changed passwords take effect without a restart; here a stat
+    of the file and the files it names per request (a few microseconds) decides whether
+    to re-read. A file that no longer loads keeps the previous settings and is logged.
+    Turning TLS on or off needs a restart (the listening socket is plain or TLS)."""
+
+    def __init__(self, router: Router, wc: WebConfig) -> None:
+        self.router = router
+        self.wc = wc
+        self.check, self.auth = guard(wc)
+        self.stamp = _stamp(self._paths(wc))
+        self.reloads = 0
+        router.guards.insert(0, self.guard)
+        router.extra_headers.extend(wc.headers)
+
+    @staticmethod
+    def _paths(wc: WebConfig) -> list[str]:
+        tls = wc.tls
+        files = [tls.cert_file, tls.key_file, tls.client_ca_file] if tls else []
+        return [wc.source, *(str(f) for f in files if f)]
+
+    async def guard(self, request: Request) -> Response | None:
+        stamp = _stamp(self._paths(self.wc))
+        if stamp != self.stamp:
+            self.stamp = stamp
+            self._reload()
+        return await self.check(request)
+
+    def _reload(self) -> None:
+        try:
+            new = load(self.wc.source)
+            if (new.tls is None) != (self.wc.tls is None):
+                raise ConfigError(f"{self.wc.source}: turning TLS on or off needs a restart")
+            if new.tls is not None and self.wc.ssl_context is not None:
+                ssl_context(new.tls, Node(new.source, "tls_server_config", None),
+                            self.wc.ssl_context)
+        except ConfigError as e:
+            log.error("web config not reloaded, keeping the previous one: %s", e)
+            return
+        for h in self.wc.headers:
+            self.router.extra_headers.remove(h)
+        self.router.extra_headers.extend(new.headers)
+        self.check, self.auth = guard(new)
+        self.wc = WebConfig(source=new.source, tls=new.tls,
+                            basic_auth_users=new.basic_auth_users, headers=new.headers,
+                            http2=new.http2, rate_limit=new.rate_limit,
+                            ssl_context=self.wc.ssl_context)
+        self.reloads += 1
+        log.info("web config %s reloaded", new.source)
