@@ -99,10 +99,18 @@ class Exporter:
         start = loop.time() if arrived is None else arrived
         budget = self.scrape_budget(header_timeout)
         if self._inflight is None or self._inflight.done():
-            self._inflight = loop.create_task(self._scrape(start + budget))
+            task = self._inflight = loop.create_task(self._scrape(start + budget))
+            # Drop the reference once done: waiters hold the result; keeping it here would
+            # keep a whole scrape's families alive until the next one (megabytes at 1,000
+            # targets).
+            task.add_done_callback(self._scrape_done)
         # The probes stop at the budget; half the offset is left to render and send.
         remaining = start + budget + self.config.limits.scrape_timeout_offset / 2 - loop.time()
         return await asyncio.wait_for(asyncio.shield(self._inflight), max(remaining, 0.001))
+
+    def _scrape_done(self, task: asyncio.Future[list[Family | TextFamily]]) -> None:
+        if self._inflight is task:
+            self._inflight = None
 
     async def _scrape(self, deadline: float) -> list[Family | TextFamily]:
         loop = asyncio.get_running_loop()
