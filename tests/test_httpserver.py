@@ -252,3 +252,33 @@ def test_concurrent_scrapes_share_a_cycle_and_keep_their_own_deadline(tmp_path: 
             over = await asyncio.gather(*(one(port) for _ in range(11)))
             assert sorted(code for code, _ in over).count(503) >= 1
     run(go())
+
+
+def test_a_late_scrape_keeps_its_own_deadline(tmp_path: Path) -> None:
+    """A scrape in flight will take ~2.5 s (a silent target, 3 s header); a second request
+    arriving meanwhile with a 1 s header must not wait for it: it gets its 503 when its own
+    budget, counted from its arrival, runs out, and the first still gets its 200."""
+    from tests.servers import Blackhole
+
+    hole = Blackhole()
+    p = tmp_path / "dnsfleet.yml"
+    p.write_text(yaml.safe_dump({
+        "resolv_conf": [], "modules": {"m": {"timeout": "10s"}},
+        "targets": [{"address": hole.address, "module": "m"}]}))
+    exp = Exporter(fs=HostFS(), config_file=str(p))
+
+    async def scrape(port: int, timeout: str, delay: float) -> int:
+        await asyncio.sleep(delay)
+        raw = await exchange(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n"
+                                   b"X-Prometheus-Scrape-Timeout-Seconds: " + timeout.encode()
+                                   + b"\r\nConnection: close\r\n\r\n", timeout=20)
+        return status(raw)
+
+    async def go() -> None:
+        async with server(make_router(exp)) as port:
+            first, second = await asyncio.gather(scrape(port, "3", 0), scrape(port, "1", 0.3))
+            assert (first, second) == (200, 503)
+    try:
+        run(go())
+    finally:
+        hole.close()
