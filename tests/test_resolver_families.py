@@ -6,7 +6,6 @@ kept in tests/fixtures/resolver/ for the parser tests (refresh: DNSFLEET_CAPTURE
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from collections.abc import Iterator
@@ -18,34 +17,15 @@ import dns.query
 import dns.rcode
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from dnsfleet.app import Exporter
 from dnsfleet.hostfs import HostFS
 from dnsfleet.parsers.promtext import parse_prometheus_text, parse_resolver_metrics
 from tests.resolverfamilies import Dnsdist, Kresd, PdnsRecursor, wait_http
 from tests.servers import Named, Unbound
+from tests.test_resolver_real import scrape, value
 
 FIXTURES = Path(__file__).parent / "fixtures" / "resolver"
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def scrape(exp: Exporter) -> Samples:
-    text = asyncio.run(exp.scrape(8.0)).decode()
-    out: Samples = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out[(s.name, frozenset(s.labels.items()))] = s.value
-    return out
-
-
-def value(samples: Samples, name: str, **labels: str) -> float | None:
-    want = set(labels.items())
-    hits = [v for (n, lab), v in samples.items() if n == name and want <= lab]
-    assert len(hits) <= 1, f"{name} {labels}: {len(hits)} series"
-    return hits[0] if hits else None
-
-
 def exporter(tmp_path: Path, target: dict[str, Any], **module: Any) -> Exporter:
     path = tmp_path / "dnsfleet.yml"
     path.write_text(yaml.safe_dump({

@@ -98,14 +98,15 @@ async def read_unbound(source: StatsSource, session: aiohttp.ClientSession | Non
         raise StatsError(f"{source.control}: garbled statistics: {e}") from None
 
 
-async def read_bind(source: StatsSource, session: aiohttp.ClientSession | None) -> ResolverStats:
-    import aiohttp  # noqa: PLC0415 - only BIND sources pay for aiohttp (~28 MB RSS)
+async def _http_get(url: str, session: aiohttp.ClientSession | None,
+                    headers: dict[str, str] | None = None) -> bytes:
+    """One bounded GET for a statistics source; StatsError with the reason."""
+    import aiohttp  # noqa: PLC0415 - only HTTP sources pay for aiohttp (~28 MB RSS)
 
     if session is None:
         raise StatsError("no HTTP session")
-    url = source.url + "/json/v1/server"
     try:
-        async with session.get(url, allow_redirects=False) as resp:
+        async with session.get(url, allow_redirects=False, headers=headers or {}) as resp:
             if resp.status != 200:
                 raise StatsError(f"{url}: HTTP {resp.status}")
             body = await resp.content.read(MAX_REPLY_BYTES * 8 + 1)
@@ -113,6 +114,12 @@ async def read_bind(source: StatsSource, session: aiohttp.ClientSession | None) 
         raise StatsError(f"{url}: {e or type(e).__name__}") from None
     if len(body) > MAX_REPLY_BYTES * 8:
         raise StatsError(f"{url}: reply too large")
+    return body
+
+
+async def read_bind(source: StatsSource, session: aiohttp.ClientSession | None) -> ResolverStats:
+    url = source.url + "/json/v1/server"
+    body = await _http_get(url, session)
     try:
         return parse_bind_server(body)
     except ValueError as e:
@@ -122,20 +129,8 @@ async def read_bind(source: StatsSource, session: aiohttp.ClientSession | None) 
 async def read_metrics(source: StatsSource,
                        session: aiohttp.ClientSession | None) -> ResolverStats:
     """PowerDNS Recursor, dnsdist, Knot Resolver, CoreDNS: their Prometheus ``/metrics``."""
-    import aiohttp  # noqa: PLC0415 - only HTTP sources pay for aiohttp
-
-    if session is None:
-        raise StatsError("no HTTP session")
-    headers = {"X-API-Key": source.api_key} if source.api_key else {}
-    try:
-        async with session.get(source.url, allow_redirects=False, headers=headers) as resp:
-            if resp.status != 200:
-                raise StatsError(f"{source.url}: HTTP {resp.status}")
-            body = await resp.content.read(MAX_REPLY_BYTES * 8 + 1)
-    except aiohttp.ClientError as e:
-        raise StatsError(f"{source.url}: {e or type(e).__name__}") from None
-    if len(body) > MAX_REPLY_BYTES * 8:
-        raise StatsError(f"{source.url}: reply too large")
+    headers = {"X-API-Key": source.api_key} if source.api_key else None
+    body = await _http_get(source.url, session, headers)
     try:
         return parse_resolver_metrics(source.type, body.decode("utf-8", "replace"))
     except ValueError as e:
