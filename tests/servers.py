@@ -73,6 +73,7 @@ class Named:
     port: int = 0
     stats_port: int = 0
     extra_options: str = ""
+    recursion: bool = False     # a resolver (with `forwarders` in extra_options) when True
     proc: subprocess.Popen[bytes] | None = None
 
     def __post_init__(self) -> None:
@@ -103,7 +104,7 @@ options {{
     listen-on-v6 {{ none; }};
     pid-file "{self.workdir}/named.pid";
     session-keyfile "{self.workdir}/session.key";
-    recursion no;
+    recursion {"yes" if self.recursion else "no"};
     allow-query {{ any; }};
     dnssec-validation no;
     notify no;
@@ -120,9 +121,9 @@ statistics-channels {{ inet 127.0.0.1 port {self.stats_port} allow {{ 127.0.0.1;
         log = open(self.workdir / "named.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen([binary("named"), "-g", "-c", str(conf), "-n", "1"],
                                      stdout=log, stderr=log)
-        first_zone = next(iter(self.zones), ".")
+        first_zone = next(iter(self.zones), "version.bind")
         try:
-            wait_dns(self.host, self.port, first_zone, "SOA")
+            wait_dns(self.host, self.port, first_zone, "SOA" if self.zones else "TXT")
         except RuntimeError:
             _stop(self.proc)
             raise RuntimeError("named did not start:\n" +

@@ -114,6 +114,37 @@ def test_unbound_serve_expired(tmp_path: Path, stale_pair: tuple[Named, Unbound]
     assert c.resets == 1 and c.unusable is None, [t for _, t in down + back + after]
 
 
+def test_bind_stale_answer_enable(tmp_path: Path) -> None:
+    """BIND 9.18 as a forwarding resolver with stale-answer-enable: with the upstream
+    down every answer is stale with TTL stale-answer-ttl (5 here): the previous model
+    counted a reset on every scrape."""
+    auth = Named(tmp_path / "auth", zones={"stale.test": "canary IN A 192.0.2.7\n"
+                                                          "www IN A 192.0.2.8\n"}, ttl=6)
+    auth.start()
+    res = Named(tmp_path / "res", recursion=True, extra_options=(
+        f"forward only; forwarders {{ 127.0.0.1 port {auth.port}; }};\n"
+        "    stale-answer-enable yes; stale-answer-ttl 5; stale-cache-enable yes;\n"
+        "    max-stale-ttl 3600; stale-refresh-time 0;"))
+    res.start()
+    try:
+        exp = exporter(tmp_path, res.address, "canary.stale.test", query="www.stale.test")
+        up = watch(exp, 3, every=2.0)
+        auth.stop()
+        down = watch(exp, 8, every=2.0)
+        c = tracker(exp)
+        ttls = [t for _, t in up + down]
+        assert ttls[-3:] == [5, 5, 5], ttls
+        assert c.resets == 0 and c.unusable is not None, ttls
+        assert c.unusable.value == "ttl_static"
+        before = previous_model_resets(up + down, 0.5)
+        assert before >= 2, ttls
+        print(f"\nBIND stale-answer-enable: previous model {before} resets in "
+              f"{len(ttls)} scrapes; now {c.resets}; real resets 0")
+    finally:
+        res.stop()
+        auth.stop()
+
+
 def test_knot_resolver_stub_mode_static_ttl(tmp_path: Path, named: Named) -> None:
     """Knot Resolver 5.6 with policy.STUB keeps the answer about 6 s and refetches it (AA
     clear, measured here: 3600 ... 3595, 3600 ...): at any scrape interval above that the
