@@ -13,7 +13,13 @@ import dns.exception
 from dnsfleet import statuspage
 from dnsfleet.app import Exporter, probe_exposition
 from dnsfleet.config import Target, parse_address, to_yaml
-from dnsfleet.exposition import OPENMETRICS_TYPE, render_bytes, render_openmetrics_bytes
+from dnsfleet.exposition import (
+    OPENMETRICS_TYPE,
+    Family,
+    TextFamily,
+    render_bytes,
+    render_openmetrics_bytes,
+)
 from dnsfleet.httpserver import Request, Response, Router
 
 log = logging.getLogger(__name__)
@@ -60,7 +66,7 @@ class Handlers:
         self.max_requests = max_requests
         self.metrics_in_flight = 0
         # Requests sharing one scrape render it once per format; dropped when none waits.
-        self._rendered: dict[tuple[int, bool], bytes] = {}
+        self._rendered: list[tuple[list[Family | TextFamily], bool, bytes]] = []
 
     async def metrics(self, request: Request) -> Response:
         if self.max_requests and self.metrics_in_flight >= self.max_requests:
@@ -75,12 +81,11 @@ class Handlers:
                 return _bad(503, "the scrape did not finish within this request's scrape "
                                  "timeout")
             om = wants_openmetrics(request.headers.get("accept", ""))
-            key = (id(fams), om)
-            body = self._rendered.get(key)
+            body = next((b for f, o, b in self._rendered if f is fams and o == om), None)
             if body is None:
-                self._rendered = {k: v for k, v in self._rendered.items() if k[0] == id(fams)}
                 body = render_openmetrics_bytes(fams) if om else render_bytes(fams)
-                self._rendered[key] = body
+                self._rendered = [(f, o, b) for f, o, b in self._rendered if f is fams]
+                self._rendered.append((fams, om, body))
         finally:
             self.metrics_in_flight -= 1
             if not self.metrics_in_flight:
