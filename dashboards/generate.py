@@ -409,43 +409,75 @@ def consul_dns() -> dash.Dashboard:
 
 def capacity_trend() -> dash.Dashboard:
     d = base("dnsfleet-capacity", "dnsfleet / Capacity trend",
-             "For the capacity review: load against measured or declared capacity, headroom, "
-             "days until capacity at the current growth, cache-hit trend.")
+             "For the capacity review: load against the capacity of today's workload (the "
+             "cache-hit and cache-miss capacities mixed at the live cache-hit ratio, or a "
+             "declared figure), headroom, days until capacity at the growth of the last two "
+             "weeks, per resolver and per site; Kubernetes cluster DNS replicas.")
     d = variables(d, target=True)
     qps = f"target:dnsfleet_resolver_queries:rate5m{{{RESOLVER_REC}}}"
-    cap = f"max by (instance, site, target) (dnsfleet_resolver_capacity_qps{{{RESOLVER}}})"
-    growth = (f"(predict_linear({qps}[7d], 86400) - predict_linear({qps}[7d], 0))")
-    d = d.time("now-7d", "now")
+    eff = f"target:dnsfleet_resolver_capacity_effective:qps{{{RESOLVER_REC}}}"
+    head = f"target:dnsfleet_resolver_capacity_headroom:ratio{{{RESOLVER_REC}}}"
+    days = f"target:dnsfleet_resolver_capacity_exhaustion:days{{{RESOLVER_REC}}}"
+    hit = f"target:dnsfleet_resolver_cache_hit:ratio_rate5m{{{RESOLVER_REC}}}"
+    kinds = f"dnsfleet_resolver_capacity_qps{{{RESOLVER}}}"
+    d = d.time("now-14d", "now")
     return (d
-        .with_panel(ts("QPS against capacity", "Queries per second (5m rate, recording rule) "
-                       "against the capacity declared in the config or measured by "
-                       "`dnsfleet capacity-test`.", "reqps",
-                       query(qps, "{{target}} load"), query(cap, "{{target}} capacity"),
+        .with_panel(ts("QPS against capacity", "Queries per second (5m rate of the "
+                       "resolver's own counters) against the effective capacity: declared, "
+                       "else 1 / (h / C_hit + (1 - h) / C_miss) at the live cache-hit ratio h "
+                       "(basis mix), else the miss or (optimistic) hit figure alone. The "
+                       "measured figures are drawn too: the gap between hit and miss is what "
+                       "a falling cache-hit ratio costs.", "reqps",
+                       query(qps, "{{target}} load"),
+                       query(eff, "{{target}} effective capacity ({{basis}})"),
+                       query(kinds, "{{target}} {{kind}} capacity"),
                        width=24))
-        .with_panel(ts("Headroom", "1 - load / capacity: the share of capacity still free.",
-                       "percentunit",
-                       query(f"target:dnsfleet_resolver_capacity_headroom:ratio"
-                             f"{{{RESOLVER_REC}}}", "{{target}}"), max_val=1))
-        .with_panel(ts("Days to capacity", "Days until load reaches capacity at the growth "
-                       "predict_linear finds over the last 7 days; empty while load is flat "
-                       "or falling.", "d",
-                       query(f"({cap} - on (instance, site, target) {qps}) / on (instance, "
-                             f"site, target) {growth} > 0", "{{target}}")))
-        .with_panel(ts("Cache-hit trend", "Cache-hit ratio (5m) and its 1-day average.",
-                       "percentunit",
-                       query(f"target:dnsfleet_resolver_cache_hit:ratio_rate5m{{{RESOLVER_REC}}}",
-                             "{{target}} 5m"),
-                       query(f"avg_over_time(target:dnsfleet_resolver_cache_hit:ratio_rate5m"
-                             f"{{{RESOLVER_REC}}}[1d])", "{{target}} 1d"),
+        .with_panel(ts("Headroom", "1 - load / effective capacity (basis in the legend); "
+                       "DNSResolverCapacityHeadroomLow warns under 25%.", "percentunit",
+                       query(head, "{{target}} ({{basis}})"), max_val=1))
+        .with_panel(ts("Days to capacity", "Days until the load reaches the effective "
+                       "capacity, from predict_linear over 14 days of hourly means (two whole "
+                       "weeks: weekly seasonality cancels out); empty while load is flat or "
+                       "falling and before a week of history. "
+                       "DNSResolverCapacityExhaustionNear warns under 30.", "d",
+                       query(days, "{{target}} ({{basis}})")))
+        .with_panel(ts("Cache-hit trend", "Cache-hit ratio (5m) and its 1-day average: the "
+                       "h of the effective capacity.", "percentunit",
+                       query(hit, "{{target}} 5m"),
+                       query(f"avg_over_time({hit}[1d])", "{{target}} 1d"),
                        min_val=0, max_val=1))
+        .with_panel(ts("Load and capacity per site", "Sum of load and of effective capacity "
+                       "over the resolvers of each site, and the lowest headroom in it.",
+                       "reqps",
+                       query(f"sum by (site) ({qps})", "{{site}} load"),
+                       query(f"sum by (site) ({eff})", "{{site}} capacity")))
+        .with_panel(ts("Lowest headroom per site", "The least headroom of any resolver in the "
+                       "site.", "percentunit",
+                       query(f"min by (site) ({head})", "{{site}}"), max_val=1))
         .with_panel(ts("Peak QPS over 7 days", "Highest 5m query rate in the last 7 days, "
-                       "against capacity.", "reqps",
+                       "against effective capacity.", "reqps",
                        query(f"max_over_time({qps}[7d])", "{{target}} peak"),
-                       query(cap, "{{target}} capacity")))
-        .with_panel(tab("Capacity measurements", "Age of the last `dnsfleet capacity-test` "
-                        "measurement per resolver (declared capacities have none).", "s",
+                       query(eff, "{{target}} capacity ({{basis}})")))
+        .with_panel(tab("Capacity measurements", "Per resolver and kind (hit, miss, "
+                        "declared): the figure, whether it is a lower bound (the run never "
+                        "reached its loss limit: re-run with a higher --max-qps), and the "
+                        "age of the `dnsfleet capacity-test` run.", "short",
+                        query(f"dnsfleet_resolver_capacity_lower_bound{{{RESOLVER}}}",
+                              instant=True, fmt="table")))
+        .with_panel(tab("Capacity measurement age", "Seconds since `dnsfleet capacity-test` "
+                        "measured each figure (declared capacities have none).", "s",
                         query(f"time() - dnsfleet_resolver_capacity_measured_timestamp_"
-                              f"seconds{{{RESOLVER}}}", instant=True, fmt="table"))))
+                              f"seconds{{{RESOLVER}}}", instant=True, fmt="table")))
+        .with_panel(ts("Cluster DNS replicas", "Kubernetes: the CoreDNS replicas the "
+                       "cluster-proportional-autoscaler's linear formula gives (from cores "
+                       "and nodes), the replicas the measured DNS load needs at 75% of one "
+                       "replica's capacity, and the replicas available. Needed above linear "
+                       "is DNSClusterDNSReplicasShort.", "short",
+                       query("cluster:dnsfleet_coredns_replicas:linear", "linear formula"),
+                       query("cluster:dnsfleet_coredns_replicas:needed", "needed by load"),
+                       query('sum(kube_deployment_status_replicas_available{deployment=~'
+                             '"coredns|kube-dns"})', "available"),
+                       width=24)))
 
 
 DASHBOARDS: dict[str, Callable[[], dash.Dashboard]] = {

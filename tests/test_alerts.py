@@ -125,6 +125,9 @@ CATALOG = (
     "DNSResolverProbeFailuresHigh", "DNSResolverStatsUnreadable", "DNSResolverCanaryUnusable",
     "DNSFleetConfigReloadFailed", "DNSFleetTargetsDropped", "DNSFleetSeriesVanished",
     "DNSFleetExportersAbsent",
+    # Issue 14: capacity headroom and trend, Kubernetes cluster DNS sizing.
+    "DNSResolverCapacityHeadroomLow", "DNSResolverCapacityExhaustionNear",
+    "DNSClusterDNSReplicasShort",
 )
 # Host alerts come with issue 5's alerts/rules/host.rules.yml.
 HOST_ALERTS = {"DNSNicQueueImbalance", "DNSNicIrqAffinityCollapsed", "DNSBondDegraded",
@@ -132,8 +135,8 @@ HOST_ALERTS = {"DNSNicQueueImbalance", "DNSNicIrqAffinityCollapsed", "DNSBondDeg
                "DNSCpuLatencyDrift", "DNSBondLacpNotAggregating"}
 HOST_RULES_MERGED = (ROOT / "alerts" / "rules" / "host.rules.yml").exists()
 ALWAYS_FIRING = {"Watchdog"}
-# absent() has no series to take `instance` or `site` from.
-UNSCOPED = {"Watchdog", "DNSFleetExportersAbsent"}
+# absent() has no series to take `instance` or `site` from; cluster DNS sizing is cluster-wide.
+UNSCOPED = {"Watchdog", "DNSFleetExportersAbsent", "DNSClusterDNSReplicasShort"}
 # Alerts about a whole site carry `site` but no `instance`; the Watchdog carries neither.
 SITE_SCOPED = {"DNSSiteDown"}
 

@@ -64,10 +64,12 @@ def test_variables_and_panels(name: str) -> None:
             problems.append(f"{title}: not on the datasource variable")
         for t in p.get("targets", []):
             expr = t["expr"]
-            # Each query follows the selection (recording rules have no job label).
-            if "dnsfleet_" in expr and '"$site"' not in expr:
+            # Each query follows the selection (recording rules have no job label); the
+            # cluster-wide series of Kubernetes cluster DNS belong to no site or exporter.
+            per_site = "dnsfleet_" in expr and "cluster:dnsfleet_" not in expr
+            if per_site and '"$site"' not in expr:
                 problems.append(f"{title}: query ignores $site: {expr}")
-            if "dnsfleet_" in expr and '"$instance"' not in expr:
+            if per_site and '"$instance"' not in expr:
                 problems.append(f"{title}: query ignores $instance: {expr}")
     assert not problems, "\n".join(problems)
     assert len({p["title"] for p in doc["panels"]}) == len(doc["panels"]), "duplicate titles"
@@ -82,12 +84,13 @@ def test_required_panels_exist() -> None:
     assert {"NIC interrupts per CPU", "Interrupt imbalance", "CPUs serving NIC interrupts",
             "CPU wake-up latency", "Scaling governor", "Bond slaves up"} <= titles[
         "host-latency"]
-    assert {"QPS against capacity", "Headroom", "Days to capacity",
-            "Cache-hit trend"} <= titles["capacity-trend"]
+    assert {"QPS against capacity", "Headroom", "Days to capacity", "Cache-hit trend",
+            "Load and capacity per site", "Lowest headroom per site",
+            "Cluster DNS replicas"} <= titles["capacity-trend"]
     heat = [p for p in load("host-latency")["panels"] if p["title"] == "NIC interrupts per CPU"]
     assert heat[0]["type"] == "heatmap"
     days = [p for p in load("capacity-trend")["panels"] if p["title"] == "Days to capacity"]
-    assert "predict_linear" in days[0]["targets"][0]["expr"]
+    assert "target:dnsfleet_resolver_capacity_exhaustion:days" in days[0]["targets"][0]["expr"]
     # Restart markers sit at the restart time the resolver reports (its value), not at the
     # scrape that saw it.
     anns = {a["name"]: a for a in load("fleet-overview")["annotations"]["list"]}

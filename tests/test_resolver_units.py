@@ -7,10 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from dnsfleet.capacity import Measurement, address_key, format_state, parse_state
+from dnsfleet.capacity import (
+    Measurement,
+    QueryFile,
+    address_key,
+    effective_capacity,
+    format_state,
+    miss_name_count,
+    miss_names,
+    parse_state,
+)
+from dnsfleet.collectors.resolver_capacity import capacity_families
 from dnsfleet.config import ConfigError, parse
 from dnsfleet.parsers.bind import parse_bind_server
-from dnsfleet.parsers.resperf import parse_resperf
+from dnsfleet.parsers.resperf import PlotPoint, loss_limit_reached, parse_plot, parse_resperf
 from dnsfleet.parsers.unbound import parse_unbound_stats, parse_version
 from dnsfleet.probes import ProbeResult
 from dnsfleet.restarts import (
@@ -105,22 +115,120 @@ def test_bind_garbled(text: str, problem: str) -> None:
 def test_resperf_output() -> None:
     """Recorded from resperf 2.10.0 against a loopback unbound (-m 5000 -r 3)."""
     r = parse_resperf((FIX / "resperf_output.txt").read_text())
-    assert (r.max_qps, r.lost_percent, r.queries_sent, r.queries_completed) == (
-        3750.0, 0.0, 7500, 7500)
+    assert (r.max_qps, r.lost_percent, r.queries_sent, r.queries_completed, r.fell_behind) == (
+        3750.0, 0.0, 7500, 7500, False)
     with pytest.raises(ValueError, match="maximum throughput"):
         parse_resperf("Error: ran out of query data\n")
+    behind = (FIX / "resperf_output.txt").read_text().replace(
+        "[Status] Sending\n",
+        "[Status] Sending\n[Status] Fell behind by 1000 queries, ending test at 41260 qps\n")
+    assert parse_resperf(behind).fell_behind
+
+
+def test_resperf_plot_tells_a_lower_bound() -> None:
+    """Recorded from resperf 2.10.0 against a loopback unbound (-m 3000 -r 2 -L 1, a
+    cached name): the loss never passed 1 %, the "Maximum throughput" of 1876 qps is the
+    ramp's limit (62 % of -m), and only the plot shows it."""
+    out = parse_resperf((FIX / "resperf-ramp-limited.stdout").read_text())
+    assert out.max_qps == 1876.0
+    points = parse_plot((FIX / "resperf-ramp-limited.plot").read_text())
+    assert [p.target_qps for p in points] == [375.0, 1125.0, 1875.0]
+    assert max(p.responses_qps for p in points) == out.max_qps
+    assert not loss_limit_reached(points, 1.0)
+    # A bucket that lost 2 % of its queries: past a 1 % limit, within a 5 % one.
+    lossy = (*points, PlotPoint(time=1.75, target_qps=2625, sent_qps=2600,
+                                responses_qps=2548))
+    assert loss_limit_reached(lossy, 1.0) and not loss_limit_reached(lossy, 5.0)
+    assert not loss_limit_reached((PlotPoint(0.25, 0, 0, 0),), 0.0)  # nothing sent
+    for bad, problem in (("1 2 3\n", "line 1: want at least 4"),
+                         ("# h\n1 2 x 4\n", "line 2: not numbers")):
+        with pytest.raises(ValueError, match=problem):
+            parse_plot(bad)
+
+
+def _m(kind: str, qps: float, *, lower: bool = False) -> Measurement:
+    return Measurement(kind=kind, capacity_qps=qps, lower_bound=lower,
+                       limit="ramp" if lower else "loss", measured_at=1.7e9, lost_percent=0.1,
+                       max_loss_percent=1.0, max_qps_offered=2000, ramp_seconds=2,
+                       queries_sent=3000, queries_completed=2990,
+                       resperf=("resperf", "-s", "::1"),
+                       queries=QueryFile(path="/q.txt", count=1, sha256="ab", zone=""))
 
 
 def test_capacity_state_round_trip() -> None:
-    m = Measurement(capacity_qps=1974.0, measured_at=1.7e9, lost_percent=0.1,
-                    max_qps_offered=2000, ramp_seconds=2)
     key = address_key("::1", 53)
     assert key == "[::1]:53"
-    assert parse_state(format_state({key: m})) == {key: m}
+    state = {key: {"hit": _m("hit", 1974.0, lower=True), "miss": _m("miss", 310.0)},
+             "10.0.0.1:53": {"miss": _m("miss", 5.0)}}
+    assert parse_state(format_state(state)) == state
     for bad, problem in (("{", "not JSON"), ('{"version": 9}', "not a dnsfleet"),
+                         ('{"version": 2, "targets": {"a": {}}}', None),
+                         ('{"version": 2, "targets": {"a": {"warm": {}}}}', "unknown kind"),
+                         ('{"version": 2, "targets": {"a": {"hit": {}}}}', "targets.a"),
+                         ('{"version": 2, "targets": {"a": []}}', "targets.a"),
                          ('{"version": 1, "targets": {"a": {}}}', "targets.a")):
+        if problem is None:
+            assert parse_state(bad) == {"a": {}}
+            continue
         with pytest.raises(ValueError, match=problem):
             parse_state(bad)
+    text = format_state(state).replace('"limit": "loss"', '"limit": "guess"', 1)
+    with pytest.raises(ValueError, match="limit 'guess'"):
+        parse_state(text)
+
+
+def test_capacity_state_version_1_reads_as_a_hit_figure() -> None:
+    """Files written before cache-miss runs: one figure per resolver, from cached names,
+    whose lower-bound status was never recorded."""
+    v1 = ('{"version": 1, "targets": {"127.0.0.1:53": {"capacity_qps": 3000, '
+          '"measured_at": 1.7e9, "lost_percent": 0.5, "max_qps_offered": 5000, '
+          '"ramp_seconds": 60}}}')
+    (m,) = parse_state(v1)["127.0.0.1:53"].values()
+    assert (m.kind, m.capacity_qps, m.limit, m.lower_bound) == ("hit", 3000.0, "unknown", False)
+
+
+def test_effective_capacity_is_the_harmonic_mix() -> None:
+    """Each query costs 1/C_hit or 1/C_miss seconds of resolver: 80 % hits at 5000/500 qps
+    -> 1/(0.8/5000 + 0.2/500) = 1785.7 qps, far below the 5000 of a hit-only view."""
+    assert effective_capacity(0.8, 5000, 500) == pytest.approx(1785.714285714)
+    assert effective_capacity(1.0, 5000, 500) == 5000
+    assert effective_capacity(0.0, 5000, 500) == 500
+    for bad in ((1.1, 1, 1), (-0.1, 1, 1), (0.5, 0, 1), (0.5, 1, 0)):
+        with pytest.raises(ValueError):
+            effective_capacity(*bad)
+
+
+def test_miss_names_never_repeat_within_or_across_runs() -> None:
+    # A ramp to 2000 qps over 3 s sends 3000 queries: the file holds them all and spare.
+    n = miss_name_count(2000, 3)
+    assert 3000 < n <= 3300
+    a = list(miss_names("miss.test.", n, "run1"))
+    b = list(miss_names("miss.test.", n, "run2"))
+    assert len(set(a)) == n and not set(a) & set(b)
+    assert all(x.endswith(".miss.test.") for x in a)
+
+
+def test_capacity_families_by_kind() -> None:
+    cfg = parse({"modules": {"m": {"query_name": "a.test"}},
+                        "targets": [{"address": "10.0.0.1", "module": "m",
+                                     "labels": {"site": "s1"}},
+                                    {"address": "10.0.0.2", "module": "m",
+                                     "capacity_qps": 400},
+                                    {"address": "10.0.0.3", "module": "m"}]}, source="t.yml")
+    measured = {"10.0.0.1:53": {"hit": _m("hit", 2000, lower=True), "miss": _m("miss", 300)},
+                "10.0.0.2:53": {"hit": _m("hit", 900)}}
+    fams = {f.name: f for f in capacity_families(cfg, measured)}
+    cap = fams["dnsfleet_resolver_capacity_qps"]
+    lower = fams["dnsfleet_resolver_capacity_lower_bound"]
+    assert cap.value({"target": "10.0.0.1", "kind": "hit", "site": "s1"}) == 2000
+    assert cap.value({"target": "10.0.0.1", "kind": "miss", "site": "s1"}) == 300
+    assert lower.value({"target": "10.0.0.1", "kind": "hit", "site": "s1"}) == 1
+    assert lower.value({"target": "10.0.0.1", "kind": "miss", "site": "s1"}) == 0
+    # Declared and measured are both exported; the recording rule prefers declared.
+    assert cap.value({"target": "10.0.0.2", "kind": "declared"}) == 400
+    assert cap.value({"target": "10.0.0.2", "kind": "hit"}) == 900
+    assert lower.value({"target": "10.0.0.2", "kind": "declared"}) is None
+    assert all('"10.0.0.3"' not in labels for _, labels, _ in cap.samples)
 
 
 # ------------------------------------------------------------------ the cache-reset rule

@@ -1,10 +1,25 @@
 """Resolver capacity: ``dnsfleet capacity-test`` runs resperf (Debian dnsperf) against one
-resolver in a maintenance window and records the figure in a state file; the exporter reads
-that file and exports ``dnsfleet_resolver_capacity_qps``.
+resolver in a maintenance window and records two figures in a state file; the exporter reads
+that file and exports ``dnsfleet_resolver_capacity_qps{kind=...}``.
 
-resperf ramps the offered load from 0 to ``--max-qps`` over ``--ramp`` seconds and reports
-the highest throughput reached before the loss passed ``--max-loss`` percent. It sends real
-load: the command refuses to run without ``--yes``.
+A resolver answers a cached name from memory and a name it has never seen by asking
+upstream: the two cost an order of magnitude apart (a published BIND study measured 106,508
+qps on cache hits and 10,552 qps on unique names). So capacity is measured twice:
+
+- ``hit``: the names given with ``--query``, asked once before the run so they are cached,
+  then repeated for the whole ramp;
+- ``miss``: names nobody asked before (a fresh random label per query and run) under a zone
+  the operator serves and names with ``--miss-zone`` (a wildcard in a test zone), so every
+  query is a cache miss that the resolver must resolve.
+
+The capacity of a workload with cache-hit ratio h is then the harmonic mix of the two
+(``effective_capacity``): each query costs h/C_hit + (1-h)/C_miss seconds of the resolver.
+
+resperf ramps the offered load from 0 to ``--max-qps`` over ``--ramp`` seconds and reports the
+highest throughput reached before the loss passed ``--max-loss`` percent. When the loss never
+passed it, the figure is the ramp's limit, not the resolver's: it is recorded as a lower
+bound (decided from resperf's plot file with resperf's own rule, see parsers/resperf.py).
+The command sends real load: it refuses to run without ``--yes``.
 """
 
 from __future__ import annotations
@@ -12,33 +27,66 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import hashlib
 import json
+import math
 import os
+import secrets
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import dns.exception
+import dns.message
+import dns.name
+import dns.query
+import dns.rcode
 import dns.rdatatype
 
 from dnsfleet.config import DEFAULT_CAPACITY_FILE, parse_address
-from dnsfleet.parsers.resperf import ResperfResult, parse_resperf
+from dnsfleet.parsers.resperf import ResperfResult, loss_limit_reached, parse_plot, parse_resperf
 
-STATE_VERSION = 1
+STATE_VERSION = 2
 MAX_STATE_BYTES = 4 << 20
+KINDS = ("hit", "miss")
+# Why a run stopped climbing: the loss limit (a real capacity), the end of the ramp, or the
+# sending client falling behind its schedule (both: the figure is a lower bound).
+LIMITS = ("loss", "ramp", "client", "unknown")
+# More unique names than this would make a query file of gigabytes: ask for a shorter ramp.
+MAX_MISS_NAMES = 20_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class QueryFile:
+    """The query file a run sent, kept beside the state file so the run can be repeated
+    and audited."""
+
+    path: str
+    count: int
+    sha256: str
+    zone: str = ""          # miss runs: the zone the unique names were made under
 
 
 @dataclass(frozen=True, slots=True)
 class Measurement:
+    kind: str               # "hit" or "miss"
     capacity_qps: float
-    measured_at: float       # epoch seconds
-    lost_percent: float
+    lower_bound: bool       # the loss limit was never reached: the resolver can do more
+    limit: str              # one of LIMITS
+    measured_at: float      # epoch seconds
+    lost_percent: float     # loss in the bucket of the maximum throughput
+    max_loss_percent: float
     max_qps_offered: int
     ramp_seconds: int
+    queries_sent: int = 0
+    queries_completed: int = 0
+    resperf: tuple[str, ...] = ()
+    queries: QueryFile | None = None
 
 
 def address_key(host: str, port: int) -> str:
@@ -46,37 +94,97 @@ def address_key(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def parse_state(text: str) -> dict[str, Measurement]:
-    """Pure: state file text -> measurements by address key. Raises ValueError."""
+def effective_capacity(hit_ratio: float, c_hit: float, c_miss: float) -> float:
+    """Queries per second a resolver can answer when ``hit_ratio`` of them hit the cache:
+    a query costs 1/C_hit or 1/C_miss seconds of the resolver, so the mix costs the weighted
+    mean of the two and the capacity is its inverse (a weighted harmonic mean). Mirrors
+    ``target:dnsfleet_resolver_capacity_effective:qps`` in alerts/rules/capacity.rules.yml."""
+    if not 0 <= hit_ratio <= 1 or c_hit <= 0 or c_miss <= 0:
+        raise ValueError("hit_ratio within 0..1 and positive capacities, please")
+    return 1 / (hit_ratio / c_hit + (1 - hit_ratio) / c_miss)
+
+
+# ------------------------------------------------------------------ state file
+
+def _measurement(kind: str, m: Any) -> Measurement:
+    if not isinstance(m, dict):
+        raise TypeError("expected an object")
+    q = m.get("queries")
+    queries = None if q is None else QueryFile(
+        path=str(q["path"]), count=int(q["count"]), sha256=str(q["sha256"]),
+        zone=str(q.get("zone", "")))
+    limit = str(m["limit"])
+    if limit not in LIMITS:
+        raise ValueError(f"limit {limit!r} is not one of {', '.join(LIMITS)}")
+    capacity = float(m["capacity_qps"])
+    if not math.isfinite(capacity) or capacity < 0:
+        raise ValueError(f"capacity_qps {capacity!r} is not a finite non-negative number")
+    return Measurement(
+        kind=kind, capacity_qps=capacity, lower_bound=bool(m["lower_bound"]), limit=limit,
+        measured_at=float(m["measured_at"]), lost_percent=float(m["lost_percent"]),
+        max_loss_percent=float(m["max_loss_percent"]),
+        max_qps_offered=int(m["max_qps_offered"]), ramp_seconds=int(m["ramp_seconds"]),
+        queries_sent=int(m.get("queries_sent", 0)),
+        queries_completed=int(m.get("queries_completed", 0)),
+        resperf=tuple(str(a) for a in m.get("resperf", ())), queries=queries)
+
+
+def _v1_measurement(m: Any) -> Measurement:
+    """A version 1 file (one figure per resolver, before miss runs): a cache-hit run whose
+    lower-bound status was never recorded (limit "unknown")."""
+    return Measurement(
+        kind="hit", capacity_qps=float(m["capacity_qps"]), lower_bound=False, limit="unknown",
+        measured_at=float(m["measured_at"]), lost_percent=float(m["lost_percent"]),
+        max_loss_percent=float("nan"), max_qps_offered=int(m["max_qps_offered"]),
+        ramp_seconds=int(m["ramp_seconds"]))
+
+
+State = dict[str, dict[str, Measurement]]
+
+
+def parse_state(text: str) -> State:
+    """Pure: state file text -> {address key: {kind: measurement}}. Raises ValueError."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"not JSON: {e}") from None
-    if not isinstance(doc, dict) or doc.get("version") != STATE_VERSION:
+    version = doc.get("version") if isinstance(doc, dict) else None
+    if version not in (1, STATE_VERSION):
         raise ValueError(f"not a dnsfleet capacity file (want version {STATE_VERSION})")
     targets = doc.get("targets")
     if not isinstance(targets, dict):
         raise ValueError("targets: expected an object")
-    out: dict[str, Measurement] = {}
-    for key, m in targets.items():
+    out: State = {}
+    for key, entry in targets.items():
         try:
-            out[key] = Measurement(
-                capacity_qps=float(m["capacity_qps"]), measured_at=float(m["measured_at"]),
-                lost_percent=float(m["lost_percent"]),
-                max_qps_offered=int(m["max_qps_offered"]), ramp_seconds=int(m["ramp_seconds"]))
+            if version == 1:
+                out[key] = {"hit": _v1_measurement(entry)}
+                continue
+            if not isinstance(entry, dict):
+                raise TypeError("expected an object of kinds")
+            unknown = set(entry) - set(KINDS)
+            if unknown:
+                raise ValueError(f"unknown kind {sorted(unknown)[0]!r} (want hit or miss)")
+            out[key] = {kind: _measurement(kind, m) for kind, m in entry.items()}
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"targets.{key}: {type(e).__name__}: {e}") from None
     return out
 
 
-def format_state(measurements: Mapping[str, Measurement]) -> str:
+def format_state(state: Mapping[str, Mapping[str, Measurement]]) -> str:
+    def one(m: Measurement) -> dict[str, Any]:
+        d = dataclasses.asdict(m)
+        del d["kind"]
+        if m.queries is None:
+            del d["queries"]
+        return d
     doc: dict[str, Any] = {"version": STATE_VERSION,
-                           "targets": {k: dataclasses.asdict(m)
-                                       for k, m in sorted(measurements.items())}}
+                           "targets": {k: {kind: one(m) for kind, m in sorted(kinds.items())}
+                                       for k, kinds in sorted(state.items())}}
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
-def read_state(path: str) -> dict[str, Measurement]:
+def read_state(path: str) -> State:
     """{} when the file does not exist; ValueError/OSError when it cannot be trusted."""
     try:
         with open(path, "rb") as fh:
@@ -91,16 +199,13 @@ def read_state(path: str) -> dict[str, Measurement]:
         raise ValueError(f"{path}: {e}") from None
 
 
-def record(path: str, key: str, m: Measurement) -> None:
-    """Add one measurement, keeping the others; atomic (write a temp file, rename)."""
-    state = read_state(path)
-    state[key] = m
+def _write_atomically(path: str, text: str) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".capacity.", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(format_state(state))
+            fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)
@@ -110,6 +215,15 @@ def record(path: str, key: str, m: Measurement) -> None:
             os.unlink(tmp)
         raise
 
+
+def record(path: str, key: str, m: Measurement) -> None:
+    """Add one measurement, keeping the others (other resolvers, the other kind)."""
+    state = read_state(path)
+    state.setdefault(key, {})[m.kind] = m
+    _write_atomically(path, format_state(state))
+
+
+# ------------------------------------------------------------------ query files
 
 def _query_line(text: str) -> str:
     name, _, qtype = text.partition("/")
@@ -123,93 +237,248 @@ def _query_line(text: str) -> str:
     return f"{name} {qtype}"
 
 
-def resperf_command(*, host: str, port: int, datafile: str, max_qps: int, ramp: int,
-                    max_loss: float) -> list[str]:
+def _zone(text: str) -> str:
+    try:
+        zone = dns.name.from_text(text).to_text()
+    except dns.exception.DNSException as e:
+        raise argparse.ArgumentTypeError(f"invalid zone {text!r}: {e}") from None
+    if zone == ".":
+        raise argparse.ArgumentTypeError("--miss-zone: the root is not a test zone")
+    return zone
+
+
+def miss_name_count(max_qps: int, ramp: int) -> int:
+    """Names for a whole ramp without repeating one: a linear ramp from 0 to max_qps over
+    ramp seconds sends max_qps * ramp / 2 queries; 5 % spare for resperf's rounding."""
+    return math.ceil(max_qps * ramp / 2 * 1.05) + 100
+
+
+def miss_names(zone: str, count: int, run: str) -> Iterator[str]:
+    """Unique names under ``zone``: the run id makes them new to the resolver even after
+    earlier runs (which cached their own names)."""
+    for i in range(count):
+        yield f"q{i}-{run}.{zone}"
+
+
+def write_query_file(path: str, lines: Iterator[str] | list[str]) -> tuple[int, str]:
+    """Write lines atomically; return (count, sha256 of the file)."""
+    digest = hashlib.sha256()
+    count = 0
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".queries.", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            for line in lines:
+                raw = (line + "\n").encode("ascii")
+                digest.update(raw)
+                fh.write(raw)
+                count += 1
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return count, digest.hexdigest()
+
+
+# ------------------------------------------------------------------ running resperf
+
+def resperf_command(*, host: str, port: int, datafile: str, plotfile: str, max_qps: int,
+                    ramp: int, max_loss: float, repeat: bool) -> list[str]:
     exe = shutil.which("resperf") or "/usr/bin/resperf"
     # -t 2: after the ramp resperf waits this long for stragglers (default 45 s).
-    # -P /dev/null: resperf writes a gnuplot file into the working directory otherwise.
-    # -R: start the query file over at its end (a few cached names serve a whole ramp).
-    return [exe, "-f", "inet6" if ":" in host else "inet", "-s", host, "-p", str(port),
-            "-d", datafile, "-R", "-m", str(max_qps), "-r", str(ramp), "-c", "0",
-            "-L", f"{max_loss:g}", "-t", "2", "-P", os.devnull]
+    # -P: the per-bucket plot, from which lower bounds are told apart (parsers/resperf.py).
+    # -R (cache-hit runs only): start the query file over at its end, so a few cached names
+    # serve a whole ramp. A miss run must never repeat a name: it would hit the cache.
+    cmd = [exe, "-f", "inet6" if ":" in host else "inet", "-s", host, "-p", str(port),
+           "-d", datafile, "-m", str(max_qps), "-r", str(ramp), "-c", "0",
+           "-L", f"{max_loss:g}", "-t", "2", "-P", plotfile]
+    if repeat:
+        cmd.insert(cmd.index("-m"), "-R")
+    return cmd
 
 
-def run_resperf(*, host: str, port: int, queries: list[str], max_qps: int, ramp: int,
-                max_loss: float) -> ResperfResult:
-    with tempfile.NamedTemporaryFile("w", prefix="dnsfleet-resperf-", suffix=".txt") as fh:
-        fh.write("\n".join(queries) + "\n")
-        fh.flush()
-        cmd = resperf_command(host=host, port=port, datafile=fh.name, max_qps=max_qps,
-                              ramp=ramp, max_loss=max_loss)
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    result: ResperfResult
+    loss_reached: bool
+    command: tuple[str, ...]
+
+
+def run_resperf(*, host: str, port: int, datafile: str, max_qps: int, ramp: int,
+                max_loss: float, repeat: bool) -> RunResult:
+    with tempfile.TemporaryDirectory(prefix="dnsfleet-resperf-") as tmp:
+        plotfile = os.path.join(tmp, "resperf.plot")
+        cmd = resperf_command(host=host, port=port, datafile=datafile, plotfile=plotfile,
+                              max_qps=max_qps, ramp=ramp, max_loss=max_loss, repeat=repeat)
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=ramp + 60,
-                              check=False, cwd=tempfile.gettempdir())
-    if proc.returncode != 0:
-        raise RuntimeError(f"resperf exited {proc.returncode}: "
-                           f"{(proc.stderr or proc.stdout).strip()[-500:]}")
-    return parse_resperf(proc.stdout)
+                              check=False, cwd=tmp)
+        if proc.returncode != 0:
+            raise RuntimeError(f"resperf exited {proc.returncode}: "
+                               f"{(proc.stderr or proc.stdout).strip()[-500:]}")
+        with open(plotfile, encoding="ascii") as fh:
+            points = parse_plot(fh.read())
+    return RunResult(result=parse_resperf(proc.stdout),
+                     loss_reached=loss_limit_reached(points, max_loss), command=tuple(cmd))
 
+
+def ask(host: str, port: int, name: str, qtype: str, timeout: float = 2.0) -> dns.message.Message:
+    """One query over UDP (warming the cache, checking the miss zone)."""
+    q = dns.message.make_query(name, qtype)
+    return dns.query.udp(q, host, port=port, timeout=timeout)
+
+
+def warm(host: str, port: int, lines: list[str]) -> None:
+    """Ask every cache-hit name once so the run measures answers from the cache. Raises
+    RuntimeError naming the first name that got no usable answer."""
+    for line in lines:
+        name, qtype = line.split()
+        try:
+            r = ask(host, port, name, qtype)
+        except (dns.exception.DNSException, OSError) as e:
+            raise RuntimeError(f"warming {name}/{qtype}: {type(e).__name__}: {e}") from None
+        if r.rcode() not in (dns.rcode.NOERROR, dns.rcode.NXDOMAIN):
+            raise RuntimeError(f"warming {name}/{qtype}: {dns.rcode.to_text(r.rcode())} "
+                               "(a SERVFAIL name measures the failure path, not the cache)")
+
+
+def check_miss_zone(host: str, port: int, zone: str, qtype: str, run: str) -> None:
+    """A unique name under the zone must resolve (NOERROR with an answer): otherwise the
+    run measures NXDOMAIN or SERVFAIL handling, or a zone nobody serves."""
+    name = f"check-{run}.{zone}"
+    try:
+        r = ask(host, port, name, qtype)
+    except (dns.exception.DNSException, OSError) as e:
+        raise RuntimeError(f"--miss-zone: {name}/{qtype}: {type(e).__name__}: {e}") from None
+    if r.rcode() != dns.rcode.NOERROR or not r.answer:
+        raise RuntimeError(
+            f"--miss-zone: {name}/{qtype} gave {dns.rcode.to_text(r.rcode())} with "
+            f"{len(r.answer)} answer records; the zone must answer every name (a wildcard "
+            "record in a zone you serve)")
+
+
+def measure(*, kind: str, host: str, port: int, datafile: str, queries: QueryFile,
+            max_qps: int, ramp: int, max_loss: float) -> Measurement:
+    run = run_resperf(host=host, port=port, datafile=datafile, max_qps=max_qps, ramp=ramp,
+                      max_loss=max_loss, repeat=kind == "hit")
+    r = run.result
+    limit = "loss" if run.loss_reached else "client" if r.fell_behind else "ramp"
+    return Measurement(
+        kind=kind, capacity_qps=r.max_qps, lower_bound=not run.loss_reached, limit=limit,
+        measured_at=time.time(), lost_percent=r.lost_percent, max_loss_percent=max_loss,
+        max_qps_offered=max_qps, ramp_seconds=ramp, queries_sent=r.queries_sent,
+        queries_completed=r.queries_completed, resperf=run.command, queries=queries)
+
+
+# ------------------------------------------------------------------ command line
 
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", required=True, help="resolver address, e.g. 127.0.0.1:53")
     p.add_argument("--query", dest="queries", action="append", type=_query_line, default=[],
                    metavar="NAME[/TYPE]",
-                   help="a query to send (repeatable); pick names the resolver has cached "
-                        "or serves itself, so the test measures the resolver, not upstream")
+                   help="a cache-hit query (repeatable): asked once before the run so it is "
+                        "cached, then repeated for the whole ramp")
+    p.add_argument("--miss-zone", type=_zone, metavar="ZONE",
+                   help="a zone you serve that answers every name (a wildcard): the cache-miss "
+                        "run asks a new name under it with every query. Never a public zone")
+    p.add_argument("--miss-type", default="A", type=str.upper,
+                   help="query type of the cache-miss names (default A)")
+    p.add_argument("--kind", choices=("hit", "miss", "both"),
+                   help="which capacities to measure (default: both when --miss-zone is "
+                        "given, else hit)")
     p.add_argument("--max-qps", type=int, default=100000,
                    help="highest offered load of the ramp (default 100000)")
     p.add_argument("--ramp", type=int, default=60, help="ramp duration in seconds (default 60)")
     p.add_argument("--max-loss", type=float, default=1.0,
                    help="acceptable query loss in percent (default 1)")
     p.add_argument("--state-file", default=DEFAULT_CAPACITY_FILE,
-                   help=f"where the figure is recorded (default {DEFAULT_CAPACITY_FILE}; the "
+                   help=f"where the figures are recorded (default {DEFAULT_CAPACITY_FILE}; the "
                         "exporter reads resolver.capacity_file)")
+    p.add_argument("--query-dir",
+                   help="where the generated query files are kept (default: queries/ beside "
+                        "the state file)")
     p.add_argument("--yes", action="store_true",
                    help="confirm: this loads the resolver to its limit (maintenance window)")
+
+
+def _fail(msg: str, code: int = 2) -> int:
+    print(f"dnsfleet capacity-test: {msg}", file=sys.stderr)
+    return code
+
+
+def _describe(m: Measurement) -> str:
+    bound = {
+        "loss": f"the loss passed {m.max_loss_percent:g}% above it",
+        "ramp": f"a LOWER BOUND: the loss never passed {m.max_loss_percent:g}% up to the end "
+                f"of the ramp (raise --max-qps above {m.max_qps_offered})",
+        "client": "a LOWER BOUND: resperf fell behind its schedule (the sending host is the "
+                  "limit; run it from a bigger host or several)",
+    }.get(m.limit, "")
+    return (f"{m.kind} capacity {m.capacity_qps:.0f} qps, lost {m.lost_percent:g}% at that "
+            f"point; {bound}")
 
 
 def main(args: argparse.Namespace) -> int:
     try:
         host, port, _ = parse_address(args.target)
     except ValueError as e:
-        print(f"dnsfleet capacity-test: --target: {e}", file=sys.stderr)
-        return 2
-    if not args.queries:
-        print("dnsfleet capacity-test: give at least one --query NAME[/TYPE]", file=sys.stderr)
-        return 2
+        return _fail(f"--target: {e}")
+    kind = args.kind or ("both" if args.miss_zone else "hit")
+    kinds = KINDS if kind == "both" else (kind,)
+    if "hit" in kinds and not args.queries:
+        return _fail("the cache-hit run needs at least one --query NAME[/TYPE]")
+    if "miss" in kinds and not args.miss_zone:
+        return _fail("the cache-miss run needs --miss-zone ZONE (a wildcard zone you serve)")
+    try:
+        dns.rdatatype.from_text(args.miss_type)
+    except (dns.rdatatype.UnknownRdatatype, ValueError):
+        return _fail(f"--miss-type: unknown query type {args.miss_type!r}")
     if args.max_qps < 1 or args.ramp < 1 or not 0 <= args.max_loss <= 100:
-        print("dnsfleet capacity-test: --max-qps and --ramp must be positive, --max-loss "
-              "within 0..100", file=sys.stderr)
-        return 2
+        return _fail("--max-qps and --ramp must be positive, --max-loss within 0..100")
+    names = miss_name_count(args.max_qps, args.ramp)
+    if "miss" in kinds and names > MAX_MISS_NAMES:
+        return _fail(f"a miss run of this ramp needs {names} unique names (over "
+                     f"{MAX_MISS_NAMES}); shorten --ramp or lower --max-qps")
     key = address_key(host, port)
-    plan = (f"resperf against {key}: ramp to {args.max_qps} qps over {args.ramp}s, "
-            f"stop at {args.max_loss:g}% loss")
+    plan = (f"resperf against {key} ({' and '.join(f'cache-{k}' for k in kinds)}): ramp to "
+            f"{args.max_qps} qps over {args.ramp}s, stop at {args.max_loss:g}% loss")
     if not args.yes:
         print(f"dnsfleet capacity-test would run {plan}.\nThis loads the resolver to its "
               "limit; run it in a maintenance window and pass --yes.", file=sys.stderr)
         return 2
+    run = f"{int(time.time())}-{secrets.token_hex(3)}"
+    query_dir = args.query_dir or os.path.join(
+        os.path.dirname(os.path.abspath(args.state_file)), "queries")
+    safe_key = key.replace("[", "").replace("]", "").replace(":", "_")
     print(f"running {plan} ...", file=sys.stderr)
+    results: list[Measurement] = []
     try:
-        result = run_resperf(host=host, port=port, queries=args.queries, max_qps=args.max_qps,
-                             ramp=args.ramp, max_loss=args.max_loss)
+        for k in kinds:
+            path = os.path.join(query_dir, f"{safe_key}-{k}-{run}.txt")
+            if k == "hit":
+                warm(host, port, args.queries)
+                count, digest = write_query_file(path, list(args.queries))
+                qf = QueryFile(path=path, count=count, sha256=digest)
+            else:
+                check_miss_zone(host, port, args.miss_zone, args.miss_type, run)
+                count, digest = write_query_file(
+                    path, (f"{n} {args.miss_type}" for n in miss_names(args.miss_zone, names, run)))
+                qf = QueryFile(path=path, count=count, sha256=digest, zone=args.miss_zone)
+            m = measure(kind=k, host=host, port=port, datafile=path, queries=qf,
+                        max_qps=args.max_qps, ramp=args.ramp, max_loss=args.max_loss)
+            record(args.state_file, key, m)
+            results.append(m)
+            print(f"{key}: {_describe(m)}", file=sys.stderr)
     except (OSError, RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
-        print(f"dnsfleet capacity-test: {e}", file=sys.stderr)
-        return 1
-    m = Measurement(capacity_qps=result.max_qps, measured_at=time.time(),
-                    lost_percent=result.lost_percent, max_qps_offered=args.max_qps,
-                    ramp_seconds=args.ramp)
-    try:
-        record(args.state_file, key, m)
-    except (OSError, ValueError) as e:
-        print(f"dnsfleet capacity-test: cannot record in {args.state_file}: {e}",
-              file=sys.stderr)
-        return 1
-    if result.max_qps >= args.max_qps * 0.95:
-        print(f"note: the resolver kept up with the whole ramp; {result.max_qps:.0f} qps is a "
-              "lower bound (raise --max-qps)", file=sys.stderr)
-    print(f"{key}: capacity {result.max_qps:.0f} qps (lost {result.lost_percent:g}% at that "
-          f"point; {result.queries_completed}/{result.queries_sent} queries answered); "
-          f"recorded in {args.state_file}")
+        return _fail(str(e), 1)
+    for m in results:
+        print(f"{key}: {m.kind} capacity {m.capacity_qps:.0f} qps"
+              f"{' (lower bound)' if m.lower_bound else ''}; {m.queries_completed}/"
+              f"{m.queries_sent} queries answered; recorded in {args.state_file}")
     return 0
 
 
-SUBCOMMAND = (add_args, main, "measure a resolver's capacity with resperf and record it")
+SUBCOMMAND = (add_args, main, "measure a resolver's cache-hit and cache-miss capacity with "
+                              "resperf and record them")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dnsfleet import __version__
+from dnsfleet.capacity import effective_capacity
 from dnsfleet.exposition import Family
 
 if TYPE_CHECKING:
@@ -33,7 +34,9 @@ EVENTS_PER_TARGET = 5
 KEPT = frozenset({
     "dnsfleet_resolver_stats_up", "dnsfleet_resolver_start_time_seconds",
     "dnsfleet_resolver_info", "dnsfleet_resolver_queries_total",
-    "dnsfleet_resolver_capacity_qps", "dnsfleet_resolver_backend_info",
+    "dnsfleet_resolver_cache_hits_total", "dnsfleet_resolver_cache_misses_total",
+    "dnsfleet_resolver_capacity_qps", "dnsfleet_resolver_capacity_lower_bound",
+    "dnsfleet_resolver_backend_info",
     "dnsfleet_resolver_cache_resets_total",
     "dnsfleet_resolver_last_cache_reset_timestamp_seconds",
     "dnsfleet_resolver_canary_cached", "dnsfleet_resolver_canary_usable",
@@ -114,6 +117,7 @@ class History:
 
     events: dict[str, deque[Event]] = field(default_factory=dict)
     qps: dict[str, float] = field(default_factory=dict)
+    hit_ratio: dict[str, float] = field(default_factory=dict)
     previous: Snapshot | None = None
 
     def update(self, snap: Snapshot, targets: Iterable[str]) -> None:
@@ -126,6 +130,8 @@ class History:
             del self.events[gone]
         for gone in [t for t in self.qps if t not in keep]:
             del self.qps[gone]
+        for gone in [t for t in self.hit_ratio if t not in keep]:
+            del self.hit_ratio[gone]
 
     def _compare(self, prev: Snapshot, snap: Snapshot) -> None:
         before = {t: s[0].value for t, s in
@@ -153,6 +159,16 @@ class History:
                 self.qps[t] = (samples[0].value - old) / dt
             else:
                 self.qps.pop(t, None)  # a counter reset: no rate across it
+        # Cache-hit ratio between the two scrapes, as target:..._cache_hit:ratio_rate5m
+        # computes it (hits / (hits + misses)); absent without traffic or across a reset.
+        def delta(name: str) -> dict[str, float]:
+            old = {t: s[0].value for t, s in prev.by_target(name).items()}
+            return {t: s[0].value - old[t] for t, s in snap.by_target(name).items()
+                    if t in old and s[0].value >= old[t]}
+        hits, misses = (delta("dnsfleet_resolver_cache_hits_total"),
+                        delta("dnsfleet_resolver_cache_misses_total"))
+        self.hit_ratio = {t: hits[t] / (hits[t] + misses[t]) for t in hits
+                          if t in misses and hits[t] + misses[t] > 0}
 
     def _add(self, target: str, event: Event) -> None:
         q = self.events.setdefault(target, deque(maxlen=EVENTS_PER_TARGET))
@@ -262,6 +278,7 @@ def _targets_table(exp: Exporter, snap: Snapshot | None, hist: History, now: flo
     start = by("dnsfleet_resolver_start_time_seconds")
     info = by("dnsfleet_resolver_info")
     capacity = by("dnsfleet_resolver_capacity_qps")
+    lower = by("dnsfleet_resolver_capacity_lower_bound")
     backend = {(s.labels.get("target"), s.labels.get("module")): s.labels.get("backend", "")
                for s in (snap.get("dnsfleet_resolver_backend_info") if snap else ())}
     usable = {(s.labels.get("target"), s.labels.get("module")): s.value
@@ -313,16 +330,8 @@ def _targets_table(exp: Exporter, snap: Snapshot | None, hist: History, now: flo
             canary = '<span class="unk">none</span>'
         events = hist.events.get(t.address, ())
         ev = "<br>".join(f"{e(ev.what)} {ago(now - ev.wall)} ago" for ev in reversed(events))
-        cap = capacity.get(t.address)
-        qps = hist.qps.get(t.address)
-        if cap and cap[0].value > 0 and qps is not None:
-            head = 1 - qps / cap[0].value
-            headroom = _span("bad" if head < 0.2 else "ok",
-                             f"{head:.0%} ({qps:.0f} of {cap[0].value:.0f} qps)")
-        elif cap:
-            headroom = f"capacity {cap[0].value:.0f} qps"
-        else:
-            headroom = '<span class="unk">unknown</span>'
+        headroom = _headroom(capacity.get(t.address, []), lower.get(t.address, []),
+                             hist.qps.get(t.address), hist.hit_ratio.get(t.address))
         rows.append(
             f'<tr data-target="{e(t.address)}" data-module="{e(t.module)}">'
             f"<td>{e(t.address)}</td><td>{e(t.module)}</td><td>{e(labels)}</td>{result}"
@@ -335,6 +344,34 @@ def _targets_table(exp: Exporter, snap: Snapshot | None, hist: History, now: flo
             "<th>backend</th><th>statistics</th><th>canary</th>"
             "<th>restarts and cache resets</th><th>capacity headroom</th></tr>\n"
             f"{body}</table>")
+
+
+def _headroom(caps: list[Sample], lower: list[Sample], qps: float | None,
+              hit_ratio: float | None) -> str:
+    """The capacity cell, choosing the figure as the recording rule
+    target:dnsfleet_resolver_capacity_effective:qps does: declared, else the hit/miss mix at
+    the live cache-hit ratio, else the miss figure, else the (optimistic) hit figure."""
+    by_kind = {s.labels.get("kind", ""): s.value for s in caps if s.value > 0}
+    bound = {s.labels.get("kind", "") for s in lower if s.value == 1}
+    if not by_kind:
+        return '<span class="unk">unknown</span>'
+    def fig(kind: str) -> str:
+        return f"{kind} {'≥' if kind in bound else ''}{by_kind[kind]:.0f}"
+    figures = ", ".join(fig(k) for k in ("declared", "hit", "miss") if k in by_kind) + " qps"
+    if "declared" in by_kind:
+        eff, basis = by_kind["declared"], "declared"
+    elif "hit" in by_kind and "miss" in by_kind and hit_ratio is not None:
+        eff = effective_capacity(hit_ratio, by_kind["hit"], by_kind["miss"])
+        basis = f"mix at {hit_ratio:.0%} cache hits"
+    elif "miss" in by_kind:
+        eff, basis = by_kind["miss"], "miss figure: no live cache-hit ratio"
+    else:
+        eff, basis = by_kind["hit"], "hit figure only: optimistic, assumes every query cached"
+    if qps is None:
+        return f"capacity {eff:.0f} qps ({html.escape(basis)}; {figures})"
+    head = 1 - qps / eff
+    return _span("bad" if head < 0.25 else "ok",
+                 f"{head:.0%} ({qps:.0f} of {eff:.0f} qps, {basis}; {figures})")
 
 
 def _stub_table(snap: Snapshot) -> str:

@@ -1,29 +1,35 @@
-"""Resolver capacity: the figure declared per target (``capacity_qps``) or measured by
-``dnsfleet capacity-test`` (the state file at ``resolver.capacity_file``).
+"""Resolver capacity: the figure declared per target (``capacity_qps``) and the cache-hit and
+cache-miss figures measured by ``dnsfleet capacity-test`` (the state file at
+``resolver.capacity_file``), each with its ``kind``.
 
-A declared figure wins over a measured one: the operator knows limits resperf does not see
-(upstream bandwidth, licence, a load balancer in front). The state file is re-read only when
-its mtime or size changes.
+All figures are exported; the recording rules (alerts/rules/capacity.rules.yml) choose: a
+declared figure wins (the operator knows limits resperf does not see: upstream bandwidth,
+licence, a load balancer in front), then the hit/miss mix at the live cache-hit ratio. The
+state file is re-read only when its mtime or size changes.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from dnsfleet.capacity import Measurement, address_key, read_state
+from dnsfleet.capacity import State, address_key, read_state
 from dnsfleet.collectors.base import CollectContext, Collector
-from dnsfleet.collectors.resolver_stats import resolver_labels
 from dnsfleet.config import Config, Target
-from dnsfleet.exposition import Family
+from dnsfleet.exposition import Family, labelset
 
 STATE_KEY = "resolver_capacity"
 
 
-def capacity_families(cfg: Config, measured: dict[str, Measurement]) -> list[Family]:
-    """Pure: one series per resolver address that has a figure."""
+def capacity_families(cfg: Config, measured: State) -> list[Family]:
+    """Pure: the figures of every resolver address that has one, by kind: ``declared``
+    (``capacity_qps`` in the config), ``hit`` and ``miss`` (measured)."""
     cap = Family("dnsfleet_resolver_capacity_qps",
-                 "Queries per second the resolver can answer: capacity_qps from the config, "
-                 "else the last `dnsfleet capacity-test` measurement.")
+                 "Queries per second the resolver can answer, by kind: declared (capacity_qps "
+                 "in the config), hit (all queries cached) or miss (no query cached), the last "
+                 "two measured by `dnsfleet capacity-test`.")
+    lower = Family("dnsfleet_resolver_capacity_lower_bound",
+                   "1 if the measured capacity is a lower bound: the run never reached its "
+                   "loss limit (the ramp or the sending client ended first).")
     when = Family("dnsfleet_resolver_capacity_measured_timestamp_seconds",
                   "When `dnsfleet capacity-test` measured the capacity of the resolver.")
     chosen: dict[str, Target] = {}
@@ -34,18 +40,19 @@ def capacity_families(cfg: Config, measured: dict[str, Measurement]) -> list[Fam
                                  (t.stats is not None and chosen[key].capacity_qps is None)):
             chosen[key] = t
     for key, t in chosen.items():
-        labels = resolver_labels(t)
-        m = measured.get(key)
+        def labels(kind: str, t: Target = t) -> str:
+            return labelset([("target", t.address), ("kind", kind), *t.labels])
         if t.capacity_qps is not None:
-            cap.add_raw(labels, t.capacity_qps)
-        elif m is not None:
-            cap.add_raw(labels, m.capacity_qps)
-        if m is not None:
-            when.add_raw(labels, m.measured_at)
-    return [cap, when]
+            cap.add_raw(labels("declared"), t.capacity_qps)
+        for kind, m in sorted(measured.get(key, {}).items()):
+            kl = labels(kind)
+            cap.add_raw(kl, m.capacity_qps)
+            lower.add_raw(kl, 1.0 if m.lower_bound else 0.0)
+            when.add_raw(kl, m.measured_at)
+    return [cap, lower, when]
 
 
-def _load(ctx: CollectContext) -> dict[str, Measurement]:
+def _load(ctx: CollectContext) -> State:
     # A host path, like every file the exporter reads: under --path.rootfs in a container.
     path = str(ctx.fs.root(ctx.config.resolver.capacity_file))
     try:

@@ -1,4 +1,14 @@
-"""resperf (Debian dnsperf) summary output."""
+"""resperf (Debian dnsperf) output: the summary it prints and the plot file it writes.
+
+resperf ramps the offered load from 0 to ``-m`` qps over ``-r`` seconds, counts queries and
+responses in buckets of ``-i`` seconds (0.5 by default; a response counts in the bucket its
+query was sent in), and reports as "Maximum throughput" the highest response rate of the
+buckets before the first one whose loss exceeds ``-L`` percent (dnsperf ``src/resperf.c``,
+``print_statistics``). The summary does not say whether such a bucket existed: a run whose
+load never reached the loss limit prints a figure all the same, and that figure is the
+ramp's (or the sending client's) limit, not the resolver's. Only the plot file tells, so
+``loss_limit_reached`` applies resperf's own rule to it.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +16,9 @@ import re
 from dataclasses import dataclass
 
 _FIELD = re.compile(r"^\s*([A-Za-z][A-Za-z ]+?):\s+([0-9.]+)", re.MULTILINE)
+# resperf.c: printf("[Status] Fell behind by %d queries, ending test at %.0f qps\n", ...):
+# the client could not send at the scheduled rate; what follows measures the client.
+_FELL_BEHIND = re.compile(r"^\[Status\] Fell behind by (\d+) queries", re.MULTILINE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,6 +27,17 @@ class ResperfResult:
     lost_percent: float     # "Lost at that point" (percent)
     queries_sent: int
     queries_completed: int
+    fell_behind: bool       # resperf stopped early: it could not keep up with its schedule
+
+
+@dataclass(frozen=True, slots=True)
+class PlotPoint:
+    """One bucket of the plot file (rates per second over the bucket)."""
+
+    time: float
+    target_qps: float
+    sent_qps: float
+    responses_qps: float
 
 
 def parse_resperf(text: str) -> ResperfResult:
@@ -24,6 +48,38 @@ def parse_resperf(text: str) -> ResperfResult:
             lost_percent=float(fields["lost at that point"]),
             queries_sent=int(float(fields["queries sent"])),
             queries_completed=int(float(fields["queries completed"])),
+            fell_behind=_FELL_BEHIND.search(text) is not None,
         )
     except KeyError as e:
         raise ValueError(f"resperf output lacks {e.args[0]!r}: {text[-300:]!r}") from None
+
+
+def parse_plot(text: str) -> tuple[PlotPoint, ...]:
+    """The plot file: a '#' header, then 'time target_qps actual_qps responses_per_sec
+    failures_per_sec avg_latency connections conn_avg_latency' per bucket."""
+    points = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        cols = line.split()
+        if len(cols) < 4:
+            raise ValueError(f"plot line {n}: want at least 4 columns, got {len(cols)}")
+        try:
+            t, target, sent, responses = (float(c) for c in cols[:4])
+        except ValueError:
+            raise ValueError(f"plot line {n}: not numbers: {line.strip()[:80]!r}") from None
+        points.append(PlotPoint(time=t, target_qps=target, sent_qps=sent,
+                                responses_qps=responses))
+    return tuple(points)
+
+
+def loss_limit_reached(points: tuple[PlotPoint, ...], max_loss_percent: float) -> bool:
+    """True if some bucket lost more than ``max_loss_percent`` of its queries: resperf's
+    own stopping rule. The plot prints rates with two decimals, so the loss is computed on
+    the rates (the bucket interval cancels out)."""
+    for p in points:
+        if p.sent_qps > 0:
+            loss = (p.sent_qps - p.responses_qps) / p.sent_qps * 100.0
+            if loss > max_loss_percent:
+                return True
+    return False
