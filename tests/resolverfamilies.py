@@ -94,6 +94,8 @@ api-key={self.api_key}
 @dataclass
 class Dnsdist(Daemon):
     backends: dict[str, str] = field(default_factory=dict)   # name -> "127.0.0.1:port"
+    check_name: str = "local.test."    # health checks: a name the backends serve
+    extra: str = ""                    # more Lua configuration (rules, actions)
 
     @property
     def metrics_url(self) -> str:
@@ -101,7 +103,7 @@ class Dnsdist(Daemon):
 
     def start(self) -> Dnsdist:
         servers = "\n".join(
-            f'newServer({{address="{a}", name="{n}", checkName="local.test.", '
+            f'newServer({{address="{a}", name="{n}", checkName="{self.check_name}", '
             f'checkType="SOA"}})' for n, a in self.backends.items())
         conf = self.workdir / "dnsdist.conf"
         conf.write_text(f"""
@@ -112,10 +114,11 @@ setServerPolicy(roundrobin)
 webserver("127.0.0.1:{self.web_port}")
 setWebserverConfig({{apiKey="dnsfleet-test", acl="127.0.0.0/8",
                      statsRequireAuthentication=false}})
+{self.extra}
 """)
         self._spawn([binary("dnsdist"), "-C", str(conf), "--supervised", "--disable-syslog"])
         wait_http(self.metrics_url)
-        wait_dns("127.0.0.1", self.port, "local.test.", "SOA")
+        wait_dns("127.0.0.1", self.port, self.check_name, "SOA")
         return self
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import socket
 import subprocess
@@ -23,9 +24,12 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from dnsfleet.app import Exporter
+from dnsfleet.capacity import Measurement, address_key, effective_capacity, read_state
 from dnsfleet.cli import main as dnsfleet_main
+from dnsfleet.config import parse_address
 from dnsfleet.hostfs import HostFS
 from dnsfleet.parsers.unbound import parse_unbound_stats
+from tests.resolverfamilies import Dnsdist
 from tests.servers import Named, Unbound
 from tests.tools import binary, free_port
 
@@ -397,23 +401,32 @@ def test_unreadable_statistics(named: Named, tmp_path: Path) -> None:
 
 def test_capacity_test_records_and_exporter_reads(unbound: Unbound, tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A cache-hit run that unbound keeps up with to the end of the ramp: recorded, and
+    recorded as a lower bound (the loss never passed the limit)."""
     state = tmp_path / "lib" / "capacity.json"
     base = ["capacity-test", "--target", unbound.address, "--query", "a.local.test/A",
             "--max-qps", "2000", "--ramp", "2", "--max-loss", "5", "--state-file", str(state)]
     assert dnsfleet_main(base) == 2  # no --yes: refuses, sends nothing
     assert not state.exists()
     assert dnsfleet_main([*base, "--yes"]) == 0, capsys.readouterr().err
-    out = capsys.readouterr().out
-    assert "capacity" in out and str(state) in out
+    cap = capsys.readouterr()
+    assert "hit capacity" in cap.out and "(lower bound)" in cap.out and str(state) in cap.out
+    assert "LOWER BOUND" in cap.err
+    (m,) = read_state(str(state))[address_key(unbound.host, unbound.port)].values()
+    assert (m.kind, m.lower_bound, m.limit) == ("hit", True, "ramp")
     exp = exporter(tmp_path, {
         "modules": {"m": {"query_name": "a.local.test"}},
         "targets": [{"address": unbound.address, "module": "m", "labels": {"site": "lab1"}},
                     {"address": "127.0.0.9:53", "module": "m", "capacity_qps": 12345}],
         "resolver": {"capacity_file": str(state)}})
     s = scrape(exp)
-    measured = value(s, "dnsfleet_resolver_capacity_qps", target=unbound.address, site="lab1")
+    measured = value(s, "dnsfleet_resolver_capacity_qps", target=unbound.address, site="lab1",
+                     kind="hit")
     assert measured is not None and 0 < measured <= 2000
-    assert value(s, "dnsfleet_resolver_capacity_qps", target="127.0.0.9:53") == 12345
+    assert value(s, "dnsfleet_resolver_capacity_lower_bound", target=unbound.address,
+                 kind="hit") == 1
+    assert value(s, "dnsfleet_resolver_capacity_qps", target="127.0.0.9:53",
+                 kind="declared") == 12345
     assert value(s, "dnsfleet_resolver_capacity_measured_timestamp_seconds",
                  target=unbound.address) == pytest.approx(time.time(), abs=60)
     # A garbled state file fails the collector, not the scrape.
@@ -421,3 +434,126 @@ def test_capacity_test_records_and_exporter_reads(unbound: Unbound, tmp_path: Pa
     s = scrape(exp)
     assert value(s, "dnsfleet_collector_success", collector="resolver_capacity") == 0
     assert value(s, "dnsfleet_probe_success", target=unbound.address) == 1
+
+
+# A cache miss costs the resolver a round trip upstream and a slot in its table of
+# outstanding queries; a cache hit neither. On loopback the round trip is ~0.1 ms, so to
+# measure a miss capacity within a small, fast ramp the upstream is made 20 ms away, as a
+# real authoritative server is: BIND serves the zone (a wildcard: every name exists) behind
+# dnsdist's DelayAction, and each resolver gets 32 outstanding queries. Misses then top out
+# near 32 / 20 ms = 1,600 qps, cached names far above the ramp.
+UPSTREAM_DELAY_MS = 20
+CAP_ZONE = "cap.test"
+SMALL_RAMP = ["--max-qps", "4000", "--ramp", "3", "--max-loss", "2"]
+
+
+@pytest.fixture(scope="module")
+def slow_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    work = tmp_path_factory.mktemp("slow-upstream")
+    auth = Named(work / "named", zones={CAP_ZONE: "*   IN A 192.0.2.7\nwww IN A 192.0.2.8\n"},
+                 ttl=3600).start()
+    delay = Dnsdist(work / "dnsdist", backends={"auth": auth.address},
+                    check_name=f"{CAP_ZONE}.",
+                    extra=f"addAction(AllRule(), DelayAction({UPSTREAM_DELAY_MS}))")
+    try:
+        delay.start()
+        yield delay.address
+    finally:
+        delay.stop()
+        auth.stop()
+
+
+def _both_capacities(address: str, state: Path,
+                     capsys: pytest.CaptureFixture[str]) -> dict[str, Measurement]:
+    args = ["capacity-test", "--target", address, "--query", f"www.{CAP_ZONE}/A",
+            "--miss-zone", CAP_ZONE, *SMALL_RAMP, "--state-file", str(state), "--yes"]
+    rc = dnsfleet_main(args)
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    host, port, _ = parse_address(address)
+    return read_state(str(state))[address_key(host, port)]
+
+
+def _check_hit_and_miss(got: dict[str, Measurement]) -> None:
+    hit, miss = got["hit"], got["miss"]
+    # Cached names: the resolver kept up with the whole ramp -> a lower bound.
+    assert (hit.lower_bound, hit.limit) == (True, "ramp"), hit
+    # Unique names: the loss passed 2 % on the way -> a real capacity.
+    assert (miss.lower_bound, miss.limit) == (False, "loss"), miss
+    assert 0 < miss.capacity_qps < hit.capacity_qps
+    # So at any load the unique-name workload has less headroom than the cache-hit one,
+    # and the mix at a live hit ratio sits between the two.
+    load = 0.8 * miss.capacity_qps
+    assert 1 - load / miss.capacity_qps < 1 - load / hit.capacity_qps
+    assert miss.capacity_qps < effective_capacity(0.5, hit.capacity_qps,
+                                                  miss.capacity_qps) < hit.capacity_qps
+    # What was sent is recorded and kept: the generated files, their digests, resperf's
+    # parameters.
+    for m in (hit, miss):
+        assert m.queries is not None and Path(m.queries.path).is_file()
+        data = Path(m.queries.path).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == m.queries.sha256
+        assert len(data.splitlines()) == m.queries.count
+        assert m.max_loss_percent == 2 and m.max_qps_offered == 4000 and m.ramp_seconds == 3
+        assert "-L" in m.resperf and m.resperf[m.resperf.index("-L") + 1] == "2"
+    assert "-R" in hit.resperf and "-R" not in miss.resperf
+    assert miss.queries is not None and miss.queries.zone == f"{CAP_ZONE}."
+    names = Path(miss.queries.path).read_text().splitlines()
+    assert len(set(names)) == len(names) >= miss.queries_sent
+    assert all(n.endswith(f".{CAP_ZONE}. A") for n in names)
+
+
+def test_capacity_hit_and_miss_unbound(slow_upstream: str, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    up_host, up_port, _ = parse_address(slow_upstream)
+    u = Unbound(tmp_path / "unbound", stubs={f"{CAP_ZONE}.": f"{up_host}@{up_port}"},
+                extra_server="  num-queries-per-thread: 32").start()
+    try:
+        state = tmp_path / "capacity.json"
+        got = _both_capacities(u.address, state, capsys)
+        _check_hit_and_miss(got)
+        stats = parse_unbound_stats(u.control("stats_noreset"), version="1.17.1")
+        # The miss run really missed: unbound recursed for (nearly) every unique name.
+        assert stats.cache_misses is not None
+        assert stats.cache_misses >= 0.9 * got["miss"].queries_completed
+        exp = exporter(tmp_path, {
+            "modules": {"m": {"query_name": f"www.{CAP_ZONE}"}},
+            "targets": [{"address": u.address, "module": "m", "labels": {"site": "lab1"}}],
+            "resolver": {"capacity_file": str(state)}})
+        s = scrape(exp)
+        for kind, lower in (("hit", 1), ("miss", 0)):
+            assert value(s, "dnsfleet_resolver_capacity_qps", target=u.address,
+                         kind=kind) == pytest.approx(got[kind].capacity_qps)
+            assert value(s, "dnsfleet_resolver_capacity_lower_bound", target=u.address,
+                         kind=kind) == lower
+    finally:
+        u.stop()
+
+
+def test_capacity_hit_and_miss_bind(slow_upstream: str, tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    up_host, up_port, _ = parse_address(slow_upstream)
+    # BIND as the resolver: forwarding to the slow upstream, 32 recursive clients at most.
+    b = Named(tmp_path / "bind", zones={}, recursion=True, extra_options=(
+        f"forward only; forwarders {{ {up_host} port {up_port}; }}; recursive-clients 32;"))
+    b.start()
+    try:
+        _check_hit_and_miss(_both_capacities(b.address, tmp_path / "capacity.json", capsys))
+    finally:
+        b.stop()
+
+
+def test_capacity_miss_zone_must_answer_every_name(unbound: Unbound, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A zone without a wildcard would measure NXDOMAIN handling (or a zone nobody serves):
+    refused before any load is sent, and nothing is recorded."""
+    state = tmp_path / "capacity.json"
+    rc = dnsfleet_main(["capacity-test", "--target", unbound.address, "--kind", "miss",
+                        "--miss-zone", "local.test", *SMALL_RAMP, "--state-file", str(state),
+                        "--yes"])
+    assert rc == 1
+    assert "the zone must answer every name" in capsys.readouterr().err
+    assert not state.exists()
+    assert dnsfleet_main(["capacity-test", "--target", unbound.address, "--kind", "miss",
+                          *SMALL_RAMP, "--yes"]) == 2
+    assert "--miss-zone" in capsys.readouterr().err

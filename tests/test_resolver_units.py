@@ -20,7 +20,13 @@ from dnsfleet.capacity import (
 from dnsfleet.collectors.resolver_capacity import capacity_families
 from dnsfleet.config import ConfigError, parse
 from dnsfleet.parsers.bind import parse_bind_server
-from dnsfleet.parsers.resperf import PlotPoint, loss_limit_reached, parse_plot, parse_resperf
+from dnsfleet.parsers.resperf import (
+    PlotCapacity,
+    PlotPoint,
+    capacity_from_plot,
+    parse_plot,
+    parse_resperf,
+)
 from dnsfleet.parsers.unbound import parse_unbound_stats, parse_version
 from dnsfleet.probes import ProbeResult
 from dnsfleet.restarts import (
@@ -133,15 +139,23 @@ def test_resperf_plot_tells_a_lower_bound() -> None:
     assert out.max_qps == 1876.0
     points = parse_plot((FIX / "resperf-ramp-limited.plot").read_text())
     assert [p.target_qps for p in points] == [375.0, 1125.0, 1875.0]
-    assert max(p.responses_qps for p in points) == out.max_qps
-    assert not loss_limit_reached(points, 1.0)
-    # A bucket that lost 2 % of its queries: past a 1 % limit, within a 5 % one.
+    got = capacity_from_plot(points, 1.0)
+    assert got == PlotCapacity(capacity_qps=out.max_qps, unserved_percent=0.0,
+                               limit_reached=False)
+    # A bucket that lost 2 % of its queries: past a 1 % limit (the figure stays the best
+    # bucket before it), within a 5 % one (the lossy bucket's 2548 qps is the best).
     lossy = (*points, PlotPoint(time=1.75, target_qps=2625, sent_qps=2600,
-                                responses_qps=2548))
-    assert loss_limit_reached(lossy, 1.0) and not loss_limit_reached(lossy, 5.0)
-    assert not loss_limit_reached((PlotPoint(0.25, 0, 0, 0),), 0.0)  # nothing sent
-    for bad, problem in (("1 2 3\n", "line 1: want at least 4"),
-                         ("# h\n1 2 x 4\n", "line 2: not numbers")):
+                                responses_qps=2548, failures_qps=0))
+    assert capacity_from_plot(lossy, 1.0) == PlotCapacity(1876.0, 0.0, True)
+    assert capacity_from_plot(lossy, 5.0) == PlotCapacity(2548.0, 2.0, False)
+    # SERVFAIL answers are not service: BIND out of recursive-clients answers every query,
+    # most of them SERVFAIL; resperf would call all of them throughput.
+    failing = (*points, PlotPoint(time=1.75, target_qps=2625, sent_qps=2600,
+                                  responses_qps=2600, failures_qps=1300))
+    assert capacity_from_plot(failing, 1.0) == PlotCapacity(1876.0, 0.0, True)
+    assert capacity_from_plot((PlotPoint(0.25, 0, 0, 0, 0),), 0.0).capacity_qps == 0
+    for bad, problem in (("1 2 3 4\n", "line 1: want at least 5"),
+                         ("# h\n1 2 x 4 5\n", "line 2: not numbers")):
         with pytest.raises(ValueError, match=problem):
             parse_plot(bad)
 
@@ -150,7 +164,7 @@ def _m(kind: str, qps: float, *, lower: bool = False) -> Measurement:
     return Measurement(kind=kind, capacity_qps=qps, lower_bound=lower,
                        limit="ramp" if lower else "loss", measured_at=1.7e9, lost_percent=0.1,
                        max_loss_percent=1.0, max_qps_offered=2000, ramp_seconds=2,
-                       queries_sent=3000, queries_completed=2990,
+                       queries_sent=3000, queries_completed=2990, resperf_max_qps=qps + 1,
                        resperf=("resperf", "-s", "::1"),
                        queries=QueryFile(path="/q.txt", count=1, sha256="ab", zone=""))
 

@@ -16,9 +16,11 @@ The capacity of a workload with cache-hit ratio h is then the harmonic mix of th
 (``effective_capacity``): each query costs h/C_hit + (1-h)/C_miss seconds of the resolver.
 
 resperf ramps the offered load from 0 to ``--max-qps`` over ``--ramp`` seconds and reports the
-highest throughput reached before the loss passed ``--max-loss`` percent. When the loss never
-passed it, the figure is the ramp's limit, not the resolver's: it is recorded as a lower
-bound (decided from resperf's plot file with resperf's own rule, see parsers/resperf.py).
+highest throughput reached before the loss passed ``--max-loss`` percent. The figure recorded
+applies that rule to resperf's per-bucket plot with failed answers (SERVFAIL: a resolver
+out of recursion slots) counted as lost (parsers/resperf.py). When the loss never passed
+the limit, the figure is the ramp's limit, not the resolver's: it is recorded as a lower
+bound.
 The command sends real load: it refuses to run without ``--yes``.
 """
 
@@ -49,7 +51,13 @@ import dns.rcode
 import dns.rdatatype
 
 from dnsfleet.config import DEFAULT_CAPACITY_FILE, parse_address
-from dnsfleet.parsers.resperf import ResperfResult, loss_limit_reached, parse_plot, parse_resperf
+from dnsfleet.parsers.resperf import (
+    PlotCapacity,
+    ResperfResult,
+    capacity_from_plot,
+    parse_plot,
+    parse_resperf,
+)
 
 STATE_VERSION = 2
 MAX_STATE_BYTES = 4 << 20
@@ -79,12 +87,13 @@ class Measurement:
     lower_bound: bool       # the loss limit was never reached: the resolver can do more
     limit: str              # one of LIMITS
     measured_at: float      # epoch seconds
-    lost_percent: float     # loss in the bucket of the maximum throughput
+    lost_percent: float     # lost or failed, in the bucket of the maximum throughput
     max_loss_percent: float
     max_qps_offered: int
     ramp_seconds: int
     queries_sent: int = 0
     queries_completed: int = 0
+    resperf_max_qps: float = 0.0   # resperf's own "Maximum throughput" (SERVFAILs counted)
     resperf: tuple[str, ...] = ()
     queries: QueryFile | None = None
 
@@ -126,16 +135,17 @@ def _measurement(kind: str, m: Any) -> Measurement:
         max_qps_offered=int(m["max_qps_offered"]), ramp_seconds=int(m["ramp_seconds"]),
         queries_sent=int(m.get("queries_sent", 0)),
         queries_completed=int(m.get("queries_completed", 0)),
+        resperf_max_qps=float(m.get("resperf_max_qps", 0.0)),
         resperf=tuple(str(a) for a in m.get("resperf", ())), queries=queries)
 
 
 def _v1_measurement(m: Any) -> Measurement:
     """A version 1 file (one figure per resolver, before miss runs): a cache-hit run whose
-    lower-bound status was never recorded (limit "unknown")."""
+    lower-bound status and loss limit were never recorded (limit "unknown", max_loss 0)."""
     return Measurement(
         kind="hit", capacity_qps=float(m["capacity_qps"]), lower_bound=False, limit="unknown",
         measured_at=float(m["measured_at"]), lost_percent=float(m["lost_percent"]),
-        max_loss_percent=float("nan"), max_qps_offered=int(m["max_qps_offered"]),
+        max_loss_percent=0.0, max_qps_offered=int(m["max_qps_offered"]),
         ramp_seconds=int(m["ramp_seconds"]))
 
 
@@ -302,8 +312,8 @@ def resperf_command(*, host: str, port: int, datafile: str, plotfile: str, max_q
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
-    result: ResperfResult
-    loss_reached: bool
+    result: ResperfResult       # resperf's summary (its figure counts SERVFAIL as served)
+    plot: PlotCapacity          # the figure from the plot, failures counted as lost
     command: tuple[str, ...]
 
 
@@ -321,7 +331,7 @@ def run_resperf(*, host: str, port: int, datafile: str, max_qps: int, ramp: int,
         with open(plotfile, encoding="ascii") as fh:
             points = parse_plot(fh.read())
     return RunResult(result=parse_resperf(proc.stdout),
-                     loss_reached=loss_limit_reached(points, max_loss), command=tuple(cmd))
+                     plot=capacity_from_plot(points, max_loss), command=tuple(cmd))
 
 
 def ask(host: str, port: int, name: str, qtype: str, timeout: float = 2.0) -> dns.message.Message:
@@ -363,11 +373,12 @@ def measure(*, kind: str, host: str, port: int, datafile: str, queries: QueryFil
             max_qps: int, ramp: int, max_loss: float) -> Measurement:
     run = run_resperf(host=host, port=port, datafile=datafile, max_qps=max_qps, ramp=ramp,
                       max_loss=max_loss, repeat=kind == "hit")
-    r = run.result
-    limit = "loss" if run.loss_reached else "client" if r.fell_behind else "ramp"
+    r, plot = run.result, run.plot
+    limit = "loss" if plot.limit_reached else "client" if r.fell_behind else "ramp"
     return Measurement(
-        kind=kind, capacity_qps=r.max_qps, lower_bound=not run.loss_reached, limit=limit,
-        measured_at=time.time(), lost_percent=r.lost_percent, max_loss_percent=max_loss,
+        kind=kind, capacity_qps=plot.capacity_qps, lower_bound=not plot.limit_reached,
+        limit=limit, measured_at=time.time(), lost_percent=plot.unserved_percent,
+        max_loss_percent=max_loss, resperf_max_qps=r.max_qps,
         max_qps_offered=max_qps, ramp_seconds=ramp, queries_sent=r.queries_sent,
         queries_completed=r.queries_completed, resperf=run.command, queries=queries)
 
@@ -416,7 +427,8 @@ def _describe(m: Measurement) -> str:
         "client": "a LOWER BOUND: resperf fell behind its schedule (the sending host is the "
                   "limit; run it from a bigger host or several)",
     }.get(m.limit, "")
-    return (f"{m.kind} capacity {m.capacity_qps:.0f} qps, lost {m.lost_percent:g}% at that "
+    return (f"{m.kind} capacity {m.capacity_qps:.0f} qps answered (resperf's figure, failures "
+            f"included: {m.resperf_max_qps:.0f}), {m.lost_percent:.2f}% lost or failed at that "
             f"point; {bound}")
 
 
