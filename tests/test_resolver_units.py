@@ -486,3 +486,23 @@ def test_stale_answer_seen_twice_within_a_second_stays_untrusted() -> None:
     answers = [*countdown(0, 10, 11, step=2), (12.0, 5, "a"), (12.6, 5, "a"), (14.6, 10, "a"),
                (16.6, 8, "a"), (18.6, 6, "a")]
     assert run_canary(answers).resets == 0
+
+
+def test_a_run_failing_from_its_first_bucket_records_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A capacity of 0 would say the resolver can serve nothing: it says instead that the
+    run started above what the resolver could answer (or that it stopped answering)."""
+    from dnsfleet import capacity
+    out = parse_resperf((FIX / "resperf_output.txt").read_text())
+    monkeypatch.setattr(capacity, "run_resperf", lambda **_: capacity.RunResult(
+        result=out, plot=PlotCapacity(0.0, 0.0, True), command=("resperf",)))
+    qf = QueryFile(path="/q", count=1, sha256="")
+    with pytest.raises(RuntimeError, match="from the first bucket on"):
+        capacity.measure(kind="miss", host="127.0.0.1", port=53, datafile="/q", queries=qf,
+                         max_qps=1000, ramp=2, max_loss=1.0)
+    monkeypatch.setattr(capacity, "run_resperf", lambda **_: capacity.RunResult(
+        result=out, plot=PlotCapacity(900.0, 0.5, True), command=("resperf",)))
+    m = capacity.measure(kind="miss", host="127.0.0.1", port=53, datafile="/q", queries=qf,
+                         max_qps=1000, ramp=2, max_loss=1.0)
+    assert (m.capacity_qps, m.lower_bound, m.limit, m.resperf_max_qps) == (
+        900.0, False, "loss", 3750.0)

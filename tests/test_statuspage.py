@@ -7,6 +7,7 @@ viewed, and the exporter's probe counter moves by one scrape's worth per scrape 
 
 from __future__ import annotations
 
+import html
 import html.parser
 import os
 import shutil
@@ -22,7 +23,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dnsfleet.exposition import Family, labelset
-from dnsfleet.statuspage import History, Snapshot, ago, parse_labels
+from dnsfleet.statuspage import History, Snapshot, _headroom, ago, parse_labels
+from dnsfleet.statuspage import Sample as StatusSample
 from tests.exporter_proc import ExporterProcess, value
 from tests.servers import Named, Unbound
 from tests.tools import binary
@@ -42,7 +44,7 @@ def test_ago() -> None:
 
 
 def snap(wall: float, *, start: float, resets: int, last_reset: float | None,
-         queries: float) -> Snapshot:
+         queries: float, hits: float | None = None, misses: float | None = None) -> Snapshot:
     t = labelset({"target": "192.0.2.1:53", "site": "x"})
     tm = labelset({"target": "192.0.2.1:53", "module": "m", "site": "x"})
     fams = [Family("dnsfleet_resolver_start_time_seconds", "").add(start,
@@ -54,6 +56,11 @@ def snap(wall: float, *, start: float, resets: int, last_reset: float | None,
     fams[2].add_raw(tm, resets)
     if last_reset is not None:
         fams[3].add_raw(tm, last_reset)
+    for name, v in (("dnsfleet_resolver_cache_hits_total", hits),
+                    ("dnsfleet_resolver_cache_misses_total", misses)):
+        if v is not None:
+            fams.append(Family(name, "", "counter"))
+            fams[-1].add_raw(t, v)
     return Snapshot.of(fams, wall=wall, duration=0.1)
 
 
@@ -71,6 +78,50 @@ def test_history_remembers_restarts_resets_and_load() -> None:
     assert "192.0.2.1:53" not in h.qps   # the counter restarted: no rate across it
     h.update(snap(1045, start=1025, resets=1, last_reset=1010, queries=40), [])
     assert not h.events and not h.qps    # target removed from the config
+
+
+def test_history_keeps_the_cache_hit_ratio_between_scrapes() -> None:
+    h = History()
+    targets = ["192.0.2.1:53"]
+    h.update(snap(1000, start=1, resets=0, last_reset=None, queries=0, hits=0, misses=0),
+             targets)
+    h.update(snap(1015, start=1, resets=0, last_reset=None, queries=1500, hits=1200,
+                  misses=300), targets)
+    assert h.hit_ratio["192.0.2.1:53"] == 0.8
+    h.update(snap(1030, start=1, resets=0, last_reset=None, queries=1500, hits=1200,
+                  misses=300), targets)
+    assert "192.0.2.1:53" not in h.hit_ratio   # no traffic: 0/0 is no ratio
+    h.update(snap(1045, start=1, resets=0, last_reset=None, queries=9, hits=5, misses=4),
+             targets)
+    assert "192.0.2.1:53" not in h.hit_ratio   # counters restarted
+
+
+def cap(kind: str, v: float) -> StatusSample:
+    return StatusSample({"target": "t", "kind": kind}, v)
+
+
+@pytest.mark.parametrize("caps,lower,qps,h,want", [
+    ([], [], 10.0, 0.9, "unknown"),
+    # declared wins over the measured figures, as in the recording rule
+    ([cap("declared", 400), cap("hit", 5000), cap("miss", 500)], [], 100.0, 0.8,
+     "75% (100 of 400 qps, declared; declared 400, hit 5000, miss 500 qps)"),
+    # the mix at the live hit ratio: 1 / (0.8/5000 + 0.2/500) = 1786
+    ([cap("hit", 5000), cap("miss", 500)], [cap("hit", 1)], 100.0, 0.8,
+     "94% (100 of 1786 qps, mix at 80% cache hits; hit ≥5000, miss 500 qps)"),
+    ([cap("hit", 5000), cap("miss", 500)], [], 100.0, None,
+     "80% (100 of 500 qps, miss figure: no live cache-hit ratio; hit 5000, miss 500 qps)"),
+    ([cap("hit", 5000)], [], 4000.0, 0.8, "20% (4000 of 5000 qps, hit figure only: "
+     "optimistic, assumes every query cached; hit 5000 qps)"),
+    ([cap("miss", 500)], [], None, None,
+     "capacity 500 qps (miss figure: no live cache-hit ratio; miss 500 qps)"),
+])
+def test_status_page_capacity_cell(caps: list[StatusSample], lower: list[StatusSample],
+                                   qps: float | None, h: float | None, want: str) -> None:
+    cell = _headroom(caps, lower, qps, h)
+    assert html.unescape(cell.split(">", 1)[-1].rsplit("<", 1)[0] if cell.startswith("<")
+                         else cell) == want
+    if qps is not None and caps:
+        assert ('class="bad"' in cell) == want.startswith("20%")
 
 
 def test_snapshot_keeps_only_the_page_families() -> None:

@@ -374,6 +374,11 @@ def measure(*, kind: str, host: str, port: int, datafile: str, queries: QueryFil
     run = run_resperf(host=host, port=port, datafile=datafile, max_qps=max_qps, ramp=ramp,
                       max_loss=max_loss, repeat=kind == "hit")
     r, plot = run.result, run.plot
+    if plot.limit_reached and plot.capacity_qps == 0:
+        raise RuntimeError(
+            f"the {kind} run lost or failed more than {max_loss:g}% of its queries from the "
+            "first bucket on: no capacity to record (is the resolver answering? else start "
+            "lower: a smaller --max-qps or a longer --ramp)")
     limit = "loss" if plot.limit_reached else "client" if r.fell_behind else "ramp"
     return Measurement(
         kind=kind, capacity_qps=plot.capacity_qps, lower_bound=not plot.limit_reached,
