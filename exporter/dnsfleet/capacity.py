@@ -41,7 +41,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import dns.exception
 import dns.message
@@ -209,13 +209,16 @@ def read_state(path: str) -> State:
         raise ValueError(f"{path}: {e}") from None
 
 
-def _write_atomically(path: str, text: str) -> None:
+@contextlib.contextmanager
+def _atomic_file(path: str, prefix: str) -> Iterator[BinaryIO]:
+    """A file that appears at ``path`` whole or not at all: written beside it, synced,
+    renamed over it; removed if the writer fails."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".capacity.", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=prefix, dir=directory)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)
@@ -230,7 +233,8 @@ def record(path: str, key: str, m: Measurement) -> None:
     """Add one measurement, keeping the others (other resolvers, the other kind)."""
     state = read_state(path)
     state.setdefault(key, {})[m.kind] = m
-    _write_atomically(path, format_state(state))
+    with _atomic_file(path, ".capacity.") as fh:
+        fh.write(format_state(state).encode("utf-8"))
 
 
 # ------------------------------------------------------------------ query files
@@ -274,22 +278,12 @@ def write_query_file(path: str, lines: Iterator[str] | list[str]) -> tuple[int, 
     """Write lines atomically; return (count, sha256 of the file)."""
     digest = hashlib.sha256()
     count = 0
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".queries.", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            for line in lines:
-                raw = (line + "\n").encode("ascii")
-                digest.update(raw)
-                fh.write(raw)
-                count += 1
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    with _atomic_file(path, ".queries.") as fh:
+        for line in lines:
+            raw = (line + "\n").encode("ascii")
+            digest.update(raw)
+            fh.write(raw)
+            count += 1
     return count, digest.hexdigest()
 
 
