@@ -9,11 +9,21 @@ from pathlib import Path
 from typing import Any
 
 from dnsfleet.config.addresses import parse_address
+from dnsfleet.config.checks import (
+    AbsolutePath,
+    Cidrs,
+    ListOf,
+    MapOf,
+    Section,
+    ShortSection,
+    key,
+    read_keys,
+)
 from dnsfleet.config.consul import ConsulConfig, _parse_consul
 from dnsfleet.config.host import HostConfig, _parse_host
 from dnsfleet.config.limits import Limits, _parse_limits
 from dnsfleet.config.modules import DEFAULT_MODULE, Module, _parse_module
-from dnsfleet.config.reader import ConfigError, Node, _show, read_yaml_mapping
+from dnsfleet.config.reader import ConfigError, Node, quote, read_yaml_mapping
 from dnsfleet.config.resolver import ResolverConfig, _parse_resolver
 from dnsfleet.config.stub import DEFAULT_RESOLV_CONF, ResolvConfWatch, _parse_resolv_conf
 from dnsfleet.config.targets import Target, _check_one_internals_entry, _parse_target
@@ -23,30 +33,28 @@ BUILTIN_SOURCE = "<built-in default>"
 
 @dataclass(frozen=True)
 class Config:
-    source: str
-    modules: Mapping[str, Module]
-    targets: tuple[Target, ...]
-    limits: Limits = field(default_factory=Limits)
-    host: HostConfig = field(default_factory=HostConfig)
-    resolver: ResolverConfig = field(default_factory=ResolverConfig)
-    probe_allowlist: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
-    consul: ConsulConfig = field(default_factory=ConsulConfig)
-    resolv_conf: tuple[ResolvConfWatch, ...] = DEFAULT_RESOLV_CONF
+    source: str     # the file's path, or BUILTIN_SOURCE
+    modules: Mapping[str, Module] = field(default_factory=dict, metadata=key(
+        MapOf(Section(Module)), doc="Probe definitions by name"))
+    targets: tuple[Target, ...] = field(default=(), metadata=key(
+        ListOf(Section(Target)), doc="The resolvers probed"))
+    limits: Limits = field(default_factory=Limits, metadata=key(Section(Limits, _parse_limits)))
+    host: HostConfig = field(default_factory=HostConfig, metadata=key(
+        Section(HostConfig, _parse_host)))
+    resolver: ResolverConfig = field(default_factory=ResolverConfig, metadata=key(
+        Section(ResolverConfig, _parse_resolver)))
+    probe_allowlist: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = field(
+        default=(), metadata=key(Cidrs(), doc="Networks /probe?target= may address"))
+    consul: ConsulConfig = field(default_factory=ConsulConfig, metadata=key(
+        Section(ConsulConfig, _parse_consul)))
+    resolv_conf: tuple[ResolvConfWatch, ...] = field(default=DEFAULT_RESOLV_CONF, metadata=key(
+        ListOf(ShortSection(ResolvConfWatch, short=AbsolutePath()), whole=_parse_resolv_conf),
+        doc="resolv.conf files whose clients' failover is modelled: paths, or {path, "
+            "query_name, query_type, probe_timeout}"))
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def module_for(self, target: Target) -> Module:
         return self.modules[target.module]
-
-
-def _parse_allowlist(node: Node) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
-    out = []
-    for item in node.sequence():
-        try:
-            out.append(ipaddress.ip_network(item.string(), strict=False))
-        except ValueError as e:
-            raise item.error(f"invalid CIDR: {e}") from None
-    return tuple(out)
-
 
 
 def parse(data: Any, *, source: str) -> Config:
@@ -63,27 +71,17 @@ def parse(data: Any, *, source: str) -> Config:
     for i, t in enumerate(targets):
         if (t.address, t.module) in seen:
             raise root.child("targets").child(i).error(
-                f"duplicate target {_show(t.address)} with module {_show(t.module)}")
+                f"duplicate target {quote(t.address)} with module {quote(t.module)}")
         seen.add((t.address, t.module))
     _check_one_internals_entry(root, targets)
-    limits = f.opt("limits", Limits(), _parse_limits)
-    if len(targets) > limits.max_targets:
+    cfg = Config(source=source, modules=modules, targets=targets,
+                 raw=data if isinstance(data, dict) else {},
+                 **read_keys(f, Config, skip=("modules", "targets")))
+    if len(targets) > cfg.limits.max_targets:
         raise root.child("targets").error(
-            f"{len(targets)} targets exceed limits.max_targets ({limits.max_targets})")
-    cfg = Config(
-        source=source,
-        modules=modules,
-        targets=targets,
-        limits=limits,
-        host=f.opt("host", HostConfig(), _parse_host),
-        resolver=f.opt("resolver", ResolverConfig(), _parse_resolver),
-        probe_allowlist=f.opt("probe_allowlist", (), _parse_allowlist),
-        consul=f.opt("consul", ConsulConfig(), _parse_consul),
-        resolv_conf=f.opt("resolv_conf", DEFAULT_RESOLV_CONF, _parse_resolv_conf),
-        raw=data if isinstance(data, dict) else {},
-    )
+            f"{len(targets)} targets exceed limits.max_targets ({cfg.limits.max_targets})")
     f.done()
-    if not any(f.has(key) for key in MONITORING_KEYS):
+    if not any(f.has(k) for k in MONITORING_KEYS):
         # An empty or truncated file (`: > dnsfleet.yml`, a half-written deploy) must not
         # quietly turn every probe series off: then no probe alert can ever fire.
         raise root.error(

@@ -42,7 +42,7 @@ class Node:
     # -- scalars
     def string(self, *, allow_empty: bool = False) -> str:
         if isinstance(self.value, bool) or not isinstance(self.value, str | int | float):
-            raise self.error(f"expected a string, got {_kind(self.value)}")
+            raise self.error(f"expected a string, got {describe(self.value)}")
         s = f"{self.value}"
         if not s and not allow_empty:
             raise self.error("must not be empty")
@@ -50,7 +50,7 @@ class Node:
 
     def integer(self, *, minimum: int | None = None, maximum: int | None = None) -> int:
         if isinstance(self.value, bool) or not isinstance(self.value, int):
-            raise self.error(f"expected an integer, got {_kind(self.value)}")
+            raise self.error(f"expected an integer, got {describe(self.value)}")
         if minimum is not None and self.value < minimum:
             raise self.error(f"must be at least {minimum}, got {self.value}")
         if maximum is not None and self.value > maximum:
@@ -59,7 +59,7 @@ class Node:
 
     def number(self, *, minimum: float | None = None) -> float:
         if isinstance(self.value, bool) or not isinstance(self.value, int | float):
-            raise self.error(f"expected a number, got {_kind(self.value)}")
+            raise self.error(f"expected a number, got {describe(self.value)}")
         if not math.isfinite(self.value):
             raise self.error(f"expected a finite number, got {self.value}")
         if minimum is not None and self.value < minimum:
@@ -68,14 +68,14 @@ class Node:
 
     def boolean(self) -> bool:
         if not isinstance(self.value, bool):
-            raise self.error(f"expected true or false, got {_kind(self.value)}")
+            raise self.error(f"expected true or false, got {describe(self.value)}")
         return self.value
 
     def duration(self, *, minimum: float = 0.0, maximum: float | None = None) -> float:
         seconds = parse_duration(self.value)
         if seconds is None:
             raise self.error(
-                f"invalid duration {_show(self.value)} (use a number and a unit: 500ms, 2s, 1m)")
+                f"invalid duration {quote(self.value)} (use a number and a unit: 500ms, 2s, 1m)")
         if seconds <= minimum:
             raise self.error(f"duration must be greater than {minimum:g}s")
         if maximum is not None and seconds > maximum:
@@ -85,13 +85,13 @@ class Node:
     def choice(self, choices: tuple[str, ...]) -> str:
         s = self.string()
         if s not in choices:
-            raise self.error(f"{_show(s)} is not one of: {', '.join(choices)}")
+            raise self.error(f"{quote(s)} is not one of: {', '.join(choices)}")
         return s
 
     # -- containers
     def items(self) -> Iterator[tuple[str, Node]]:
         if not isinstance(self.value, dict):
-            raise self.error(f"expected a mapping, got {_kind(self.value)}")
+            raise self.error(f"expected a mapping, got {describe(self.value)}")
         for k, v in self.value.items():
             n = self.child(str(k))
             n.value = v
@@ -101,7 +101,7 @@ class Node:
         if self.value is None:
             return []
         if not isinstance(self.value, list):
-            raise self.error(f"expected a list, got {_kind(self.value)}")
+            raise self.error(f"expected a list, got {describe(self.value)}")
         out = []
         for i, v in enumerate(self.value):
             n = self.child(i)
@@ -111,7 +111,7 @@ class Node:
 
     def fields(self) -> Fields:
         if not isinstance(self.value, dict):
-            raise self.error(f"expected a mapping, got {_kind(self.value)}")
+            raise self.error(f"expected a mapping, got {describe(self.value)}")
         return Fields(self)
 
 
@@ -135,7 +135,7 @@ class Fields:
     def req(self, key: str) -> Node:
         if not self.has(key):
             self.seen.add(key)
-            raise self.node.error(f"missing required key {_show(key)}")
+            raise self.node.error(f"missing required key {quote(key)}")
         return self.get(key)
 
     def opt(self, key: str, default: T, read: Callable[[Node], T]) -> T:
@@ -152,14 +152,14 @@ class Fields:
                     f"unknown key (valid keys: {', '.join(valid)})")
 
 
-def _kind(v: Any) -> str:
+def describe(v: Any) -> str:
     if v is None:
         return "nothing"
-    return {dict: "a mapping", list: "a list", bool: "a boolean", str: f"string {_show(v)}",
+    return {dict: "a mapping", list: "a list", bool: "a boolean", str: f"string {quote(v)}",
             int: f"integer {v}", float: f"number {v}"}.get(type(v), type(v).__name__)
 
 
-def _show(v: Any) -> str:
+def quote(v: Any) -> str:
     return '"' + str(v).replace('"', '\\"') + '"'
 
 
@@ -239,6 +239,6 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any] | None:
         problem = getattr(e, "problem", None) or str(e)
         raise ConfigError(f"{path}: invalid YAML{where}: {problem}") from None
     if data is not None and not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level, got {_kind(data)}")
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {describe(data)}")
     return data
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from dnsfleet.config.checks import String, key, read_section
 from dnsfleet.config.reader import Node
 
 DEFAULT_CAPACITY_FILE = "/var/lib/dnsfleet/capacity.json"
@@ -13,14 +14,9 @@ DEFAULT_CAPACITY_FILE = "/var/lib/dnsfleet/capacity.json"
 class ResolverConfig:
     """Resolver internals (issue 4)."""
 
-    # Written by `dnsfleet capacity-test`, read by the exporter.
-    capacity_file: str = DEFAULT_CAPACITY_FILE
-
+    capacity_file: str = field(default=DEFAULT_CAPACITY_FILE, metadata=key(
+        String(), doc="Written by `dnsfleet capacity-test`, read by the exporter"))
 
 
 def _parse_resolver(node: Node) -> ResolverConfig:
-    f = node.fields()
-    cfg = ResolverConfig(capacity_file=f.opt("capacity_file", DEFAULT_CAPACITY_FILE,
-                                             lambda n: n.string()))
-    f.done()
-    return cfg
+    return read_section(node, ResolverConfig)

@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import dns.rdatatype
 
-from dnsfleet.config.reader import Node, _show
-from dnsfleet.dnswire import encode_name
+from dnsfleet.config.checks import AbsolutePath, DnsName, Duration, QueryType, key, read_keys
+from dnsfleet.config.reader import Node, quote
 
 
 @dataclass(frozen=True)
 class ResolvConfWatch:
     """A resolv.conf whose clients' failover the stub collector models (issue 3)."""
 
-    path: str                     # as the host sees it; read through --path.rootfs
-    query_name: str = "."         # what a client of this file would ask
-    query_type: str = "NS"
-    # How long a nameserver may take before it counts as silent. Deliberately shorter than
-    # resolv.conf's timeout: a scrape must not wait 5 s to learn a server is blackholed.
-    probe_timeout: float = 1.0
+    path: str = field(metadata=key(
+        AbsolutePath(), doc="As the host sees it; read through --path.rootfs"))
+    query_name: str = field(default=".", metadata=key(
+        DnsName(), doc="What a client of this file would ask"))
+    query_type: str = field(default="NS", metadata=key(QueryType()))
+    probe_timeout: float = field(default=1.0, metadata=key(
+        Duration(maximum=30),
+        # Deliberately shorter than resolv.conf's timeout: a scrape must not wait 5 s to
+        # learn a server is blackholed.
+        doc="How long a nameserver may take before it counts as silent"))
 
     @property
     def qtype(self) -> int:
@@ -29,34 +33,21 @@ class ResolvConfWatch:
 DEFAULT_RESOLV_CONF: tuple[ResolvConfWatch, ...] = (ResolvConfWatch(path="/etc/resolv.conf"),)
 
 
+def _parse_resolv_conf_entry(node: Node) -> ResolvConfWatch:
+    if isinstance(node.value, str):
+        return ResolvConfWatch(path=AbsolutePath().read(node))
+    f = node.fields()
+    watch = ResolvConfWatch(**read_keys(f, ResolvConfWatch))
+    f.done()
+    return watch
+
+
 def _parse_resolv_conf(node: Node) -> tuple[ResolvConfWatch, ...]:
     out: list[ResolvConfWatch] = []
     for item in node.sequence():
-        if isinstance(item.value, str):
-            path_node, f = item, None
-        else:
-            f = item.fields()
-            path_node = f.req("path")
-        path = path_node.string()
-        if not path.startswith("/"):
-            raise path_node.error(f"path must be absolute, got {_show(path)}")
-        if any(w.path == path for w in out):
-            raise path_node.error(f"duplicate resolv.conf {_show(path)}")
-        if f is None:
-            out.append(ResolvConfWatch(path=path))
-            continue
-        qname = f.opt("query_name", ".", lambda n: n.string())
-        try:
-            encode_name(qname)
-        except ValueError as e:
-            raise f.get("query_name").error(f"invalid name {_show(qname)}: {e}") from None
-        qtype = f.opt("query_type", "NS", lambda n: n.string().upper())
-        try:
-            dns.rdatatype.from_text(qtype)
-        except (dns.rdatatype.UnknownRdatatype, ValueError):
-            raise f.get("query_type").error(f"unknown query type {_show(qtype)}") from None
-        out.append(ResolvConfWatch(
-            path=path, query_name=qname, query_type=qtype,
-            probe_timeout=f.opt("probe_timeout", 1.0, lambda n: n.duration(maximum=30))))
-        f.done()
+        watch = _parse_resolv_conf_entry(item)
+        if any(w.path == watch.path for w in out):
+            where = item if isinstance(item.value, str) else item.child("path")
+            raise where.error(f"duplicate resolv.conf {quote(watch.path)}")
+        out.append(watch)
     return tuple(out)

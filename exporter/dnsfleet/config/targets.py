@@ -5,15 +5,31 @@ from __future__ import annotations
 import re
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal, cast
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from dnsfleet.config.addresses import parse_address
+from dnsfleet.config.addresses import Address, Endpoint, parse_address
+from dnsfleet.config.checks import (
+    JSON,
+    LABEL_NAME_RE,
+    Check,
+    Choice,
+    Duration,
+    HttpUrl,
+    Labels,
+    Number,
+    Section,
+    String,
+    key,
+    read_keys,
+    yaml_keys,
+)
 from dnsfleet.config.modules import Module
-from dnsfleet.config.reader import Node, _show
+from dnsfleet.config.reader import Node, quote
 
-LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-# Labels the exporter sets itself; a target may not override them.
+__all__ = ["HTTP_STATS_TYPES", "LABEL_NAME_RE", "RESERVED_LABELS", "STATS_TYPES",
+           "StatsSource", "StatsType", "Target"]
+
 # Labels the exporter sets on some series itself: a configured label of the same name would
 # produce a sample with a duplicate label name, which Prometheus rejects (the whole scrape
 # fails). `instance` and `job` belong to Prometheus.
@@ -38,6 +54,36 @@ STATS_TYPES: tuple[StatsType, ...] = ("unbound", "bind", "pdns-recursor", "dnsdi
 HTTP_STATS_TYPES = frozenset({"bind", "pdns-recursor", "dnsdist", "knot-resolver", "coredns"})
 
 
+UNBOUND: frozenset[str] = frozenset({"unbound"})
+HTTP: frozenset[str] = HTTP_STATS_TYPES
+API_KEY_TYPES: frozenset[str] = frozenset({"pdns-recursor", "dnsdist"})
+_CONTROL_RE = re.compile(r"^(unix|tcp|tls)://(.+)$")
+CONTROL_PATTERN = r"^(unix:///|tcp://|tls://).+$"
+
+
+class Control(Check):
+    """unbound-control's address: ``unix:///path``, ``tcp://host:port`` or
+    ``tls://host:port``."""
+
+    def read(self, node: Node) -> str:
+        control = node.string()
+        m = _CONTROL_RE.match(control)
+        if not m:
+            raise node.error(f"{quote(control)}: use unix:///path, tcp://host:port or "
+                             "tls://host:port")
+        if m.group(1) != "unix":
+            try:
+                parse_address(m.group(2), default_port=8953)
+            except ValueError as e:
+                raise node.error(str(e)) from None
+        elif not m.group(2).startswith("/"):
+            raise node.error("a unix socket path must be absolute (unix:///run/unbound.ctl)")
+        return control
+
+    def schema(self) -> JSON:
+        return {"type": "string", "pattern": CONTROL_PATTERN}
+
+
 @dataclass(frozen=True)
 class StatsSource:
     """Where a resolver's own statistics are read (issue 4).
@@ -48,30 +94,84 @@ class StatsSource:
     the daemon's Prometheus ``/metrics`` URL; ``api_key`` is sent as ``X-API-Key`` (the
     PowerDNS web servers ask for it)."""
 
-    type: StatsType
-    control: str = ""
-    url: str = ""
-    server_cert: str | None = None   # unbound_server.pem: trust anchor for the control TLS
-    client_cert: str | None = None   # unbound_control.pem
-    client_key: str | None = None    # unbound_control.key
-    timeout: float = 2.0
-    api_key: str | None = None       # X-API-Key for the PowerDNS web servers
+    type: StatsType = field(metadata=key(Choice(STATS_TYPES)))
+    timeout: float = field(default=2.0, metadata=key(Duration(maximum=60)))
+    control: str = field(default="", metadata=key(Control(), omit="", types=UNBOUND))
+    url: str = field(default="", metadata=key(
+        HttpUrl(), omit="", types=HTTP,
+        doc="bind: the statistics channel base URL; the others: their Prometheus /metrics"))
+    server_cert: str | None = field(default=None, metadata=key(
+        String(), types=UNBOUND, doc="unbound_server.pem: trust anchor for the control TLS"))
+    client_cert: str | None = field(default=None, metadata=key(
+        String(), types=UNBOUND, doc="unbound_control.pem"))
+    client_key: str | None = field(default=None, metadata=key(
+        String(), types=UNBOUND, doc="unbound_control.key"))
+    api_key: str | None = field(default=None, metadata=key(
+        String(), secret=True, types=API_KEY_TYPES,
+        doc="Sent as X-API-Key (the PowerDNS web servers ask for it); never shown on /config"))
+
+
+def _parse_stats(node: Node) -> StatsSource:
+    f = node.fields()
+    kind: StatsType = STATS_TYPES[STATS_TYPES.index(Choice(STATS_TYPES).read(f.req("type")))]
+    group = HTTP if kind in HTTP_STATS_TYPES else UNBOUND
+    # Every key of the group is read, so one that does not fit the type (bind's api_key) is
+    # refused by name rather than as unknown.
+    values = read_keys(f, StatsSource, skip=("type",), only=lambda k: _in_group(k, group))
+    f.req("url" if group is HTTP else "control")    # optional in the other group only
+    if group is HTTP:
+        if values["api_key"] is not None and kind not in API_KEY_TYPES:
+            raise f.get("api_key").error("only meaningful with pdns-recursor or dnsdist")
+        if kind == "bind":
+            values["url"] = values["url"].rstrip("/")
+    else:
+        certs = {k: values[k] for k in ("server_cert", "client_cert", "client_key")}
+        given = [k for k, v in certs.items() if v is not None]
+        tls = values["control"].startswith("tls://")
+        if tls and len(given) != len(certs):
+            missing = ", ".join(k for k in certs if certs[k] is None)
+            raise node.error(f"tls:// control needs server_cert, client_cert and client_key "
+                             f"(missing: {missing})")
+        if not tls and given:
+            raise f.get(given[0]).error("only meaningful with a tls:// control")
+    f.done()
+    return StatsSource(type=kind, **values)
+
+
+def _in_group(name: str, group: frozenset[str]) -> bool:
+    types = _STATS_KEY_TYPES[name]
+    return types is None or bool(types & group)
+
+
+_STATS_KEY_TYPES: dict[str, frozenset[str] | None] = {
+    name: fld.metadata["types"] for name, fld, _ in yaml_keys(StatsSource)}
 
 
 @dataclass(frozen=True)
 class Target:
-    address: str                  # as configured: the `target` label
-    host: str                     # literal IP address
+    address: str = field(metadata=key(
+        Address(), doc="The resolver's IP address (names are not resolved), optional "
+                       ":port; also the target label"))
+    host: str                     # literal IP address, from address
     port: int
-    module: str
-    labels: tuple[tuple[str, str], ...] = ()
-    scope_id: int = 0             # IPv6 link-local zone
-    stats: StatsSource | None = None      # the resolver's own statistics (issue 4)
-    capacity_qps: float | None = None     # declared capacity (issue 4)
-    # "single": one cache answers at this address; "pool": several (SO_REUSEPORT
-    # processes, dnsdist or a load balancer, anycast): answering from another member is no
-    # backend change, and without NSID the canary cannot tell their caches apart.
-    backends: str = "single"
+    module: str = field(metadata=key(String(), doc="A name under modules"))
+    labels: tuple[tuple[str, str], ...] = field(default=(), metadata=key(
+        Labels(RESERVED_LABELS), doc="Extra labels on this target's series"))
+    scope_id: int = 0             # IPv6 link-local zone, from address
+    stats: StatsSource | None = field(default=None, metadata=key(
+        Section(StatsSource, _parse_stats), doc="The resolver's own statistics (issue 4)"))
+    capacity_qps: float | None = field(default=None, metadata=key(
+        Number(minimum=1), doc="Declared capacity in queries per second"))
+    backends: str = field(default="single", metadata=key(
+        Choice(("single", "pool")),
+        doc="single: one cache answers at this address; pool: several (SO_REUSEPORT "
+            "processes, dnsdist or a load balancer, anycast): answering from another member "
+            "is no backend change, and without NSID the canary cannot tell their caches "
+            "apart"))
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return Endpoint(self.host, self.port, self.scope_id)
 
     @property
     def family(self) -> socket.AddressFamily:
@@ -84,83 +184,19 @@ class Target:
         return (self.host, self.port)
 
 
-def _parse_labels(node: Node) -> tuple[tuple[str, str], ...]:
-    out: list[tuple[str, str]] = []
-    for k, v in node.items():
-        if not isinstance(k, str) or not LABEL_NAME_RE.fullmatch(k) or k.startswith("__"):
-            raise v.error("invalid label name")
-        if k in RESERVED_LABELS:
-            raise v.error(f"label {_show(k)} is set by the exporter and cannot be configured")
-        out.append((k, v.string(allow_empty=True)))
-    return tuple(sorted(out))
-
-
 def _parse_target(node: Node, modules: Mapping[str, Module]) -> Target:
     f = node.fields()
     addr_node = f.req("address")
-    address = addr_node.string()
-    try:
-        host, port, scope = parse_address(address)
-    except ValueError as e:
-        raise addr_node.error(str(e)) from None
+    ep = Address().read(addr_node)
     mod_node = f.req("module")
     module = mod_node.string()
     if module not in modules:
         known = ", ".join(sorted(modules)) or "none defined"
-        raise mod_node.error(f"unknown module {_show(module)} (modules: {known})")
-    labels: tuple[tuple[str, str], ...] = f.opt("labels", (), _parse_labels)
-    stats = f.opt("stats", None, _parse_stats)
-    capacity = f.opt("capacity_qps", None, lambda n: n.number(minimum=1))
-    backends = f.opt("backends", "single", lambda n: n.choice(("single", "pool")))
+        raise mod_node.error(f"unknown module {quote(module)} (modules: {known})")
+    values: dict[str, Any] = read_keys(f, Target, skip=("address", "module"))
     f.done()
-    return Target(address=address, host=host, port=port, module=module, labels=labels,
-                  scope_id=scope, stats=stats, capacity_qps=capacity, backends=backends)
-
-
-_CONTROL_RE = re.compile(r"^(unix|tcp|tls)://(.+)$")
-
-
-def _parse_stats(node: Node) -> StatsSource:
-    f = node.fields()
-    kind = cast("StatsType", f.req("type").choice(STATS_TYPES))
-    timeout = f.opt("timeout", 2.0, lambda n: n.duration(maximum=60))
-    if kind in HTTP_STATS_TYPES:
-        url_node = f.req("url")
-        url = url_node.string()
-        if not re.match(r"^https?://[^/]+", url):
-            raise url_node.error(f"{_show(url)} is not an http:// or https:// URL")
-        api_key = f.opt("api_key", None, lambda n: n.string())
-        if api_key is not None and kind not in ("pdns-recursor", "dnsdist"):
-            raise f.get("api_key").error("only meaningful with pdns-recursor or dnsdist")
-        f.done()
-        return StatsSource(type=kind, url=url.rstrip("/") if kind == "bind" else url,
-                           timeout=timeout, api_key=api_key)
-    ctl_node = f.req("control")
-    control = ctl_node.string()
-    m = _CONTROL_RE.match(control)
-    if not m:
-        raise ctl_node.error(f"{_show(control)}: use unix:///path, tcp://host:port or "
-                             "tls://host:port")
-    if m.group(1) != "unix":
-        try:
-            parse_address(m.group(2), default_port=8953)
-        except ValueError as e:
-            raise ctl_node.error(str(e)) from None
-    elif not m.group(2).startswith("/"):
-        raise ctl_node.error("a unix socket path must be absolute (unix:///run/unbound.ctl)")
-    certs = {k: f.opt(k, None, lambda n: n.string())
-             for k in ("server_cert", "client_cert", "client_key")}
-    given = [k for k, v in certs.items() if v is not None]
-    if m.group(1) == "tls" and len(given) != len(certs):
-        missing = ", ".join(k for k in certs if certs[k] is None)
-        raise node.error(f"tls:// control needs server_cert, client_cert and client_key "
-                         f"(missing: {missing})")
-    if m.group(1) != "tls" and given:
-        raise f.get(given[0]).error("only meaningful with a tls:// control")
-    f.done()
-    return StatsSource(type="unbound", control=control, timeout=timeout,
-                       server_cert=certs["server_cert"], client_cert=certs["client_cert"],
-                       client_key=certs["client_key"])
+    return Target(address=addr_node.string(), host=ep.host, port=ep.port, module=module,
+                  scope_id=ep.scope_id, **values)
 
 
 def _check_one_internals_entry(root: Node, targets: tuple[Target, ...]) -> None:
@@ -168,12 +204,12 @@ def _check_one_internals_entry(root: Node, targets: tuple[Target, ...]) -> None:
     entries for one address could export conflicting series, so only one may carry them."""
     owner: dict[tuple[str, int, str], int] = {}
     for i, t in enumerate(targets):
-        for key, value in (("stats", t.stats), ("capacity_qps", t.capacity_qps)):
+        for name, value in (("stats", t.stats), ("capacity_qps", t.capacity_qps)):
             if value is None:
                 continue
-            first = owner.setdefault((t.host, t.port, key), i)
+            first = owner.setdefault((t.host, t.port, name), i)
             if first != i:
-                raise root.child("targets").child(i).child(key).error(
-                    f"already set for {_show(t.address)} at targets[{first}] (set {key} on "
+                raise root.child("targets").child(i).child(name).error(
+                    f"already set for {quote(t.address)} at targets[{first}] (set {name} on "
                     "one entry per address)")
 
