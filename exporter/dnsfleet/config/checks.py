@@ -42,16 +42,19 @@ class Check:
 
 
 def key(check: Check, *, doc: str = "", name: str | None = None, secret: bool = False,
-        omit: Any = None, types: frozenset[str] | None = None) -> Mapping[str, Any]:
+        omit: Any = None, needs: str | None = None,
+        types: frozenset[str] | None = None, required: bool = False) -> Mapping[str, Any]:
     """Field metadata making a dataclass field a YAML key.
 
     ``doc``: what the key means (the schema's description). ``name``: the YAML key when it
     differs from the field name. ``secret``: /config shows ``<secret>`` instead of the
-    value. ``omit``: a value /config leaves out (None always is).
+    value. ``omit``: a value /config leaves out (None always is). ``needs``: another key
+    this one is only meaningful with (refused without it, left out of /config then).
     ``types``: for :class:`~dnsfleet.config.targets.StatsSource`, the ``type`` values the key
-    belongs to."""
+    belongs to; ``required``: required where it belongs (the key has a default elsewhere).
+    """
     return {"check": check, "doc": doc, "name": name, "secret": secret, "omit": omit,
-            "types": types}
+            "needs": needs, "types": types, "required": required}
 
 
 def yaml_keys(cls: type) -> list[tuple[str, dataclasses.Field[Any], Check]]:
@@ -66,8 +69,9 @@ def dump_section(obj: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, fld, check in yaml_keys(type(obj)):
         value = getattr(obj, fld.name)
-        if value is None or (fld.metadata["omit"] is not None
-                             and value == fld.metadata["omit"]):
+        needs = fld.metadata["needs"]
+        if (value is None or (fld.metadata["omit"] is not None and value == fld.metadata["omit"])
+                or (needs is not None and getattr(obj, needs) is None)):
             continue
         out[name] = SECRET if fld.metadata["secret"] else check.dump(value)
     return out
@@ -95,6 +99,14 @@ def read_keys(f: Fields, cls: type, *, only: Callable[[str], bool] = lambda _: T
         else:
             out[fld.name] = f.opt(name, default, check.read)
     return out
+
+
+def check_needs(f: Fields, obj: Any) -> None:
+    """Refuses a key given without the key it is only meaningful with."""
+    for name, fld, _ in yaml_keys(type(obj)):
+        needs = fld.metadata["needs"]
+        if needs is not None and getattr(obj, needs) is None and f.has(name):
+            raise f.get(name).error(f"only meaningful with {needs}")
 
 
 def read_section(node: Node, cls: type[T]) -> T:

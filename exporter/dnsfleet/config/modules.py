@@ -19,6 +19,7 @@ from dnsfleet.config.checks import (
     QueryType,
     Rcodes,
     RE2List,
+    check_needs,
     key,
     read_keys,
 )
@@ -26,7 +27,6 @@ from dnsfleet.config.reader import Node
 
 Transport = Literal["udp", "tcp"]
 TRANSPORTS: tuple[Transport, ...] = ("udp", "tcp")
-CANARY_KEYS = ("canary_type", "canary_tolerance")
 
 
 @dataclass(frozen=True)
@@ -57,9 +57,9 @@ class Module:
     canary: str | None = field(default=None, metadata=key(
         DnsName(), doc="A long-TTL name the resolver caches, whose TTL is followed across "
                        "scrapes to detect restarts and cache flushes."))
-    canary_type: str = field(default="A", metadata=key(QueryType()))
+    canary_type: str = field(default="A", metadata=key(QueryType(), needs="canary"))
     canary_tolerance: float = field(default=2.0, metadata=key(
-        Duration(maximum=300), doc="How much slack canary TTL continuity gets."))
+        Duration(maximum=300), needs="canary", doc="How much slack canary TTL continuity gets."))
     identity_query: str | None = field(default=None, metadata=key(
         DnsName(), doc="Backend identity from this CHAOS TXT name (e.g. id.server.) instead "
                        "of EDNS NSID."))
@@ -80,10 +80,7 @@ class Module:
 def _parse_module(name: str, node: Node) -> Module:
     f = node.fields()
     mod = Module(name=name, **read_keys(f, Module))
-    if mod.canary is None:
-        for k in CANARY_KEYS:
-            if f.has(k):
-                raise f.get(k).error("only meaningful with canary")
+    check_needs(f, mod)
     f.done()
     return mod
 

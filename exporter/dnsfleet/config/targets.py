@@ -96,9 +96,10 @@ class StatsSource:
 
     type: StatsType = field(metadata=key(Choice(STATS_TYPES)))
     timeout: float = field(default=2.0, metadata=key(Duration(maximum=60)))
-    control: str = field(default="", metadata=key(Control(), omit="", types=UNBOUND))
+    control: str = field(default="", metadata=key(Control(), omit="", types=UNBOUND,
+                                                      required=True))
     url: str = field(default="", metadata=key(
-        HttpUrl(), omit="", types=HTTP,
+        HttpUrl(), omit="", types=HTTP, required=True,
         doc="bind: the statistics channel base URL; the others: their Prometheus /metrics"))
     server_cert: str | None = field(default=None, metadata=key(
         String(), types=UNBOUND, doc="unbound_server.pem: trust anchor for the control TLS"))
@@ -118,7 +119,9 @@ def _parse_stats(node: Node) -> StatsSource:
     # Every key of the group is read, so one that does not fit the type (bind's api_key) is
     # refused by name rather than as unknown.
     values = read_keys(f, StatsSource, skip=("type",), only=lambda k: _in_group(k, group))
-    f.req("url" if group is HTTP else "control")    # optional in the other group only
+    for name in _STATS_REQUIRED:
+        if _in_group(name, group):
+            f.req(name)
     if group is HTTP:
         if values["api_key"] is not None and kind not in API_KEY_TYPES:
             raise f.get("api_key").error("only meaningful with pdns-recursor or dnsdist")
@@ -145,6 +148,8 @@ def _in_group(name: str, group: frozenset[str]) -> bool:
 
 _STATS_KEY_TYPES: dict[str, frozenset[str] | None] = {
     name: fld.metadata["types"] for name, fld, _ in yaml_keys(StatsSource)}
+_STATS_REQUIRED = tuple(name for name, fld, _ in yaml_keys(StatsSource)
+                        if fld.metadata["required"])
 
 
 @dataclass(frozen=True)
