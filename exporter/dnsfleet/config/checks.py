@@ -57,10 +57,18 @@ def key(check: Check, *, doc: str = "", name: str | None = None, secret: bool = 
             "needs": needs, "types": types, "required": required}
 
 
-def yaml_keys(cls: type) -> list[tuple[str, dataclasses.Field[Any], Check]]:
+YamlKeys = tuple[tuple[str, dataclasses.Field[Any], Check], ...]
+_YAML_KEYS: dict[type, YamlKeys] = {}
+
+
+def yaml_keys(cls: type) -> YamlKeys:
     """The YAML keys of a section's dataclass, in field order: (key, field, check)."""
-    return [(f.metadata["name"] or f.name, f, f.metadata["check"])
-            for f in dataclasses.fields(cls) if "check" in f.metadata]
+    keys = _YAML_KEYS.get(cls)
+    if keys is None:    # once per class: a 20,000-target file asks 20,000 times
+        keys = _YAML_KEYS[cls] = tuple((f.metadata["name"] or f.name, f, f.metadata["check"])
+                                       for f in dataclasses.fields(cls)
+                                       if "check" in f.metadata)
+    return keys
 
 
 def dump_section(obj: Any) -> dict[str, Any]:
@@ -93,11 +101,14 @@ def read_keys(f: Fields, cls: type, *, only: Callable[[str], bool] = lambda _: T
     for name, fld, check in yaml_keys(cls):
         if name in skip or not only(name):
             continue
-        default = default_of(fld)
-        if default is dataclasses.MISSING:
-            out[fld.name] = check.read(f.req(name))
+        if f.has(name):
+            out[fld.name] = check.read(f.get(name))
         else:
-            out[fld.name] = f.opt(name, default, check.read)
+            default = default_of(fld)
+            if default is dataclasses.MISSING:
+                f.req(name)     # raises: missing required key
+            f.seen.add(name)
+            out[fld.name] = default
     return out
 
 
