@@ -11,7 +11,7 @@ where it is in the file so messages can say so. This package re-exports the publ
 so ``from dnsfleet.config import X`` is the one import callers need.
 """
 
-from dnsfleet.config.addresses import DEFAULT_DNS_PORT, parse_address
+from dnsfleet.config.addresses import DEFAULT_DNS_PORT, Endpoint, parse_address
 from dnsfleet.config.consul import (
     CONSUL_DEFAULT_DNS,
     CONSUL_DEFAULT_HTTP,
@@ -66,6 +66,7 @@ __all__ = [
     "ConsulAgent",
     "ConsulConfig",
     "ConsulService",
+    "Endpoint",
     "Fields",
     "HostConfig",
     "Limits",

@@ -22,7 +22,7 @@ from dnsfleet.config.checks import (
 from dnsfleet.config.reader import Node, quote
 
 CONSUL_DNS_PORT = 8600
-CONSUL_DEFAULT_DNS = "127.0.0.1:8600"
+CONSUL_DEFAULT_DNS = Endpoint("127.0.0.1", CONSUL_DNS_PORT)
 CONSUL_DEFAULT_HTTP = "http://127.0.0.1:8500"
 
 
@@ -51,7 +51,7 @@ def _parse_consul_service(node: Node) -> ConsulService:
 @dataclass(frozen=True)
 class ConsulAgent:
     name: str = field(metadata=key(String()))
-    dns: Endpoint = field(default=Endpoint("127.0.0.1", CONSUL_DNS_PORT), metadata=key(
+    dns: Endpoint = field(default=CONSUL_DEFAULT_DNS, metadata=key(
         Address(default_port=CONSUL_DNS_PORT), name="dns_address"))
     http_address: str = field(default=CONSUL_DEFAULT_HTTP, metadata=key(HttpAddress()))
     token_file: str | None = field(default=None, metadata=key(

@@ -6,7 +6,7 @@ import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from dnsfleet.config.addresses import Address, Endpoint, parse_address
 from dnsfleet.config.checks import (
@@ -114,7 +114,7 @@ class StatsSource:
 
 def _parse_stats(node: Node) -> StatsSource:
     f = node.fields()
-    kind: StatsType = STATS_TYPES[STATS_TYPES.index(Choice(STATS_TYPES).read(f.req("type")))]
+    kind = cast("StatsType", Choice(STATS_TYPES).read(f.req("type")))
     group = HTTP if kind in HTTP_STATS_TYPES else UNBOUND
     # Every key of the group is read, so one that does not fit the type (bind's api_key) is
     # refused by name rather than as unknown.
@@ -180,13 +180,11 @@ class Target:
 
     @property
     def family(self) -> socket.AddressFamily:
-        return socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        return self.endpoint.family
 
     @property
     def sockaddr(self) -> tuple[str, int] | tuple[str, int, int, int]:
-        if self.family == socket.AF_INET6:
-            return (self.host, self.port, 0, self.scope_id)
-        return (self.host, self.port)
+        return self.endpoint.sockaddr
 
 
 def _parse_target(node: Node, modules: Mapping[str, Module]) -> Target:
