@@ -29,9 +29,18 @@ VALID = [*sorted(CONFIGS.glob("valid*.yml")), ROOT / "compose" / "dnsfleet" / "d
 FULL = CONFIGS / "valid-full.yml"
 # Invalid examples whose problem is a rule only the loader knows: across keys, or a check
 # (an IP literal, a DNS name, a regex, a known type) JSON Schema cannot express plainly.
-LOADER_ONLY = {"bad-cidr", "bad-port", "bad-query-name", "bad-regex", "duplicate-target",
-               "hostname-target", "missing-module", "negative-duration", "unknown-query-type",
-               "unknown-rcode"}
+LOADER_ONLY = {
+    "bad-cidr",
+    "bad-port",
+    "bad-query-name",
+    "bad-regex",
+    "duplicate-target",
+    "hostname-target",
+    "missing-module",
+    "negative-duration",
+    "unknown-query-type",
+    "unknown-rcode",
+}
 
 
 @pytest.fixture(scope="module")
@@ -51,15 +60,20 @@ def test_committed_schema_is_generated() -> None:
 
 
 def test_cli_prints_the_schema() -> None:
-    out = subprocess.run([sys.executable, "-c", "from dnsfleet.cli import main; main()",
-                          "config-schema"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", "from dnsfleet.cli import main; main()", "config-schema"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout == SCHEMA_FILE.read_text()
 
 
 @pytest.mark.parametrize("path", VALID, ids=lambda p: p.name)
-def test_valid_examples_load_and_validate(path: Path,
-                                          validator: jsonschema.Draft202012Validator) -> None:
+def test_valid_examples_load_and_validate(
+    path: Path, validator: jsonschema.Draft202012Validator
+) -> None:
     config.load(path)
     assert errors(validator, yaml.safe_load(path.read_text())) == []
 
@@ -75,7 +89,7 @@ def readme_configs() -> list[tuple[int, dict[str, Any]]]:
         if isinstance(doc, dict) and doc and set(doc) <= known:
             if not set(doc) & set(config.MONITORING_KEYS):
                 doc["targets"] = []
-            out.append((text[:m.start()].count("\n") + 1, doc))
+            out.append((text[: m.start()].count("\n") + 1, doc))
     return out
 
 
@@ -87,16 +101,16 @@ def test_readme_examples_load_and_validate(validator: jsonschema.Draft202012Vali
         assert errors(validator, doc) == [], f"README.md line {line}"
 
 
-@pytest.mark.parametrize("path", sorted((CONFIGS / "invalid").glob("*.yml")),
-                         ids=lambda p: p.stem)
-def test_invalid_examples_fail_the_schema(path: Path,
-                                          validator: jsonschema.Draft202012Validator) -> None:
+@pytest.mark.parametrize("path", sorted((CONFIGS / "invalid").glob("*.yml")), ids=lambda p: p.stem)
+def test_invalid_examples_fail_the_schema(
+    path: Path, validator: jsonschema.Draft202012Validator
+) -> None:
     try:
         doc = yaml.safe_load(path.read_text())
     except yaml.YAMLError:
         pytest.skip("not YAML: no schema applies")
     if isinstance(doc, dict) and not set(doc) & set(config.MONITORING_KEYS):
-        doc["targets"] = []     # fail for the problem the file shows, not for being empty
+        doc["targets"] = []  # fail for the problem the file shows, not for being empty
     found = errors(validator, doc)
     if path.stem in LOADER_ONLY:
         assert found == [], "the schema learnt this one: drop it from LOADER_ONLY"
@@ -128,8 +142,10 @@ SECTIONS = [
 
 @pytest.mark.parametrize(("where", "schema_path"), SECTIONS, ids=lambda p: ".".join(map(str, p)))
 def test_loader_and_schema_know_the_same_keys(
-        where: tuple[str | int, ...], schema_path: tuple[str | int, ...],
-        validator: jsonschema.Draft202012Validator) -> None:
+    where: tuple[str | int, ...],
+    schema_path: tuple[str | int, ...],
+    validator: jsonschema.Draft202012Validator,
+) -> None:
     doc = yaml.safe_load(FULL.read_text())
     section = doc
     for k in where:
@@ -150,15 +166,22 @@ def test_loader_and_schema_know_the_same_keys(
 def test_stats_variants_follow_the_type(validator: jsonschema.Draft202012Validator) -> None:
     variants = schema.json_schema()["$defs"]["StatsSource"]["oneOf"]
     kinds = [set(v["properties"]["type"]["enum"]) for v in variants]
-    assert kinds == [{"unbound"}, {"bind", "knot-resolver", "coredns"},
-                     {"pdns-recursor", "dnsdist"}]
-    base: dict[str, Any] = {"targets": [{"address": "127.0.0.1", "module": "m"}],
-                            "modules": {"m": {}}}
-    for stats, ok in [({"type": "unbound"}, False),        # control is required
-                      ({"type": "bind", "url": "http://127.0.0.1:1"}, True),
-                      ({"type": "bind", "url": "http://127.0.0.1:1", "api_key": "k"}, False),
-                      ({"type": "dnsdist", "url": "http://127.0.0.1:1", "api_key": "k"}, True),
-                      ({"type": "unbound", "control": "unix:///x", "url": "http://x"}, False)]:
+    assert kinds == [
+        {"unbound"},
+        {"bind", "knot-resolver", "coredns"},
+        {"pdns-recursor", "dnsdist"},
+    ]
+    base: dict[str, Any] = {
+        "targets": [{"address": "127.0.0.1", "module": "m"}],
+        "modules": {"m": {}},
+    }
+    for stats, ok in [
+        ({"type": "unbound"}, False),  # control is required
+        ({"type": "bind", "url": "http://127.0.0.1:1"}, True),
+        ({"type": "bind", "url": "http://127.0.0.1:1", "api_key": "k"}, False),
+        ({"type": "dnsdist", "url": "http://127.0.0.1:1", "api_key": "k"}, True),
+        ({"type": "unbound", "control": "unix:///x", "url": "http://x"}, False),
+    ]:
         doc = copy.deepcopy(base)
         doc["targets"][0]["stats"] = stats
         assert (errors(validator, doc) == []) is ok, stats
@@ -178,7 +201,8 @@ def test_effective_config_round_trips(validator: jsonschema.Draft202012Validator
     assert pdns.stats is not None and pdns.stats.api_key == "s3cret"
     again_targets = list(again.targets)
     again_targets[1] = dataclasses.replace(
-        again.targets[1], stats=dataclasses.replace(pdns.stats, api_key="s3cret"))
+        again.targets[1], stats=dataclasses.replace(pdns.stats, api_key="s3cret")
+    )
     assert dataclasses.replace(again, targets=tuple(again_targets)) == cfg
 
 
@@ -194,8 +218,13 @@ def test_effective_config_hides_secrets() -> None:
 def test_every_default_is_in_the_effective_config() -> None:
     text = config.to_yaml(config.load(CONFIGS / "valid.yml"))
     doc = yaml.safe_load(text)
-    assert doc["limits"] == {"max_concurrent_probes": 64, "max_targets": 20000,
-                             "scrape_timeout_offset": 0.5, "default_scrape_timeout": 10.0}
+    assert doc["limits"] == {
+        "max_concurrent_probes": 64,
+        "max_targets": 20000,
+        "scrape_timeout_offset": 0.5,
+        "default_scrape_timeout": 10.0,
+    }
     assert doc["modules"]["recursive"]["edns_udp_size"] == 1232
-    assert doc["resolv_conf"] == [{"path": "/etc/resolv.conf", "query_name": ".",
-                                   "query_type": "NS", "probe_timeout": 1.0}]
+    assert doc["resolv_conf"] == [
+        {"path": "/etc/resolv.conf", "query_name": ".", "query_type": "NS", "probe_timeout": 1.0}
+    ]

@@ -22,7 +22,7 @@ def parse_address(text: str, *, default_port: int = DEFAULT_DNS_PORT) -> tuple[s
         end = text.find("]")
         if end < 0:
             raise ValueError(f"unbalanced [ in {quote(text)}")
-        host, rest = text[1:end], text[end + 1:]
+        host, rest = text[1:end], text[end + 1 :]
         if rest:
             if not rest.startswith(":"):
                 raise ValueError(f"unexpected {quote(rest)} after ]")
@@ -56,7 +56,6 @@ def _if_index(name: str) -> int:
         return socket.if_nametoindex(name)
     except OSError:
         raise ValueError(f"unknown interface {quote(name)}") from None
-
 
 
 @dataclass(frozen=True)
@@ -109,9 +108,12 @@ class Address(Check):
             raise node.error(str(e)) from None
 
     def schema(self) -> JSON:
-        return {"type": "string", "minLength": 1,
-                "description": "IP address, optional :port (IPv6: [address]:port), optional "
-                               f"%zone on IPv6; port {self.default_port} when left out"}
+        return {
+            "type": "string",
+            "minLength": 1,
+            "description": "IP address, optional :port (IPv6: [address]:port), optional "
+            f"%zone on IPv6; port {self.default_port} when left out",
+        }
 
     def dump(self, value: object) -> str:
         return str(value)

@@ -41,9 +41,17 @@ class Check:
         return value
 
 
-def key(check: Check, *, doc: str = "", name: str | None = None, secret: bool = False,
-        omit: Any = None, needs: str | None = None,
-        types: frozenset[str] | None = None, required: bool = False) -> Mapping[str, Any]:
+def key(
+    check: Check,
+    *,
+    doc: str = "",
+    name: str | None = None,
+    secret: bool = False,
+    omit: Any = None,
+    needs: str | None = None,
+    types: frozenset[str] | None = None,
+    required: bool = False,
+) -> Mapping[str, Any]:
     """Field metadata making a dataclass field a YAML key.
 
     ``doc``: what the key means (the schema's description). ``name``: the YAML key when it
@@ -53,8 +61,16 @@ def key(check: Check, *, doc: str = "", name: str | None = None, secret: bool = 
     ``types``: for :class:`~dnsfleet.config.targets.StatsSource`, the ``type`` values the key
     belongs to; ``required``: required where it belongs (the key has a default elsewhere).
     """
-    return {"check": check, "doc": doc, "name": name, "secret": secret, "omit": omit,
-            "needs": needs, "types": types, "required": required}
+    return {
+        "check": check,
+        "doc": doc,
+        "name": name,
+        "secret": secret,
+        "omit": omit,
+        "needs": needs,
+        "types": types,
+        "required": required,
+    }
 
 
 YamlKeys = tuple[tuple[str, dataclasses.Field[Any], Check], ...]
@@ -64,10 +80,12 @@ _YAML_KEYS: dict[type, YamlKeys] = {}
 def yaml_keys(cls: type) -> YamlKeys:
     """The YAML keys of a section's dataclass, in field order: (key, field, check)."""
     keys = _YAML_KEYS.get(cls)
-    if keys is None:    # once per class: a 20,000-target file asks 20,000 times
-        keys = _YAML_KEYS[cls] = tuple((f.metadata["name"] or f.name, f, f.metadata["check"])
-                                       for f in dataclasses.fields(cls)
-                                       if "check" in f.metadata)
+    if keys is None:  # once per class: a 20,000-target file asks 20,000 times
+        keys = _YAML_KEYS[cls] = tuple(
+            (f.metadata["name"] or f.name, f, f.metadata["check"])
+            for f in dataclasses.fields(cls)
+            if "check" in f.metadata
+        )
     return keys
 
 
@@ -78,8 +96,11 @@ def dump_section(obj: Any) -> dict[str, Any]:
     for name, fld, check in yaml_keys(type(obj)):
         value = getattr(obj, fld.name)
         needs = fld.metadata["needs"]
-        if (value is None or (fld.metadata["omit"] is not None and value == fld.metadata["omit"])
-                or (needs is not None and getattr(obj, needs) is None)):
+        if (
+            value is None
+            or (fld.metadata["omit"] is not None and value == fld.metadata["omit"])
+            or (needs is not None and getattr(obj, needs) is None)
+        ):
             continue
         out[name] = SECRET if fld.metadata["secret"] else check.dump(value)
     return out
@@ -93,8 +114,13 @@ def default_of(fld: dataclasses.Field[Any]) -> Any:
     return dataclasses.MISSING
 
 
-def read_keys(f: Fields, cls: type, *, only: Callable[[str], bool] = lambda _: True,
-              skip: tuple[str, ...] = ()) -> dict[str, Any]:
+def read_keys(
+    f: Fields,
+    cls: type,
+    *,
+    only: Callable[[str], bool] = lambda _: True,
+    skip: tuple[str, ...] = (),
+) -> dict[str, Any]:
     """Reads every key of ``cls`` (except ``skip``, and those ``only`` refuses) into field
     name -> value, defaults from the dataclass fields; required keys are those without."""
     out: dict[str, Any] = {}
@@ -106,7 +132,7 @@ def read_keys(f: Fields, cls: type, *, only: Callable[[str], bool] = lambda _: T
         else:
             default = default_of(fld)
             if default is dataclasses.MISSING:
-                f.req(name)     # raises: missing required key
+                f.req(name)  # raises: missing required key
             f.seen.add(name)
             out[fld.name] = default
     return out
@@ -170,8 +196,11 @@ class Number(Check):
         return node.number(minimum=self.minimum)
 
     def schema(self) -> JSON:
-        return {"type": "number"} if self.minimum is None else {"type": "number",
-                                                                 "minimum": self.minimum}
+        return (
+            {"type": "number"}
+            if self.minimum is None
+            else {"type": "number", "minimum": self.minimum}
+        )
 
 
 class Boolean(Check):
@@ -199,8 +228,11 @@ class Duration(Check):
 
     def schema(self) -> JSON:
         # A negative minimum means "zero allowed" (duration() compares with >).
-        number: JSON = ({"type": "number", "minimum": 0} if self.minimum < 0 else
-                        {"type": "number", "exclusiveMinimum": self.minimum})
+        number: JSON = (
+            {"type": "number", "minimum": 0}
+            if self.minimum < 0
+            else {"type": "number", "exclusiveMinimum": self.minimum}
+        )
         if self.maximum is not None:
             number["maximum"] = self.maximum
         return {"oneOf": [number, {"type": "string", "pattern": DURATION_PATTERN}]}
@@ -277,8 +309,11 @@ class Rcodes(Check):
         return tuple(out)
 
     def schema(self) -> JSON:
-        return {"type": "array", "minItems": 1,
-                "items": {"type": "string", "pattern": r"^[A-Za-z0-9]+$"}}
+        return {
+            "type": "array",
+            "minItems": 1,
+            "items": {"type": "string", "pattern": r"^[A-Za-z0-9]+$"},
+        }
 
     def dump(self, value: Any) -> Any:
         return list(value)
@@ -307,7 +342,7 @@ class RE2List(Check):
         import re2  # noqa: PLC0415 - only configs with answer checks load it
 
         quiet = re2.Options()
-        quiet.log_errors = False        # the error goes into our message, not to stderr
+        quiet.log_errors = False  # the error goes into our message, not to stderr
         out = []
         for item in node.sequence():
             try:
@@ -337,8 +372,10 @@ class DnsLabel(Check):
     def read(self, node: Node) -> str:
         s = node.string()
         if not _DNS_LABEL_RE.match(s):
-            raise node.error(f"{quote(s)} is not usable as a DNS label in {self.what} "
-                             "(letters, digits, - and _; at most 63)")
+            raise node.error(
+                f"{quote(s)} is not usable as a DNS label in {self.what} "
+                "(letters, digits, - and _; at most 63)"
+            )
         return s
 
     def schema(self) -> JSON:
@@ -376,16 +413,19 @@ class Labels(Check):
             if not isinstance(k, str) or not LABEL_NAME_RE.fullmatch(k) or k.startswith("__"):
                 raise v.error("invalid label name")
             if k in self.reserved:
-                raise v.error(f"label {quote(k)} is set by the exporter and cannot be "
-                              "configured")
+                raise v.error(f"label {quote(k)} is set by the exporter and cannot be configured")
             out.append((k, v.string(allow_empty=True)))
         return tuple(sorted(out))
 
     def schema(self) -> JSON:
-        return {"type": "object",
-                "propertyNames": {"pattern": LABEL_NAME_PATTERN.replace("^", "^(?!__)", 1),
-                                  "not": {"enum": sorted(self.reserved)}},
-                "additionalProperties": {"type": ["string", "number"]}}
+        return {
+            "type": "object",
+            "propertyNames": {
+                "pattern": LABEL_NAME_PATTERN.replace("^", "^(?!__)", 1),
+                "not": {"enum": sorted(self.reserved)},
+            },
+            "additionalProperties": {"type": ["string", "number"]},
+        }
 
     def dump(self, value: Any) -> Any:
         return dict(value)
@@ -421,8 +461,10 @@ class HttpAddress(Check):
         s = node.string().strip()
         m = _HTTP_URL_RE.match(s)
         if not m:
-            raise node.error(f"{quote(s)} is not an http:// or https:// address with host "
-                             "and optional port, and no path")
+            raise node.error(
+                f"{quote(s)} is not an http:// or https:// address with host "
+                "and optional port, and no path"
+            )
         if m.group(3) and not 0 < int(m.group(3)) < 65536:
             raise node.error(f"invalid port {quote(m.group(3))}")
         return s.rstrip("/")
@@ -450,7 +492,7 @@ class Section(Check):
     """A mapping read into the dataclass ``cls`` by ``parse``; written back key by key."""
 
     cls: type
-    parse: Callable[[Node], Any] | None = None   # None: the owner reads it, with context
+    parse: Callable[[Node], Any] | None = None  # None: the owner reads it, with context
 
     def read(self, node: Node) -> Any:
         if self.parse is None:

@@ -51,22 +51,43 @@ def _parse_consul_service(node: Node) -> ConsulService:
 @dataclass(frozen=True)
 class ConsulAgent:
     name: str = field(metadata=key(String()))
-    dns: Endpoint = field(default=CONSUL_DEFAULT_DNS, metadata=key(
-        Address(default_port=CONSUL_DNS_PORT), name="dns_address"))
+    dns: Endpoint = field(
+        default=CONSUL_DEFAULT_DNS,
+        metadata=key(Address(default_port=CONSUL_DNS_PORT), name="dns_address"),
+    )
     http_address: str = field(default=CONSUL_DEFAULT_HTTP, metadata=key(HttpAddress()))
-    token_file: str | None = field(default=None, metadata=key(
-        String(), doc="Path of a file holding the ACL token; read on every scrape so a "
-                      "rotated token is picked up without a reload. The token itself is "
-                      "never logged or served on /config."))
-    data_dir: str | None = field(default=None, metadata=key(
-        String(), doc="The agent's data_dir; raft.db is <data_dir>/raft/raft.db on servers"))
-    dns_only_passing: bool = field(default=False, metadata=key(
-        Boolean(), doc="Must mirror the agent's dns_config.only_passing: when false (Consul's "
-                       "default) DNS also serves instances whose checks are only warning"))
-    a_record_limit: int | None = field(default=None, metadata=key(
-        Integer(minimum=1), doc="Must mirror the agent's dns_config.a_record_limit, if set: "
-                                "DNS then serves at most this many A records, so fewer "
-                                "answers than passing instances is no mismatch"))
+    token_file: str | None = field(
+        default=None,
+        metadata=key(
+            String(),
+            doc="Path of a file holding the ACL token; read on every scrape so a "
+            "rotated token is picked up without a reload. The token itself is "
+            "never logged or served on /config.",
+        ),
+    )
+    data_dir: str | None = field(
+        default=None,
+        metadata=key(
+            String(), doc="The agent's data_dir; raft.db is <data_dir>/raft/raft.db on servers"
+        ),
+    )
+    dns_only_passing: bool = field(
+        default=False,
+        metadata=key(
+            Boolean(),
+            doc="Must mirror the agent's dns_config.only_passing: when false (Consul's "
+            "default) DNS also serves instances whose checks are only warning",
+        ),
+    )
+    a_record_limit: int | None = field(
+        default=None,
+        metadata=key(
+            Integer(minimum=1),
+            doc="Must mirror the agent's dns_config.a_record_limit, if set: "
+            "DNS then serves at most this many A records, so fewer "
+            "answers than passing instances is no mismatch",
+        ),
+    )
 
     @property
     def dns_host(self) -> str:
@@ -98,14 +119,21 @@ def _parse_consul_agent(node: Node) -> ConsulAgent:
 
 @dataclass(frozen=True)
 class ConsulConfig:
-    agents: tuple[ConsulAgent, ...] = field(default=(), metadata=key(
-        ListOf(Section(ConsulAgent, _parse_consul_agent))))
-    services: tuple[ConsulService, ...] = field(default=(), metadata=key(
-        ListOf(ShortSection(ConsulService, _parse_consul_service,
-                            short=DnsLabel("a service name"))),
-        doc="Service names, or {name, tag} to narrow by tag"))
-    prepared_queries: tuple[str, ...] = field(default=(), metadata=key(
-        ListOf(DnsLabel("a prepared query name"))))
+    agents: tuple[ConsulAgent, ...] = field(
+        default=(), metadata=key(ListOf(Section(ConsulAgent, _parse_consul_agent)))
+    )
+    services: tuple[ConsulService, ...] = field(
+        default=(),
+        metadata=key(
+            ListOf(
+                ShortSection(ConsulService, _parse_consul_service, short=DnsLabel("a service name"))
+            ),
+            doc="Service names, or {name, tag} to narrow by tag",
+        ),
+    )
+    prepared_queries: tuple[str, ...] = field(
+        default=(), metadata=key(ListOf(DnsLabel("a prepared query name")))
+    )
     timeout: float = field(default=2.0, metadata=key(Duration(maximum=60)))
 
 
@@ -120,14 +148,18 @@ def _parse_consul(node: Node) -> ConsulConfig:
     labels: set[str] = set()
     for i, svc in enumerate(cfg.services):
         if svc.label in labels:
-            raise node.child("services").child(i).error(
-                f"service {quote(svc.label)} is listed twice")
+            raise (
+                node.child("services").child(i).error(f"service {quote(svc.label)} is listed twice")
+            )
         labels.add(svc.label)
     queries: set[str] = set()
     for i, q in enumerate(cfg.prepared_queries):
         if q in queries:
-            raise node.child("prepared_queries").child(i).error(
-                f"prepared query {quote(q)} is listed twice")
+            raise (
+                node.child("prepared_queries")
+                .child(i)
+                .error(f"prepared query {quote(q)} is listed twice")
+            )
         queries.add(q)
     f.done()
     if cfg.agents and not cfg.services and not cfg.prepared_queries:

@@ -33,24 +33,34 @@ BUILTIN_SOURCE = "<built-in default>"
 
 @dataclass(frozen=True)
 class Config:
-    source: str     # the file's path, or BUILTIN_SOURCE
-    modules: Mapping[str, Module] = field(default_factory=dict, metadata=key(
-        MapOf(Section(Module)), doc="Probe definitions by name"))
-    targets: tuple[Target, ...] = field(default=(), metadata=key(
-        ListOf(Section(Target)), doc="The resolvers probed"))
+    source: str  # the file's path, or BUILTIN_SOURCE
+    modules: Mapping[str, Module] = field(
+        default_factory=dict, metadata=key(MapOf(Section(Module)), doc="Probe definitions by name")
+    )
+    targets: tuple[Target, ...] = field(
+        default=(), metadata=key(ListOf(Section(Target)), doc="The resolvers probed")
+    )
     limits: Limits = field(default_factory=Limits, metadata=key(Section(Limits, _parse_limits)))
-    host: HostConfig = field(default_factory=HostConfig, metadata=key(
-        Section(HostConfig, _parse_host)))
-    resolver: ResolverConfig = field(default_factory=ResolverConfig, metadata=key(
-        Section(ResolverConfig, _parse_resolver)))
+    host: HostConfig = field(
+        default_factory=HostConfig, metadata=key(Section(HostConfig, _parse_host))
+    )
+    resolver: ResolverConfig = field(
+        default_factory=ResolverConfig, metadata=key(Section(ResolverConfig, _parse_resolver))
+    )
     probe_allowlist: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = field(
-        default=(), metadata=key(Cidrs(), doc="Networks /probe?target= may address"))
-    consul: ConsulConfig = field(default_factory=ConsulConfig, metadata=key(
-        Section(ConsulConfig, _parse_consul)))
-    resolv_conf: tuple[ResolvConfWatch, ...] = field(default=DEFAULT_RESOLV_CONF, metadata=key(
-        ListOf(ShortSection(ResolvConfWatch, short=AbsolutePath()), whole=_parse_resolv_conf),
-        doc="resolv.conf files whose clients' failover is modelled: paths, or {path, "
-            "query_name, query_type, probe_timeout}"))
+        default=(), metadata=key(Cidrs(), doc="Networks /probe?target= may address")
+    )
+    consul: ConsulConfig = field(
+        default_factory=ConsulConfig, metadata=key(Section(ConsulConfig, _parse_consul))
+    )
+    resolv_conf: tuple[ResolvConfWatch, ...] = field(
+        default=DEFAULT_RESOLV_CONF,
+        metadata=key(
+            ListOf(ShortSection(ResolvConfWatch, short=AbsolutePath()), whole=_parse_resolv_conf),
+            doc="resolv.conf files whose clients' failover is modelled: paths, or {path, "
+            "query_name, query_type, probe_timeout}",
+        ),
+    )
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def module_for(self, target: Target) -> Module:
@@ -70,16 +80,24 @@ def parse(data: Any, *, source: str) -> Config:
     seen: set[tuple[str, str]] = set()
     for i, t in enumerate(targets):
         if (t.address, t.module) in seen:
-            raise root.child("targets").child(i).error(
-                f"duplicate target {quote(t.address)} with module {quote(t.module)}")
+            raise (
+                root.child("targets")
+                .child(i)
+                .error(f"duplicate target {quote(t.address)} with module {quote(t.module)}")
+            )
         seen.add((t.address, t.module))
     _check_one_internals_entry(root, targets)
-    cfg = Config(source=source, modules=modules, targets=targets,
-                 raw=data if isinstance(data, dict) else {},
-                 **read_keys(f, Config, skip=("modules", "targets")))
+    cfg = Config(
+        source=source,
+        modules=modules,
+        targets=targets,
+        raw=data if isinstance(data, dict) else {},
+        **read_keys(f, Config, skip=("modules", "targets")),
+    )
     if len(targets) > cfg.limits.max_targets:
         raise root.child("targets").error(
-            f"{len(targets)} targets exceed limits.max_targets ({cfg.limits.max_targets})")
+            f"{len(targets)} targets exceed limits.max_targets ({cfg.limits.max_targets})"
+        )
     f.done()
     if not any(f.has(k) for k in MONITORING_KEYS):
         # An empty or truncated file (`: > dnsfleet.yml`, a half-written deploy) must not
@@ -87,14 +105,14 @@ def parse(data: Any, *, source: str) -> Config:
         raise root.error(
             ("the file is empty" if not f.node.value else "nothing to monitor")
             + ": it has no targets, resolv_conf or consul section (write `targets: []` to "
-            "run only the host collectors on purpose)")
+            "run only the host collectors on purpose)"
+        )
     return cfg
 
 
 # A config must set at least one of these, if only to an empty list (see parse); a key
 # with no value (`targets:`, as a file cut short leaves it) does not count.
 MONITORING_KEYS = ("targets", "resolv_conf", "consul")
-
 
 
 def load(path: str | Path) -> Config:
@@ -110,7 +128,6 @@ def load(path: str | Path) -> Config:
         raise ConfigError(f"{path}: invalid configuration ({type(e).__name__}: {e})") from None
 
 
-
 def builtin_default(nameservers: list[str]) -> Config:
     """The configuration ``dnsfleet-exporter`` runs with no --config.file: probe every
     nameserver of the host's resolv.conf with the ``recursive`` module."""
@@ -120,7 +137,7 @@ def builtin_default(nameservers: list[str]) -> Config:
             host, port, scope = parse_address(ns)
         except ValueError:
             continue
-        targets.append(Target(address=ns, host=host, port=port, module="recursive",
-                              scope_id=scope))
-    return Config(source=BUILTIN_SOURCE, modules={"recursive": DEFAULT_MODULE},
-                  targets=tuple(targets))
+        targets.append(Target(address=ns, host=host, port=port, module="recursive", scope_id=scope))
+    return Config(
+        source=BUILTIN_SOURCE, modules={"recursive": DEFAULT_MODULE}, targets=tuple(targets)
+    )

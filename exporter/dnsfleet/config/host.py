@@ -17,8 +17,10 @@ class ProcessName(Check):
     def read(self, node: Node) -> str:
         name = node.string()
         if len(name.encode()) > 15 or "/" in name:
-            raise node.error(f"process name {quote(name)} is longer than the kernel's 15-byte "
-                             "comm or contains '/' (use the name `ps -o comm` shows)")
+            raise node.error(
+                f"process name {quote(name)} is longer than the kernel's 15-byte "
+                "comm or contains '/' (use the name `ps -o comm` shows)"
+            )
         return name
 
     def schema(self) -> JSON:
@@ -29,15 +31,26 @@ class ProcessName(Check):
 class HostConfig:
     """Host collectors (bonding, NIC interrupts, CPU latency)."""
 
-    collectors: tuple[str, ...] = field(default=HOST_COLLECTORS, metadata=key(
-        ListOf(Choice(HOST_COLLECTORS))))
-    resolver_process: str | None = field(default=None, metadata=key(
-        ProcessName(), doc="Process name whose threads' CPUs are compared with the NIC's "
-                           "interrupt CPUs"))
-    nic_include: str = field(default=".*", metadata=key(
-        Regex(), doc="Interfaces the nic collector reports (full-match regex on the name)"))
-    nic_exclude: str = field(default="", metadata=key(
-        Regex(), doc="Interfaces the nic collector leaves out (full-match regex)"))
+    collectors: tuple[str, ...] = field(
+        default=HOST_COLLECTORS, metadata=key(ListOf(Choice(HOST_COLLECTORS)))
+    )
+    resolver_process: str | None = field(
+        default=None,
+        metadata=key(
+            ProcessName(),
+            doc="Process name whose threads' CPUs are compared with the NIC's interrupt CPUs",
+        ),
+    )
+    nic_include: str = field(
+        default=".*",
+        metadata=key(
+            Regex(), doc="Interfaces the nic collector reports (full-match regex on the name)"
+        ),
+    )
+    nic_exclude: str = field(
+        default="",
+        metadata=key(Regex(), doc="Interfaces the nic collector leaves out (full-match regex)"),
+    )
 
 
 def _parse_host(node: Node) -> HostConfig:

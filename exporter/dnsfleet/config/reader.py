@@ -19,7 +19,6 @@ class ConfigError(Exception):
     """A configuration problem, with the file and key path in the message."""
 
 
-
 class Node:
     """A value at a key path in a config file."""
 
@@ -35,8 +34,11 @@ class Node:
         return ConfigError(where + problem)
 
     def child(self, key: str | int) -> Node:
-        path = f"{self.path}[{key}]" if isinstance(key, int) else (
-            f"{self.path}.{key}" if self.path else str(key))
+        path = (
+            f"{self.path}[{key}]"
+            if isinstance(key, int)
+            else (f"{self.path}.{key}" if self.path else str(key))
+        )
         return Node(self.file, path, None)
 
     # -- scalars
@@ -75,7 +77,8 @@ class Node:
         seconds = parse_duration(self.value)
         if seconds is None:
             raise self.error(
-                f"invalid duration {quote(self.value)} (use a number and a unit: 500ms, 2s, 1m)")
+                f"invalid duration {quote(self.value)} (use a number and a unit: 500ms, 2s, 1m)"
+            )
         if seconds <= minimum:
             raise self.error(f"duration must be greater than {minimum:g}s")
         if maximum is not None and seconds > maximum:
@@ -149,14 +152,21 @@ class Fields:
         for key in self.data:
             if str(key) not in self.seen and str(key) not in known:
                 raise self.node.child(str(key)).error(
-                    f"unknown key (valid keys: {', '.join(valid)})")
+                    f"unknown key (valid keys: {', '.join(valid)})"
+                )
 
 
 def describe(v: Any) -> str:
     if v is None:
         return "nothing"
-    return {dict: "a mapping", list: "a list", bool: "a boolean", str: f"string {quote(v)}",
-            int: f"integer {v}", float: f"number {v}"}.get(type(v), type(v).__name__)
+    return {
+        dict: "a mapping",
+        list: "a list",
+        bool: "a boolean",
+        str: f"string {quote(v)}",
+        int: f"integer {v}",
+        float: f"number {v}",
+    }.get(type(v), type(v).__name__)
 
 
 def quote(v: Any) -> str:
@@ -166,8 +176,16 @@ def quote(v: Any) -> str:
 # Go's time.ParseDuration syntax, as the Prometheus ecosystem writes durations: one or more
 # number+unit parts, `1m30s`, `500us`, `1.5h`.
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 0.001, "s": 1.0, "m": 60.0,
-         "h": 3600.0}
+_UNIT = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "μs": 1e-6,
+    "ms": 0.001,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
 
 
 def parse_duration(value: Any) -> float | None:
@@ -190,7 +208,6 @@ def parse_duration(value: Any) -> float | None:
     return total if text and math.isfinite(total) else None
 
 
-
 class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """Safe loading that refuses duplicate keys, as Go's yaml.v2/v3 strict decoding does
     (the YAML spec says keys are unique; PyYAML keeps the last one silently)."""
@@ -208,7 +225,8 @@ def _unique_mapping(loader: Any, node: yaml.MappingNode) -> dict[Any, Any]:
             continue
         if duplicate:
             raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark)
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
         seen.add(key)
     return dict(loader.construct_mapping(node, deep=True))
 
@@ -241,4 +259,3 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any] | None:
     if data is not None and not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {describe(data)}")
     return data
-

@@ -14,8 +14,10 @@ DEFAULT_CAPACITY_FILE = "/var/lib/dnsfleet/capacity.json"
 class ResolverConfig:
     """Resolver internals (issue 4)."""
 
-    capacity_file: str = field(default=DEFAULT_CAPACITY_FILE, metadata=key(
-        String(), doc="Written by `dnsfleet capacity-test`, read by the exporter"))
+    capacity_file: str = field(
+        default=DEFAULT_CAPACITY_FILE,
+        metadata=key(String(), doc="Written by `dnsfleet capacity-test`, read by the exporter"),
+    )
 
 
 def _parse_resolver(node: Node) -> ResolverConfig:

@@ -32,8 +32,12 @@ def json_schema() -> JSON:
     _collect(Config, defs)
     root = defs.pop(Config.__name__)
     root["anyOf"] = [{"required": [k]} for k in MONITORING_KEYS]
-    return {"$schema": DIALECT, "title": "dnsfleet-exporter configuration (dnsfleet.yml)", **root,
-            "$defs": dict(sorted(defs.items()))}
+    return {
+        "$schema": DIALECT,
+        "title": "dnsfleet-exporter configuration (dnsfleet.yml)",
+        **root,
+        "$defs": dict(sorted(defs.items())),
+    }
 
 
 def render() -> str:
@@ -43,8 +47,9 @@ def render() -> str:
 def _collect(cls: type, defs: dict[str, JSON]) -> None:
     if cls.__name__ in defs:
         return
-    defs[cls.__name__] = (_stats_schema() if cls is StatsSource else
-                          _object(cls, [k for k, _, _ in yaml_keys(cls)]))
+    defs[cls.__name__] = (
+        _stats_schema() if cls is StatsSource else _object(cls, [k for k, _, _ in yaml_keys(cls)])
+    )
     for _, _, check in yaml_keys(cls):
         for inner in _sections(check):
             _collect(inner, defs)
@@ -71,19 +76,29 @@ def _object(cls: type, names: list[str], *, required: tuple[str, ...] = ()) -> J
         if default is dataclasses.MISSING:
             needed.append(name)
         else:
-            if default is not None and not isinstance(check, Section) and not (
-                    isinstance(check, ListOf) and isinstance(check.item, Section)):
+            if (
+                default is not None
+                and not isinstance(check, Section)
+                and not (isinstance(check, ListOf) and isinstance(check.item, Section))
+            ):
                 prop = {**prop, "default": check.dump(default)}
             prop = _nullable(prop)
         if fld.metadata["needs"]:
-            prop = {**prop, "description": (prop.get("description", "") + " (only with "
-                                            f"{fld.metadata['needs']})").lstrip()}
+            prop = {
+                **prop,
+                "description": (
+                    prop.get("description", "") + f" (only with {fld.metadata['needs']})"
+                ).lstrip(),
+            }
         props[name] = prop
     out: JSON = {"type": "object", "properties": props, "additionalProperties": False}
     if needed:
         out["required"] = needed
-    dependent = {name: [fld.metadata["needs"]] for name, fld, _ in yaml_keys(cls)
-                 if name in names and fld.metadata["needs"]}
+    dependent = {
+        name: [fld.metadata["needs"]]
+        for name, fld, _ in yaml_keys(cls)
+        if name in names and fld.metadata["needs"]
+    }
     if dependent:
         out["dependentRequired"] = dependent
     return out
@@ -104,13 +119,19 @@ def _stats_schema() -> JSON:
     them that take an API key."""
     groups: dict[tuple[str, ...], list[str]] = {}
     for kind in STATS_TYPES:
-        names = tuple(name for name, fld, _ in yaml_keys(StatsSource)
-                      if fld.metadata["types"] is None or kind in fld.metadata["types"])
+        names = tuple(
+            name
+            for name, fld, _ in yaml_keys(StatsSource)
+            if fld.metadata["types"] is None or kind in fld.metadata["types"]
+        )
         groups.setdefault(names, []).append(kind)
     variants = []
     for names, kinds in groups.items():
-        required = tuple(name for name, fld, _ in yaml_keys(StatsSource)
-                         if name in names and fld.metadata["required"])
+        required = tuple(
+            name
+            for name, fld, _ in yaml_keys(StatsSource)
+            if name in names and fld.metadata["required"]
+        )
         variant = _object(StatsSource, list(names), required=required)
         variant["properties"]["type"] = {"enum": kinds}
         variants.append(variant)
@@ -121,7 +142,7 @@ def _stats_schema() -> JSON:
 
 
 def _add_args(p: argparse.ArgumentParser) -> None:
-    del p   # no options: the schema goes to stdout
+    del p  # no options: the schema goes to stdout
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -130,6 +151,6 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-SUBCOMMAND: tuple[Callable[[argparse.ArgumentParser], None],
-                 Callable[[argparse.Namespace], int], str] = (
-    _add_args, _run, "print the JSON Schema of dnsfleet.yml (docs/dnsfleet.schema.json)")
+SUBCOMMAND: tuple[
+    Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str
+] = (_add_args, _run, "print the JSON Schema of dnsfleet.yml (docs/dnsfleet.schema.json)")

@@ -14,16 +14,22 @@ from dnsfleet.config.reader import Node, quote
 class ResolvConfWatch:
     """A resolv.conf whose clients' failover the stub collector models (issue 3)."""
 
-    path: str = field(metadata=key(
-        AbsolutePath(), doc="As the host sees it; read through --path.rootfs"))
-    query_name: str = field(default=".", metadata=key(
-        DnsName(), doc="What a client of this file would ask"))
+    path: str = field(
+        metadata=key(AbsolutePath(), doc="As the host sees it; read through --path.rootfs")
+    )
+    query_name: str = field(
+        default=".", metadata=key(DnsName(), doc="What a client of this file would ask")
+    )
     query_type: str = field(default="NS", metadata=key(QueryType()))
-    probe_timeout: float = field(default=1.0, metadata=key(
-        Duration(maximum=30),
-        # Deliberately shorter than resolv.conf's timeout: a scrape must not wait 5 s to
-        # learn a server is blackholed.
-        doc="How long a nameserver may take before it counts as silent"))
+    probe_timeout: float = field(
+        default=1.0,
+        metadata=key(
+            Duration(maximum=30),
+            # Deliberately shorter than resolv.conf's timeout: a scrape must not wait 5 s to
+            # learn a server is blackholed.
+            doc="How long a nameserver may take before it counts as silent",
+        ),
+    )
 
     @property
     def qtype(self) -> int:

@@ -27,29 +27,78 @@ from dnsfleet.config.checks import (
 from dnsfleet.config.modules import Module
 from dnsfleet.config.reader import Node, quote
 
-__all__ = ["HTTP_STATS_TYPES", "LABEL_NAME_RE", "RESERVED_LABELS", "STATS_TYPES",
-           "StatsSource", "StatsType", "Target"]
+__all__ = [
+    "HTTP_STATS_TYPES",
+    "LABEL_NAME_RE",
+    "RESERVED_LABELS",
+    "STATS_TYPES",
+    "StatsSource",
+    "StatsType",
+    "Target",
+]
 
 # Labels the exporter sets on some series itself: a configured label of the same name would
 # produce a sample with a duplicate label name, which Prometheus rejects (the whole scrape
 # fails). `instance` and `job` belong to Prometheus.
-RESERVED_LABELS = frozenset({
-    "target", "module", "reason", "le", "quantile", "instance", "job",
-    # resolver internals, canary, backends
-    "backend", "backend_address", "software", "version", "rcode",
-    # Consul
-    "agent", "service", "query", "tag", "node", "datacenter", "server", "method",
-    "position", "side",
-    # stub resolvers, host collectors, the exporter itself
-    "resolv_conf", "libc", "nameserver", "collector", "device", "queue", "cpu", "level",
-    "process", "bond", "slave", "mode", "state", "governor", "driver", "profile", "actor",
-    "partner", "python",
-})
+RESERVED_LABELS = frozenset(
+    {
+        "target",
+        "module",
+        "reason",
+        "le",
+        "quantile",
+        "instance",
+        "job",
+        # resolver internals, canary, backends
+        "backend",
+        "backend_address",
+        "software",
+        "version",
+        "rcode",
+        # Consul
+        "agent",
+        "service",
+        "query",
+        "tag",
+        "node",
+        "datacenter",
+        "server",
+        "method",
+        "position",
+        "side",
+        # stub resolvers, host collectors, the exporter itself
+        "resolv_conf",
+        "libc",
+        "nameserver",
+        "collector",
+        "device",
+        "queue",
+        "cpu",
+        "level",
+        "process",
+        "bond",
+        "slave",
+        "mode",
+        "state",
+        "governor",
+        "driver",
+        "profile",
+        "actor",
+        "partner",
+        "python",
+    }
+)
 
 
 StatsType = Literal["unbound", "bind", "pdns-recursor", "dnsdist", "knot-resolver", "coredns"]
-STATS_TYPES: tuple[StatsType, ...] = ("unbound", "bind", "pdns-recursor", "dnsdist",
-                                      "knot-resolver", "coredns")
+STATS_TYPES: tuple[StatsType, ...] = (
+    "unbound",
+    "bind",
+    "pdns-recursor",
+    "dnsdist",
+    "knot-resolver",
+    "coredns",
+)
 # Read over HTTP: BIND's statistics channel (base URL), the others' Prometheus /metrics.
 HTTP_STATS_TYPES = frozenset({"bind", "pdns-recursor", "dnsdist", "knot-resolver", "coredns"})
 
@@ -69,8 +118,9 @@ class Control(Check):
         control = node.string()
         m = _CONTROL_RE.match(control)
         if not m:
-            raise node.error(f"{quote(control)}: use unix:///path, tcp://host:port or "
-                             "tls://host:port")
+            raise node.error(
+                f"{quote(control)}: use unix:///path, tcp://host:port or tls://host:port"
+            )
         if m.group(1) != "unix":
             try:
                 parse_address(m.group(2), default_port=8953)
@@ -96,20 +146,38 @@ class StatsSource:
 
     type: StatsType = field(metadata=key(Choice(STATS_TYPES)))
     timeout: float = field(default=2.0, metadata=key(Duration(maximum=60)))
-    control: str = field(default="", metadata=key(Control(), omit="", types=UNBOUND,
-                                                      required=True))
-    url: str = field(default="", metadata=key(
-        HttpUrl(), omit="", types=HTTP, required=True,
-        doc="bind: the statistics channel base URL; the others: their Prometheus /metrics"))
-    server_cert: str | None = field(default=None, metadata=key(
-        String(), types=UNBOUND, doc="unbound_server.pem: trust anchor for the control TLS"))
-    client_cert: str | None = field(default=None, metadata=key(
-        String(), types=UNBOUND, doc="unbound_control.pem"))
-    client_key: str | None = field(default=None, metadata=key(
-        String(), types=UNBOUND, doc="unbound_control.key"))
-    api_key: str | None = field(default=None, metadata=key(
-        String(), secret=True, types=API_KEY_TYPES,
-        doc="Sent as X-API-Key (the PowerDNS web servers ask for it); never shown on /config"))
+    control: str = field(default="", metadata=key(Control(), omit="", types=UNBOUND, required=True))
+    url: str = field(
+        default="",
+        metadata=key(
+            HttpUrl(),
+            omit="",
+            types=HTTP,
+            required=True,
+            doc="bind: the statistics channel base URL; the others: their Prometheus /metrics",
+        ),
+    )
+    server_cert: str | None = field(
+        default=None,
+        metadata=key(
+            String(), types=UNBOUND, doc="unbound_server.pem: trust anchor for the control TLS"
+        ),
+    )
+    client_cert: str | None = field(
+        default=None, metadata=key(String(), types=UNBOUND, doc="unbound_control.pem")
+    )
+    client_key: str | None = field(
+        default=None, metadata=key(String(), types=UNBOUND, doc="unbound_control.key")
+    )
+    api_key: str | None = field(
+        default=None,
+        metadata=key(
+            String(),
+            secret=True,
+            types=API_KEY_TYPES,
+            doc="Sent as X-API-Key (the PowerDNS web servers ask for it); never shown on /config",
+        ),
+    )
 
 
 def _parse_stats(node: Node) -> StatsSource:
@@ -133,8 +201,9 @@ def _parse_stats(node: Node) -> StatsSource:
         tls = values["control"].startswith("tls://")
         if tls and len(given) != len(certs):
             missing = ", ".join(k for k in certs if certs[k] is None)
-            raise node.error(f"tls:// control needs server_cert, client_cert and client_key "
-                             f"(missing: {missing})")
+            raise node.error(
+                f"tls:// control needs server_cert, client_cert and client_key (missing: {missing})"
+            )
         if not tls and given:
             raise f.get(given[0]).error("only meaningful with a tls:// control")
     f.done()
@@ -147,32 +216,47 @@ def _in_group(name: str, group: frozenset[str]) -> bool:
 
 
 _STATS_KEY_TYPES: dict[str, frozenset[str] | None] = {
-    name: fld.metadata["types"] for name, fld, _ in yaml_keys(StatsSource)}
-_STATS_REQUIRED = tuple(name for name, fld, _ in yaml_keys(StatsSource)
-                        if fld.metadata["required"])
+    name: fld.metadata["types"] for name, fld, _ in yaml_keys(StatsSource)
+}
+_STATS_REQUIRED = tuple(name for name, fld, _ in yaml_keys(StatsSource) if fld.metadata["required"])
 
 
 @dataclass(frozen=True)
 class Target:
-    address: str = field(metadata=key(
-        Address(), doc="The resolver's IP address (names are not resolved), optional "
-                       ":port; also the target label"))
-    host: str                     # literal IP address, from address
+    address: str = field(
+        metadata=key(
+            Address(),
+            doc="The resolver's IP address (names are not resolved), optional "
+            ":port; also the target label",
+        )
+    )
+    host: str  # literal IP address, from address
     port: int
     module: str = field(metadata=key(String(), doc="A name under modules"))
-    labels: tuple[tuple[str, str], ...] = field(default=(), metadata=key(
-        Labels(RESERVED_LABELS), doc="Extra labels on this target's series"))
-    scope_id: int = 0             # IPv6 link-local zone, from address
-    stats: StatsSource | None = field(default=None, metadata=key(
-        Section(StatsSource, _parse_stats), doc="The resolver's own statistics (issue 4)"))
-    capacity_qps: float | None = field(default=None, metadata=key(
-        Number(minimum=1), doc="Declared capacity in queries per second"))
-    backends: str = field(default="single", metadata=key(
-        Choice(("single", "pool")),
-        doc="single: one cache answers at this address; pool: several (SO_REUSEPORT "
+    labels: tuple[tuple[str, str], ...] = field(
+        default=(),
+        metadata=key(Labels(RESERVED_LABELS), doc="Extra labels on this target's series"),
+    )
+    scope_id: int = 0  # IPv6 link-local zone, from address
+    stats: StatsSource | None = field(
+        default=None,
+        metadata=key(
+            Section(StatsSource, _parse_stats), doc="The resolver's own statistics (issue 4)"
+        ),
+    )
+    capacity_qps: float | None = field(
+        default=None, metadata=key(Number(minimum=1), doc="Declared capacity in queries per second")
+    )
+    backends: str = field(
+        default="single",
+        metadata=key(
+            Choice(("single", "pool")),
+            doc="single: one cache answers at this address; pool: several (SO_REUSEPORT "
             "processes, dnsdist or a load balancer, anycast): answering from another member "
             "is no backend change, and without NSID the canary cannot tell their caches "
-            "apart"))
+            "apart",
+        ),
+    )
 
     @property
     def endpoint(self) -> Endpoint:
@@ -198,8 +282,14 @@ def _parse_target(node: Node, modules: Mapping[str, Module]) -> Target:
         raise mod_node.error(f"unknown module {quote(module)} (modules: {known})")
     values: dict[str, Any] = read_keys(f, Target, skip=("address", "module"))
     f.done()
-    return Target(address=addr_node.string(), host=ep.host, port=ep.port, module=module,
-                  scope_id=ep.scope_id, **values)
+    return Target(
+        address=addr_node.string(),
+        host=ep.host,
+        port=ep.port,
+        module=module,
+        scope_id=ep.scope_id,
+        **values,
+    )
 
 
 def _check_one_internals_entry(root: Node, targets: tuple[Target, ...]) -> None:
@@ -212,7 +302,12 @@ def _check_one_internals_entry(root: Node, targets: tuple[Target, ...]) -> None:
                 continue
             first = owner.setdefault((t.host, t.port, name), i)
             if first != i:
-                raise root.child("targets").child(i).child(name).error(
-                    f"already set for {quote(t.address)} at targets[{first}] (set {name} on "
-                    "one entry per address)")
-
+                raise (
+                    root.child("targets")
+                    .child(i)
+                    .child(name)
+                    .error(
+                        f"already set for {quote(t.address)} at targets[{first}] (set {name} on "
+                        "one entry per address)"
+                    )
+                )
