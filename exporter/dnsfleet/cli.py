@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dnsfleet import __version__, capacity, failover, malloc, webconfig
 from dnsfleet.app import Exporter
 from dnsfleet.config import ConfigError, parse_address
+from dnsfleet.config import schema as config_schema
 from dnsfleet.hostfs import HostFS
 from dnsfleet.httpserver import serve as http_serve
 from dnsfleet.web import make_router
@@ -141,6 +142,7 @@ Subcommand = tuple[Callable[[argparse.ArgumentParser], None],
 SUBCOMMANDS: dict[str, Subcommand] = {
     "failover": failover.SUBCOMMAND,
     "capacity-test": capacity.SUBCOMMAND,
+    "config-schema": config_schema.SUBCOMMAND,
 }
 
 

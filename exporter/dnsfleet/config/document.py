@@ -1,0 +1,143 @@
+"""The whole file: its sections read in order, cross-section checks, loading."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dnsfleet.config.addresses import parse_address
+from dnsfleet.config.checks import (
+    AbsolutePath,
+    Cidrs,
+    ListOf,
+    MapOf,
+    Section,
+    ShortSection,
+    key,
+    read_keys,
+)
+from dnsfleet.config.consul import ConsulConfig, _parse_consul
+from dnsfleet.config.host import HostConfig, _parse_host
+from dnsfleet.config.limits import Limits, _parse_limits
+from dnsfleet.config.modules import DEFAULT_MODULE, Module, _parse_module
+from dnsfleet.config.reader import ConfigError, Node, quote, read_yaml_mapping
+from dnsfleet.config.resolver import ResolverConfig, _parse_resolver
+from dnsfleet.config.stub import DEFAULT_RESOLV_CONF, ResolvConfWatch, _parse_resolv_conf
+from dnsfleet.config.targets import Target, _check_one_internals_entry, _parse_target
+
+BUILTIN_SOURCE = "<built-in default>"
+
+
+@dataclass(frozen=True)
+class Config:
+    source: str  # the file's path, or BUILTIN_SOURCE
+    modules: Mapping[str, Module] = field(
+        default_factory=dict, metadata=key(MapOf(Section(Module)), doc="Probe definitions by name")
+    )
+    targets: tuple[Target, ...] = field(
+        default=(), metadata=key(ListOf(Section(Target)), doc="The resolvers probed")
+    )
+    limits: Limits = field(default_factory=Limits, metadata=key(Section(Limits, _parse_limits)))
+    host: HostConfig = field(
+        default_factory=HostConfig, metadata=key(Section(HostConfig, _parse_host))
+    )
+    resolver: ResolverConfig = field(
+        default_factory=ResolverConfig, metadata=key(Section(ResolverConfig, _parse_resolver))
+    )
+    probe_allowlist: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = field(
+        default=(), metadata=key(Cidrs(), doc="Networks /probe?target= may address")
+    )
+    consul: ConsulConfig = field(
+        default_factory=ConsulConfig, metadata=key(Section(ConsulConfig, _parse_consul))
+    )
+    resolv_conf: tuple[ResolvConfWatch, ...] = field(
+        default=DEFAULT_RESOLV_CONF,
+        metadata=key(
+            ListOf(ShortSection(ResolvConfWatch, short=AbsolutePath()), whole=_parse_resolv_conf),
+            doc="resolv.conf files whose clients' failover is modelled: paths, or {path, "
+            "query_name, query_type, probe_timeout}",
+        ),
+    )
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def module_for(self, target: Target) -> Module:
+        return self.modules[target.module]
+
+
+def parse(data: Any, *, source: str) -> Config:
+    """Validate a loaded YAML document into a :class:`Config`."""
+    root = Node(source, "", data if data is not None else {})
+    f = root.fields()
+    modules: dict[str, Module] = {}
+    module_nodes: list[tuple[str, Node]] = f.opt("modules", [], lambda n: list(n.items()))
+    for name, mnode in module_nodes:
+        modules[name] = _parse_module(name, mnode)
+    target_nodes: list[Node] = f.opt("targets", [], Node.sequence)
+    targets = tuple(_parse_target(t, modules) for t in target_nodes)
+    seen: set[tuple[str, str]] = set()
+    for i, t in enumerate(targets):
+        if (t.address, t.module) in seen:
+            raise (
+                root.child("targets")
+                .child(i)
+                .error(f"duplicate target {quote(t.address)} with module {quote(t.module)}")
+            )
+        seen.add((t.address, t.module))
+    _check_one_internals_entry(root, targets)
+    cfg = Config(
+        source=source,
+        modules=modules,
+        targets=targets,
+        raw=data if isinstance(data, dict) else {},
+        **read_keys(f, Config, skip=("modules", "targets")),
+    )
+    if len(targets) > cfg.limits.max_targets:
+        raise root.child("targets").error(
+            f"{len(targets)} targets exceed limits.max_targets ({cfg.limits.max_targets})"
+        )
+    f.done()
+    if not any(f.has(k) for k in MONITORING_KEYS):
+        # An empty or truncated file (`: > dnsfleet.yml`, a half-written deploy) must not
+        # quietly turn every probe series off: then no probe alert can ever fire.
+        raise root.error(
+            ("the file is empty" if not f.node.value else "nothing to monitor")
+            + ": it has no targets, resolv_conf or consul section (write `targets: []` to "
+            "run only the host collectors on purpose)"
+        )
+    return cfg
+
+
+# A config must set at least one of these, if only to an empty list (see parse); a key
+# with no value (`targets:`, as a file cut short leaves it) does not count.
+MONITORING_KEYS = ("targets", "resolv_conf", "consul")
+
+
+def load(path: str | Path) -> Config:
+    """Read and validate; ConfigError (file, key path, problem) for every bad input."""
+    data = read_yaml_mapping(path)
+    try:
+        return parse(data, source=str(path))
+    except ConfigError:
+        raise
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply") from None
+    except Exception as e:  # a validator that missed a case must not become a traceback
+        raise ConfigError(f"{path}: invalid configuration ({type(e).__name__}: {e})") from None
+
+
+def builtin_default(nameservers: list[str]) -> Config:
+    """The configuration ``dnsfleet-exporter`` runs with no --config.file: probe every
+    nameserver of the host's resolv.conf with the ``recursive`` module."""
+    targets = []
+    for ns in nameservers:
+        try:
+            host, port, scope = parse_address(ns)
+        except ValueError:
+            continue
+        targets.append(Target(address=ns, host=host, port=port, module="recursive", scope_id=scope))
+    return Config(
+        source=BUILTIN_SOURCE, modules={"recursive": DEFAULT_MODULE}, targets=tuple(targets)
+    )
