@@ -20,8 +20,9 @@ from pathlib import Path
 from tests.resolverfamilies import Dnsdist
 from tests.servers import Named, Unbound
 
-from dnsfleet.capacity import Measurement, address_key, effective_capacity, read_state
+from dnsfleet.capacity import Measurement, effective_capacity, read_state
 from dnsfleet.cli import main as dnsfleet_main
+from dnsfleet.config import Endpoint
 
 ZONE = "cap.test"
 
@@ -35,8 +36,7 @@ def measure(address: str, state: Path, args: argparse.Namespace) -> dict[str, Me
                             "--state-file", str(state), "--yes"])
     if rc != 0:
         raise SystemExit(f"capacity-test against {address} failed:\n{err.getvalue()}")
-    host, port = address.rsplit(":", 1)
-    return read_state(str(state))[address_key(host, int(port))]
+    return read_state(str(state))[Endpoint.parse(address).key()]
 
 
 def main() -> int:

@@ -37,7 +37,8 @@ import pytest
 import yaml
 from dashboards import generate
 
-from dnsfleet.capacity import Measurement, address_key, format_state
+from dnsfleet.capacity import Measurement, format_state
+from dnsfleet.config import Endpoint
 from tests.consul_double import ConsulDouble
 from tests.exporter_proc import ExporterProcess
 from tests.monitoring import (
@@ -124,7 +125,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[St
         (root / "consul" / "raft" / "raft.db").write_bytes(b"\0" * 65536)
         (root / "var" / "lib" / "dnsfleet").mkdir(parents=True)
         (root / "var" / "lib" / "dnsfleet" / "capacity.json").write_text(format_state(
-            {address_key(u2.host, u2.port): {kind: Measurement(
+            {Endpoint(u2.host, u2.port).key(): {kind: Measurement(
                 kind=kind, capacity_qps=qps, lower_bound=False, limit="loss",
                 measured_at=time.time() - 86400, lost_percent=0.5, max_loss_percent=1,
                 max_qps_offered=5000, ramp_seconds=60) for kind, qps in

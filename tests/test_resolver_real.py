@@ -24,9 +24,9 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from dnsfleet.app import Exporter
-from dnsfleet.capacity import Measurement, address_key, effective_capacity, read_state
+from dnsfleet.capacity import Measurement, effective_capacity, read_state
 from dnsfleet.cli import main as dnsfleet_main
-from dnsfleet.config import parse_address
+from dnsfleet.config import Endpoint, parse_address
 from dnsfleet.hostfs import HostFS
 from dnsfleet.parsers.unbound import parse_unbound_stats
 from tests.resolverfamilies import Dnsdist
@@ -412,7 +412,7 @@ def test_capacity_test_records_and_exporter_reads(unbound: Unbound, tmp_path: Pa
     cap = capsys.readouterr()
     assert "hit capacity" in cap.out and "(lower bound)" in cap.out and str(state) in cap.out
     assert "LOWER BOUND" in cap.err
-    (m,) = read_state(str(state))[address_key(unbound.host, unbound.port)].values()
+    (m,) = read_state(str(state))[Endpoint(unbound.host, unbound.port).key()].values()
     assert (m.kind, m.lower_bound, m.limit) == ("hit", True, "ramp")
     exp = exporter(tmp_path, {
         "modules": {"m": {"query_name": "a.local.test"}},
@@ -470,8 +470,7 @@ def _both_capacities(address: str, state: Path,
     rc = dnsfleet_main(args)
     out = capsys.readouterr()
     assert rc == 0, out.err
-    host, port, _ = parse_address(address)
-    return read_state(str(state))[address_key(host, port)]
+    return read_state(str(state))[Endpoint.parse(address).key()]
 
 
 def _check_hit_and_miss(got: dict[str, Measurement]) -> None:

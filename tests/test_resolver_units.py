@@ -10,7 +10,6 @@ import pytest
 from dnsfleet.capacity import (
     Measurement,
     QueryFile,
-    address_key,
     effective_capacity,
     format_state,
     miss_name_count,
@@ -18,7 +17,7 @@ from dnsfleet.capacity import (
     parse_state,
 )
 from dnsfleet.collectors.resolver_capacity import capacity_families
-from dnsfleet.config import ConfigError, parse
+from dnsfleet.config import ConfigError, Endpoint, parse
 from dnsfleet.parsers.bind import parse_bind_server
 from dnsfleet.parsers.resperf import (
     PlotCapacity,
@@ -170,7 +169,7 @@ def _m(kind: str, qps: float, *, lower: bool = False) -> Measurement:
 
 
 def test_capacity_state_round_trip() -> None:
-    key = address_key("::1", 53)
+    key = Endpoint.parse("[::1]:53").key()
     assert key == "[::1]:53"
     state = {key: {"hit": _m("hit", 1974.0, lower=True), "miss": _m("miss", 310.0)},
              "10.0.0.1:53": {"miss": _m("miss", 5.0)}}

@@ -50,7 +50,7 @@ import dns.query
 import dns.rcode
 import dns.rdatatype
 
-from dnsfleet.config import DEFAULT_CAPACITY_FILE, parse_address
+from dnsfleet.config import DEFAULT_CAPACITY_FILE, Endpoint
 from dnsfleet.parsers.resperf import (
     PlotCapacity,
     ResperfResult,
@@ -96,11 +96,6 @@ class Measurement:
     resperf_max_qps: float = 0.0   # resperf's own "Maximum throughput" (SERVFAILs counted)
     resperf: tuple[str, ...] = ()
     queries: QueryFile | None = None
-
-
-def address_key(host: str, port: int) -> str:
-    """One spelling per resolver address, whatever the config or command line wrote."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def effective_capacity(hit_ratio: float, c_hit: float, c_miss: float) -> float:
@@ -433,7 +428,7 @@ def _describe(m: Measurement) -> str:
 
 def main(args: argparse.Namespace) -> int:
     try:
-        host, port, _ = parse_address(args.target)
+        endpoint = Endpoint.parse(args.target)
     except ValueError as e:
         return _fail(f"--target: {e}")
     kind = args.kind or ("both" if args.miss_zone else "hit")
@@ -452,7 +447,7 @@ def main(args: argparse.Namespace) -> int:
     if "miss" in kinds and names > MAX_MISS_NAMES:
         return _fail(f"a miss run of this ramp needs {names} unique names (over "
                      f"{MAX_MISS_NAMES}); shorten --ramp or lower --max-qps")
-    key = address_key(host, port)
+    host, port, key = endpoint.host, endpoint.port, endpoint.key()
     plan = (f"resperf against {key} ({' and '.join(f'cache-{k}' for k in kinds)}): ramp to "
             f"{args.max_qps} qps over {args.ramp}s, stop at {args.max_loss:g}% loss")
     if not args.yes:

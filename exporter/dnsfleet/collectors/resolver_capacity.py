@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 
-from dnsfleet.capacity import State, address_key, read_state
+from dnsfleet.capacity import State, read_state
 from dnsfleet.collectors.base import CollectContext, Collector
 from dnsfleet.config import Config, Target
 from dnsfleet.exposition import Family, labelset
@@ -34,7 +34,7 @@ def capacity_families(cfg: Config, measured: State) -> list[Family]:
                   "When `dnsfleet capacity-test` measured the capacity of the resolver.")
     chosen: dict[str, Target] = {}
     for t in cfg.targets:
-        key = address_key(t.host, t.port)
+        key = t.endpoint.key()
         # The entry carrying capacity_qps or stats names the resolver; else the first one.
         if key not in chosen or (t.capacity_qps is not None or
                                  (t.stats is not None and chosen[key].capacity_qps is None)):
