@@ -3,7 +3,11 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-8)
+# Two stamps on one venv: `make run` installs the runtime dependencies only; `make test`
+# (and the other developer targets) add the test extras on top.
+HASH := $(shell cat pyproject.toml | md5sum | cut -c1-8)
+RUN_STAMP := $(VENV)/.installed-run-$(HASH)
+STAMP := $(VENV)/.installed-test-$(HASH)
 # Debian packages the tests drive for real (binary -> package).
 TEST_DEBS := unbound:unbound named:bind9 dig:bind9-dnsutils prometheus:prometheus \
              promtool:prometheus prometheus-alertmanager:prometheus-alertmanager \
@@ -17,11 +21,15 @@ BENCH_DEBS := prometheus-blackbox-exporter:prometheus-blackbox-exporter \
 ARGS ?=
 LINT_DIRS := $(wildcard exporter tests bench dashboards)
 
-.PHONY: run test lint check-deps bench bench-host bench-soak stack dashboards clean
+.PHONY: run test lint venv check-deps bench bench-host bench-soak stack dashboards clean
 
-$(STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(STAMP): $(RUN_STAMP)
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
@@ -41,7 +49,7 @@ check-deps:
 	$(call install_debs,$(TEST_DEBS))
 
 ## make run: install what is needed and run the exporter on its built-in default
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(BIN)/dnsfleet-exporter $(ARGS)
 
 ## make test: install what the tests need and pass them
