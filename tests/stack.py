@@ -2,8 +2,9 @@
 native Debian binaries. Prometheus runs compose/prometheus/prometheus.yml and Alertmanager
 alerts/alertmanager.yml unchanged (same ports as in compose: 9090, 9093, exporter 9853);
 unbound runs compose/unbound/unbound.conf and the exporter compose/dnsfleet/dnsfleet.yml
-with only host paths changed (the control socket lives in the run directory, and the
-host's resolv.conf is not watched: this stack never queries the machine's own resolver).
+unchanged (remote control on 127.0.0.1:8954), and the exporter compose/dnsfleet/dnsfleet.yml
+with only host paths changed (the capacity file lives in the run directory, and the host's
+resolv.conf is not watched: this stack never queries the machine's own resolver).
 Consul is the test double (tests/consul_double.py) on 8600/8500 with the demo service and
 prepared query; there is no Debian Grafana, so dashboards are not served (import
 dashboards/json/*.json into any Grafana pointed at http://127.0.0.1:9090).
@@ -77,18 +78,11 @@ def main(argv: list[str] | None = None) -> int:
         spec = json.loads((COMPOSE / "consul" / "web-nearest.json").read_text())
         consul.create_query(spec["Name"], spec["Service"]["Service"])
 
-        ctl = run / "unbound.ctl"
-        unbound_conf = run / "unbound.conf"
-        unbound_conf.write_text((COMPOSE / "unbound" / "unbound.conf").read_text()
-                                .replace("/run/unbound/unbound.ctl", str(ctl)))
-        procs.append(start([binary("unbound"), "-d", "-c", str(unbound_conf)],
-                           run / "unbound.log"))
+        procs.append(start([binary("unbound"), "-d", "-c",
+                            str(COMPOSE / "unbound" / "unbound.conf")], run / "unbound.log"))
         wait_dns("127.0.0.1", 5353, "www.dnsfleet.test.", "A")
 
         cfg: dict[str, Any] = yaml.safe_load((COMPOSE / "dnsfleet" / "dnsfleet.yml").read_text())
-        for t in cfg["targets"]:
-            if "stats" in t:
-                t["stats"]["control"] = f"unix://{ctl}"
         cfg["resolv_conf"] = []
         cfg["resolver"]["capacity_file"] = str(run / "capacity.json")
         (run / "dnsfleet.yml").write_text(yaml.safe_dump(cfg, sort_keys=False))

@@ -6,6 +6,7 @@ provisioning and dashboards by structure, the compose file itself by structure."
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -54,6 +55,24 @@ def test_exporter_service_sees_the_host() -> None:
     args = exporter_parser().parse_args(ex["command"])
     assert args.rootfs == "/host"
     assert args.procfs == "/host/proc" and args.sysfs == "/host/sys"
+
+
+def test_least_privilege() -> None:
+    """The image runs as a fixed non-root uid; the compose service that runs the host
+    collectors is root with every capability dropped but DAC_READ_SEARCH (to read
+    /dev/cpu_dma_latency, mode 0600), a read-only root and no privilege escalation."""
+    text = (ROOT / "exporter" / "Dockerfile").read_text()
+    final = text[text.rindex("\nFROM "):]
+    users = re.findall(r"^USER (\S+)", final, re.MULTILINE)
+    assert users == ["10001:10001"], users
+    assert "useradd --system --uid 10001" in final
+    ex = SERVICES["exporter"]
+    assert ex["cap_drop"] == ["ALL"] and ex["cap_add"] == ["DAC_READ_SEARCH"]
+    assert ex["read_only"] is True
+    assert "no-new-privileges:true" in ex["security_opt"]
+    assert not ex.get("privileged")
+    # Everything the container may write is nothing: the host is mounted read-only.
+    assert all(v.endswith(":ro") or ":ro," in v for v in ex["volumes"])
 
 
 def test_dockerfile_default_command_is_valid() -> None:
@@ -139,10 +158,12 @@ def test_exporter_config() -> None:
     out = run(sys.executable, "-m", "dnsfleet", f"--config.file={conf}", "--config.check")
     assert out.returncode == 0, out.stdout + out.stderr
     cfg = yaml.safe_load(conf.read_text())
-    # The exporter reads statistics over the socket the unbound service shares with it.
+    # The exporter reads statistics over the unbound service's remote control on loopback
+    # (TCP: no socket file, so no group of unbound's for the non-root exporter).
     unbound_conf = mounts("unbound")["/opt/unbound/etc/unbound/unbound.conf"].read_text()
-    control = cfg["targets"][0]["stats"]["control"].removeprefix("unix://")
-    assert f"control-interface: {control}" in unbound_conf
+    assert cfg["targets"][0]["stats"]["control"] == "tcp://127.0.0.1:8954"
+    assert "control-interface: 127.0.0.1" in unbound_conf
+    assert "control-port: 8954" in unbound_conf
     assert "port: 5353" in unbound_conf and cfg["targets"][0]["address"] == "127.0.0.1:5353"
     # ... and watches the service and prepared query the Consul service provides.
     assert cfg["consul"]["services"] == ["web"]
