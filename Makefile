@@ -19,9 +19,9 @@ TEST_DEBS := unbound:unbound named:bind9 dig:bind9-dnsutils prometheus:prometheu
 BENCH_DEBS := prometheus-blackbox-exporter:prometheus-blackbox-exporter \
               prometheus-node-exporter:prometheus-node-exporter
 ARGS ?=
-LINT_DIRS := $(wildcard exporter tests bench dashboards)
+LINT_DIRS := $(wildcard exporter tests bench dashboards deploy)
 
-.PHONY: run test lint venv check-deps bench bench-host bench-soak stack dashboards clean
+.PHONY: run test lint venv check-deps bench bench-host bench-soak stack dashboards k8s clean
 
 $(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -82,6 +82,10 @@ stack: $(STAMP) check-deps
 ## make dashboards: regenerate dashboards/json from dashboards/generate.py
 dashboards: $(STAMP)
 	$(BIN)/python -m dashboards.generate
+
+## make k8s: regenerate deploy/kubernetes/prometheusrule.yaml from alerts/rules
+k8s: $(STAMP)
+	$(BIN)/python -m deploy.kubernetes.generate
 
 ## make bench-soak: N scrapes of many loopback targets; fds and RSS before and after
 bench-soak: $(STAMP) check-deps
