@@ -14,14 +14,14 @@ TEST_DEBS := unbound:unbound named:bind9 dig:bind9-dnsutils prometheus:prometheu
              amtool:prometheus-alertmanager resperf:dnsperf dnsperf:dnsperf ip:iproute2 \
              getent:libc-bin unshare:util-linux unbound-checkconf:unbound \
              setpriv:util-linux curl:curl chromium:chromium kresd:knot-resolver \
-             pdns_recursor:pdns-recursor dnsdist:dnsdist \
+             pdns_recursor:pdns-recursor dnsdist:dnsdist systemd-analyze:systemd \
              /usr/lib/x86_64-linux-gnu/knot-resolver/kres_modules/http.lua:knot-resolver-module-http
 BENCH_DEBS := prometheus-blackbox-exporter:prometheus-blackbox-exporter \
               prometheus-node-exporter:prometheus-node-exporter
 ARGS ?=
 LINT_DIRS := $(wildcard exporter tests bench dashboards deploy)
 
-.PHONY: run test lint venv check-deps bench bench-host bench-soak stack dashboards k8s clean
+.PHONY: run test lint venv check-deps bench bench-host bench-soak stack dashboards k8s deb clean
 
 $(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -83,6 +83,10 @@ stack: $(STAMP) check-deps
 dashboards: $(STAMP)
 	$(BIN)/python -m dashboards.generate
 
+## make deb: build dist/dnsfleet_<version>_<arch>.deb (dpkg-deb)
+deb: $(RUN_STAMP)
+	PYTHON=$(BIN)/python packaging/deb/build.sh
+
 ## make k8s: regenerate deploy/kubernetes/prometheusrule.yaml from alerts/rules
 k8s: $(STAMP)
 	$(BIN)/python -m deploy.kubernetes.generate
@@ -92,4 +96,4 @@ bench-soak: $(STAMP) check-deps
 	$(BIN)/python bench/bench_soak.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache dist
