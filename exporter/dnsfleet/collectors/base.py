@@ -27,6 +27,10 @@ from dnsfleet.hostfs import HostFS
 
 log = logging.getLogger(__name__)
 
+# A collector that works up to the scrape deadline stops its own work this long before it,
+# leaving the runner time to render what it gathered.
+DEADLINE_MARGIN = 0.05
+
 
 class CollectorError(Exception):
     """A collector could not produce truthful data; the message is the reason."""

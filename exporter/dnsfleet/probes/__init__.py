@@ -6,7 +6,7 @@ import socket
 from collections.abc import Awaitable, Callable
 
 from dnsfleet.config import Module, Transport
-from dnsfleet.dnswire import Query
+from dnsfleet.dnswire import Query, build_query
 from dnsfleet.probes import tcp, udp
 from dnsfleet.probes.result import REASONS, Exchange, ProbeResult, Reason, failed, judge
 
@@ -16,6 +16,13 @@ PROBES: dict[Transport, ExchangeFn] = {
     "udp": udp.exchange,
     "tcp": tcp.exchange,
 }
+
+
+def query_for(module: Module) -> Query:
+    """The one query a module sends: the probe's, the canary's and the identity query's."""
+    return build_query(module.query_name, module.qtype, module.qclass,
+                       recursion_desired=module.recursion_desired, edns=module.edns,
+                       payload=module.edns_udp_size, nsid=module.edns)
 
 
 async def probe(*, sockaddr: tuple[str, int] | tuple[str, int, int, int],
