@@ -67,7 +67,7 @@ def test_golden_expositions_are_read() -> None:
 
 
 def test_every_runbook_belongs_to_an_alert() -> None:
-    urls = set()
+    urls: set[str] = set()
     for f in sorted((ROOT / "alerts" / "rules").glob("*.yml")):
         for group in yaml.safe_load(f.read_text())["groups"]:
             urls.update(r["annotations"]["runbook_url"] for r in group["rules"] if "alert" in r)
@@ -88,7 +88,8 @@ def relative_links(doc: Path) -> list[str]:
 
 @pytest.mark.parametrize("doc", LINKED_DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_relative_links_resolve(doc: Path) -> None:
-    broken, pending = [], []
+    broken: list[str] = []
+    pending: list[str] = []
     for target in relative_links(doc):
         path = (doc.parent / target).resolve()
         if path.exists():
