@@ -22,7 +22,8 @@ README_MAX_LINES = 300
 FAMILY = re.compile(r"\bdnsfleet_[a-z0-9_]+")
 # A documented family is the first cell of a table row in docs/metrics.md.
 DOCUMENTED = re.compile(r"^\| `(dnsfleet_[a-z0-9_]+)` \|", re.MULTILINE)
-TYPE_LINE = re.compile(r"^# TYPE (dnsfleet_[a-z0-9_]+) ", re.MULTILINE)
+DOCUMENTED_TYPE = re.compile(r"^\| `(dnsfleet_[a-z0-9_]+)` \| ([a-z]+) \|", re.MULTILINE)
+TYPE_LINE = re.compile(r"^# TYPE (dnsfleet_[a-z0-9_]+) ([a-z]+)$", re.MULTILINE)
 # [text](target): a target without a scheme is a path relative to the document.
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
@@ -37,7 +38,7 @@ def emitted_families() -> set[str]:
     for f in (ROOT / "exporter" / "dnsfleet").rglob("*.py"):
         names.update(FAMILY.findall(f.read_text()))
     for f in (ROOT / "tests").rglob("*.golden.prom"):
-        names.update(TYPE_LINE.findall(f.read_text()))
+        names.update(name for name, _ in TYPE_LINE.findall(f.read_text()))
     return names
 
 
@@ -59,6 +60,15 @@ def test_each_family_documented_once() -> None:
     names = documented_families()
     twice = sorted({n for n in names if names.count(n) > 1})
     assert not twice, f"documented more than once in docs/metrics.md: {twice}"
+
+
+def test_documented_types_match_golden_expositions() -> None:
+    documented = dict(DOCUMENTED_TYPE.findall((ROOT / "docs" / "metrics.md").read_text()))
+    problems = sorted(
+        f"{name}: {kind} in {f.relative_to(ROOT)}, {documented.get(name)} in docs/metrics.md"
+        for f in (ROOT / "tests").rglob("*.golden.prom")
+        for name, kind in TYPE_LINE.findall(f.read_text()) if documented.get(name) != kind)
+    assert not problems, "\n".join(problems)
 
 
 def test_golden_expositions_are_read() -> None:
