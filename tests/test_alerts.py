@@ -173,15 +173,15 @@ def test_firing_alerts_carry_inhibition_labels() -> None:
 
 def test_readme_table_matches_rules() -> None:
     """alerts/README.md is the one place thresholds are documented: one row per alert
-    rule (alert, severity, for), in step with the rule files."""
+    rule (alert, summary, severity, for), in step with the rule files."""
     rows = set()
     for line in (ROOT / "alerts" / "README.md").read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 5 and cells[0].startswith("[") and "](runbooks/" in cells[0]:
+        if len(cells) == 6 and cells[0].startswith("[") and "](runbooks/" in cells[0]:
             name = cells[0][1:cells[0].index("]")]
-            rows.add((name, cells[3].strip("`"), cells[4]))
-    rules = {(r["alert"], str(r.get("for", "0s")), r["labels"]["severity"])
-             for r in alerting_rules()}
+            rows.add((name, cells[1], cells[4].strip("`"), cells[5]))
+    rules = {(r["alert"], r["annotations"]["summary"], str(r.get("for", "0s")),
+              r["labels"]["severity"]) for r in alerting_rules()}
     assert rules - rows == set(), f"rules missing from alerts/README.md: {sorted(rules - rows)}"
     extra = {r for r in rows - rules if HOST_RULES_MERGED or r[0] not in HOST_ALERTS}
     assert extra == set(), f"README rows matching no rule: {sorted(extra)}"

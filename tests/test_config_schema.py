@@ -78,27 +78,34 @@ def test_valid_examples_load_and_validate(
     assert errors(validator, yaml.safe_load(path.read_text())) == []
 
 
-def readme_configs() -> list[tuple[int, dict[str, Any]]]:
-    """The README's YAML blocks that are dnsfleet.yml fragments (not the web config), made
-    whole with `targets: []` where they set nothing to monitor."""
-    text = (ROOT / "README.md").read_text()
+def readme_configs() -> list[tuple[str, dict[str, Any]]]:
+    """The YAML blocks of README.md and docs/configuration.md that are dnsfleet.yml
+    fragments (not the web config), made whole with `targets: []` where they set nothing to
+    monitor and the modules their targets name; each with its file and line."""
     known = {k for k, _, _ in yaml_keys(config.Config)}
     out = []
-    for m in re.finditer(r"```yaml\n(.*?)```", text, re.S):
-        doc = yaml.safe_load(m.group(1))
-        if isinstance(doc, dict) and doc and set(doc) <= known:
-            if not set(doc) & set(config.MONITORING_KEYS):
-                doc["targets"] = []
-            out.append((text[: m.start()].count("\n") + 1, doc))
+    for path in (ROOT / "README.md", ROOT / "docs" / "configuration.md"):
+        text = path.read_text()
+        for m in re.finditer(r"```yaml\n(.*?)```", text, re.S):
+            doc = yaml.safe_load(m.group(1))
+            if isinstance(doc, dict) and doc and set(doc) <= known:
+                if not set(doc) & set(config.MONITORING_KEYS):
+                    doc["targets"] = []
+                # A fragment about targets names modules defined in another fragment.
+                if "modules" not in doc and isinstance(doc.get("targets"), list):
+                    doc["modules"] = {t["module"]: {"query_name": "www.example.com"}
+                                      for t in doc["targets"] if "module" in t}
+                line = text[: m.start()].count("\n") + 1
+                out.append((f"{path.relative_to(ROOT)}:{line}", doc))
     return out
 
 
 def test_readme_examples_load_and_validate(validator: jsonschema.Draft202012Validator) -> None:
     examples = readme_configs()
     assert len(examples) >= 4
-    for line, doc in examples:
-        config.parse(doc, source=f"README.md:{line}")
-        assert errors(validator, doc) == [], f"README.md line {line}"
+    for where, doc in examples:
+        config.parse(doc, source=where)
+        assert errors(validator, doc) == [], where
 
 
 @pytest.mark.parametrize("path", sorted((CONFIGS / "invalid").glob("*.yml")), ids=lambda p: p.stem)
