@@ -58,21 +58,27 @@ def test_exporter_service_sees_the_host() -> None:
 
 
 def test_least_privilege() -> None:
-    """The image runs as a fixed non-root uid; the compose service that runs the host
-    collectors is root with every capability dropped but DAC_READ_SEARCH (to read
-    /dev/cpu_dma_latency, mode 0600), a read-only root and no privilege escalation."""
+    """The image runs as a fixed non-root uid, and so does the compose exporter (host
+    collectors included), with no capabilities, a read-only root and no privilege
+    escalation. The PM QoS override runs it as uid 0, the device's owner, still with no
+    capabilities, and lets its device cgroup open that one device read-only."""
     text = (ROOT / "exporter" / "Dockerfile").read_text()
     final = text[text.rindex("\nFROM "):]
     users = re.findall(r"^USER (\S+)", final, re.MULTILINE)
     assert users == ["10001:10001"], users
     assert "useradd --system --uid 10001" in final
     ex = SERVICES["exporter"]
-    assert ex["cap_drop"] == ["ALL"] and ex["cap_add"] == ["DAC_READ_SEARCH"]
+    assert ex["user"] == "10001:10001"
+    assert ex["cap_drop"] == ["ALL"] and "cap_add" not in ex
     assert ex["read_only"] is True
     assert "no-new-privileges:true" in ex["security_opt"]
     assert not ex.get("privileged")
     # Everything the container may write is nothing: the host is mounted read-only.
     assert all(v.endswith(":ro") or ":ro," in v for v in ex["volumes"])
+    pm_qos = yaml.safe_load((COMPOSE_DIR / "docker-compose.pm-qos.yml").read_text())
+    over = pm_qos["services"]["exporter"]
+    assert over["user"] == "0:0" and over["cap_drop"] == ["ALL"] and "cap_add" not in over
+    assert over["devices"] == ["/dev/cpu_dma_latency:/dev/cpu_dma_latency:r"]
 
 
 def test_dockerfile_default_command_is_valid() -> None:
