@@ -15,8 +15,8 @@ from dnsfleet.config import Config, ConfigError, Module, Target
 from dnsfleet.exposition import Family, TextFamily, merge, render, render_bytes
 from dnsfleet.hostfs import HostFS
 from dnsfleet.parsers.resolvconf import parse_resolv_conf
-from dnsfleet.prober import Prober, probe_result_families, query_for
-from dnsfleet.probes import REASONS, ProbeResult, probe
+from dnsfleet.prober import Prober, probe_result_families
+from dnsfleet.probes import REASONS, ProbeResult, probe, query_for
 from dnsfleet.selfmetrics import process_families
 from dnsfleet.statuspage import History, Snapshot
 

@@ -18,6 +18,10 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import dns.message
 
 HEADER = struct.Struct("!HHHHHH")
 RR_FIXED = struct.Struct("!HHIH")
@@ -262,15 +266,22 @@ def _read_nsid(data: bytes, pos: int, end: int) -> bytes | None:
     return None
 
 
-def answer_texts(wire: bytes) -> list[str]:
-    """The answer section in presentation form, for modules that match answer text.
-    Raises Malformed when dnspython cannot decode the message."""
+def decode_message(wire: bytes) -> dns.message.Message:
+    """The whole message, decoded by dnspython: the one full decoder, for answer text,
+    CHAOS identities and Consul's records. Raises Malformed when dnspython cannot decode it.
+    """
     import dns.message  # noqa: PLC0415 - see the module docstring
 
     try:
-        msg = dns.message.from_wire(wire, ignore_trailing=True)
+        return dns.message.from_wire(wire, ignore_trailing=True)
     except Exception as e:  # dnspython raises many exception types for hostile input
         raise Malformed(f"undecodable answer: {e}") from None
+
+
+def answer_texts(wire: bytes) -> list[str]:
+    """The answer section in presentation form, for modules that match answer text.
+    Raises Malformed when dnspython cannot decode the message."""
+    msg = decode_message(wire)
     return [line for rrset in msg.answer for line in rrset.to_text().splitlines()]
 
 

@@ -84,19 +84,6 @@ class TextFamily:
         return self.lines
 
 
-def histogram_samples(
-    fam: Family, labels: str, buckets: Iterable[float], counts: Iterable[int], total: float
-) -> None:
-    """Append a histogram's samples; ``counts`` are cumulative and include +Inf last."""
-    sep = "," if labels else ""
-    n = 0
-    for le, c in zip([*buckets, math.inf], counts, strict=True):
-        fam.add_raw(f'{labels}{sep}le="{format_value(le)}"', c, "_bucket")
-        n = c
-    fam.add_raw(labels, total, "_sum")
-    fam.add_raw(labels, n, "_count")
-
-
 def _render_one(fam: Family | TextFamily) -> str:
     name = fam.name
     helptext = fam.help.replace("\\", "\\\\").replace("\n", "\\n")

@@ -13,10 +13,10 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from dnsfleet.config import Config, Module, Target
-from dnsfleet.dnswire import Query, build_query
+from dnsfleet.config import Config, Target
+from dnsfleet.dnswire import Query
 from dnsfleet.exposition import Family, TextFamily, format_value, join_labels, labelset
-from dnsfleet.probes import REASONS, ProbeResult, Reason, failed, probe
+from dnsfleet.probes import REASONS, ProbeResult, Reason, failed, probe, query_for
 from dnsfleet.restarts import ResolverWatch
 
 log = logging.getLogger(__name__)
@@ -26,12 +26,6 @@ LATENCY_BUCKETS: tuple[float, ...] = (
 _REASON_SUFFIXES = tuple(f'reason="{r.value}"' for r in REASONS)
 
 TargetKey = tuple[str, str]  # (address, module)
-
-
-def query_for(module: Module) -> Query:
-    return build_query(module.query_name, module.qtype, module.qclass,
-                       recursion_desired=module.recursion_desired, edns=module.edns,
-                       payload=module.edns_udp_size, nsid=module.edns)
 
 
 @dataclass(slots=True)

@@ -44,9 +44,9 @@ import time
 from dataclasses import dataclass, field
 
 from dnsfleet.config import Config, Module, Target
-from dnsfleet.dnswire import Query, build_query, nsid_text
+from dnsfleet.dnswire import Malformed, Query, decode_message, nsid_text
 from dnsfleet.exposition import Family, join_labels, labelset
-from dnsfleet.probes import ProbeResult, probe
+from dnsfleet.probes import ProbeResult, probe, query_for
 
 log = logging.getLogger(__name__)
 
@@ -81,11 +81,11 @@ def chaos_txt(result: ProbeResult) -> str | None:
     """The TXT strings of a CHAOS identity answer, joined; None without one."""
     if result.response is None or not result.success:
         return None
-    import dns.message  # noqa: PLC0415 - only identity_query modules pay for it (dnswire)
+    import dns.rdatatype  # noqa: PLC0415 - only identity_query modules pay for it (dnswire)
 
     try:
-        msg = dns.message.from_wire(result.response.wire, ignore_trailing=True)
-    except Exception:  # hostile bytes raise many dnspython exception types
+        msg = decode_message(result.response.wire)
+    except Malformed:
         return None
     for rrset in msg.answer:
         if rrset.rdtype == dns.rdatatype.TXT:
@@ -253,13 +253,13 @@ class ResolverWatch:
                             query_type=m.canary_type, transport=m.transport, timeout=m.timeout,
                             recursion_desired=True, edns=m.edns, edns_udp_size=m.edns_udp_size,
                             min_answers=1)
-                self.canary_queries[name] = (cm, _query(cm))
+                self.canary_queries[name] = (cm, query_for(cm))
             if m.identity_query:
                 im = Module(name=f"{name}/identity", query_name=m.identity_query,
                             query_type="TXT", query_class="CH", transport=m.transport,
                             timeout=m.timeout, edns=m.edns, edns_udp_size=m.edns_udp_size,
                             valid_rcodes=("NOERROR",), min_answers=1)
-                self.identity_queries[name] = (im, _query(im))
+                self.identity_queries[name] = (im, query_for(im))
         states: dict[StateKey, WatchState] = {}
         for t in cfg.targets:
             key = (t.address, t.module)
@@ -373,11 +373,6 @@ class ResolverWatch:
                 info.add_raw(join_labels(st.labels, labelset([("backend", st.backend)])), 1.0)
                 changes.add_raw(st.labels, st.backend_changes)
         return [ttl, cached, usable, why, resets, last, info, changes]
-
-
-def _query(m: Module) -> Query:
-    return build_query(m.query_name, m.qtype, m.qclass, recursion_desired=m.recursion_desired,
-                       edns=m.edns, payload=m.edns_udp_size, nsid=m.edns)
 
 
 async def _ask(target: Target, mq: tuple[Module, Query] | None,

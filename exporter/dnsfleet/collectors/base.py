@@ -27,6 +27,10 @@ from dnsfleet.hostfs import HostFS
 
 log = logging.getLogger(__name__)
 
+# Network collectors stop their work this long before the scrape deadline, leaving the
+# runner a moment to render the families once every reader is done or has given up.
+DEADLINE_MARGIN = 0.05
+
 
 class CollectorError(Exception):
     """A collector could not produce truthful data; the message is the reason."""

@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, TypeVar
 
 import dns.rdatatype
 
-from dnsfleet.collectors.base import CollectContext, Collector
+from dnsfleet.collectors.base import DEADLINE_MARGIN, CollectContext, Collector
 from dnsfleet.config import ConsulAgent, ConsulConfig, ConsulService, Module
-from dnsfleet.dnswire import build_query
+from dnsfleet.dnswire import build_query, decode_message
 from dnsfleet.exposition import Family, labelset
 from dnsfleet.hostfs import HostFS
 from dnsfleet.parsers.consul import (
@@ -57,8 +57,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 DOMAIN = "consul"
-# Leave the runner a moment to render: work is cut off this long before the deadline.
-DEADLINE_MARGIN = 0.05
 MAX_BODY = 16 * 1024 * 1024
 TOKEN_HEADER = "X-Consul-Token"
 # Health API: set when ACLs removed entries from the list (default-deny, weak token).
@@ -89,13 +87,7 @@ def decode_answer(wire: bytes, qtype: int) -> tuple[int, frozenset[str]]:
     targets, which Consul serves for a service registered with a hostname). For SRV: the
     A/AAAA records of the SRV targets in ADDITIONAL, where Consul puts them.
     Raises ValueError when dnspython cannot decode the message."""
-    import dns.exception  # noqa: PLC0415 - only configured Consul agents pay for it
-    import dns.message  # noqa: PLC0415
-
-    try:
-        msg = dns.message.from_wire(wire, ignore_trailing=True)
-    except (dns.exception.DNSException, ValueError, IndexError, UnicodeError) as e:
-        raise ValueError(f"undecodable answer: {e}") from None
+    msg = decode_message(wire)  # Malformed is a ValueError
     count = 0
     addrs: set[str] = set()
     targets: set[str] = set()

@@ -13,7 +13,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from dnsfleet.collectors.base import CollectContext, Collector
+from dnsfleet.collectors.base import DEADLINE_MARGIN, CollectContext, Collector
 from dnsfleet.config import Config, Target
 from dnsfleet.exposition import Family, join_labels, labelset
 from dnsfleet.parsers.resolver import ResolverStats
@@ -24,8 +24,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Left for rendering the families once every reader is done or has given up.
-DEADLINE_MARGIN = 0.05
 
 
 def resolver_labels(target: Target) -> str:

@@ -6,7 +6,7 @@ import socket
 from collections.abc import Awaitable, Callable
 
 from dnsfleet.config import Module, Transport
-from dnsfleet.dnswire import Query
+from dnsfleet.dnswire import Query, build_query
 from dnsfleet.probes import tcp, udp
 from dnsfleet.probes.result import REASONS, Exchange, ProbeResult, Reason, failed, judge
 
@@ -16,6 +16,13 @@ PROBES: dict[Transport, ExchangeFn] = {
     "udp": udp.exchange,
     "tcp": tcp.exchange,
 }
+
+
+def query_for(module: Module) -> Query:
+    """The query a module sends (ID 0): the one place a module's settings become a query."""
+    return build_query(module.query_name, module.qtype, module.qclass,
+                       recursion_desired=module.recursion_desired, edns=module.edns,
+                       payload=module.edns_udp_size, nsid=module.edns)
 
 
 async def probe(*, sockaddr: tuple[str, int] | tuple[str, int, int, int],
@@ -28,4 +35,5 @@ async def probe(*, sockaddr: tuple[str, int] | tuple[str, int, int, int],
     return judge(ex, module)
 
 
-__all__ = ["PROBES", "REASONS", "Exchange", "ProbeResult", "Reason", "failed", "judge", "probe"]
+__all__ = ["PROBES", "REASONS", "Exchange", "ProbeResult", "Reason", "failed", "judge", "probe",
+           "query_for"]
