@@ -12,11 +12,11 @@ from dnsfleet import __version__, malloc
 from dnsfleet import config as config_mod
 from dnsfleet.collectors import COLLECTORS, CollectContext, run_collectors
 from dnsfleet.config import Config, ConfigError, Module, Target
-from dnsfleet.exposition import Family, TextFamily, merge, render, render_bytes
+from dnsfleet.exposition import Family, TextFamily, merge, render_bytes
 from dnsfleet.hostfs import HostFS
 from dnsfleet.parsers.resolvconf import parse_resolv_conf
-from dnsfleet.prober import Prober, probe_result_families
-from dnsfleet.probes import REASONS, ProbeResult, probe, query_for
+from dnsfleet.prober import Prober
+from dnsfleet.probes import ProbeResult, probe, query_for
 from dnsfleet.selfmetrics import process_families
 from dnsfleet.statuspage import History, Snapshot
 
@@ -159,8 +159,3 @@ class Exporter:
         return await probe(sockaddr=target.sockaddr, family=target.family, module=module,
                            query=query, timeout=min(module.timeout, timeout))
 
-
-def probe_exposition(result: ProbeResult) -> str:
-    """/probe output: the per-probe gauges without target labels."""
-    reason_labels = tuple(f'reason="{r.value}"' for r in REASONS)
-    return render(probe_result_families([("", reason_labels, result)]))

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import ipaddress
 import logging
 from collections.abc import Awaitable, Callable
 
-import dns.exception
-
 from dnsfleet import statuspage
-from dnsfleet.app import Exporter, probe_exposition
-from dnsfleet.config import Target, parse_address, to_yaml
+from dnsfleet.app import Exporter
+from dnsfleet.config import to_yaml
 from dnsfleet.exposition import (
     OPENMETRICS_TYPE,
     Family,
@@ -21,10 +18,12 @@ from dnsfleet.exposition import (
     render_openmetrics_bytes,
 )
 from dnsfleet.httpserver import Request, Response, Router
+from dnsfleet.probes.handler import ProbeHandler, Refusal, Refused, probe_exposition
 
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+REFUSAL_STATUS = {Refusal.INVALID: 400, Refusal.FORBIDDEN: 403, Refusal.BUSY: 503}
 
 
 def scrape_timeout_header(request: Request) -> float | None:
@@ -61,7 +60,7 @@ class Handlers:
                  max_requests: int = 40) -> None:
         self.exp = exp
         self.metrics_path = metrics_path
-        self.probes_in_flight = 0
+        self.prober = ProbeHandler(exp)
         self.enable_lifecycle = enable_lifecycle
         self.max_requests = max_requests
         self.metrics_in_flight = 0
@@ -100,56 +99,11 @@ class Handlers:
                         headers=headers)
 
     async def probe(self, request: Request) -> Response:
-        exp = self.exp
-        cfg = exp.config
-        q = request.query
-        if request.repeated:
-            # Two targets in one URL: a proxy and the exporter might each honour another.
-            return _bad(400, f"repeated parameter: {', '.join(sorted(request.repeated))}")
-        raw_target = q.get("target", "")
-        if not raw_target:
-            return _bad(400, "missing parameter: target")
-        try:
-            host, port, scope = parse_address(raw_target)
-        except ValueError as e:
-            return _bad(400, f"invalid target: {e}")
-        ip = ipaddress.ip_address(host)
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            # ::ffff:a.b.c.d reaches the IPv4 host: judge it as that host, so an IPv6 entry
-            # in the allowlist cannot open the IPv4 space (or a v4 target hide behind v6).
-            ip = ip.ipv4_mapped
-            host, scope = str(ip), 0
-        configured = [t for t in cfg.targets
-                      if (t.host, t.port, t.scope_id) == (host, port, scope)]
-        module_name = q.get("module") or (configured[0].module if configured else "")
-        if not module_name:
-            return _bad(400, "missing parameter: module")
-        module = cfg.modules.get(module_name)
-        if module is None:
-            return _bad(400, f"unknown module {module_name!r}")
-        allowed = bool(configured) or any(ip in net for net in cfg.probe_allowlist)
-        if not allowed:
-            return _bad(403, f"target {raw_target} is neither configured nor inside "
-                             "probe_allowlist")
-        qname, qtype = q.get("name"), q.get("type")
-        if (qname or qtype) and not module.allow_query_override:
-            return _bad(403, f"module {module_name!r} does not allow overriding the query")
-        budget = exp.scrape_budget(scrape_timeout_header(request))
-        target = Target(address=raw_target, host=host, port=port, module=module_name,
-                        scope_id=scope)
-        if self.probes_in_flight >= cfg.limits.max_concurrent_probes:
-            # Each /probe holds a socket: a flood must not exhaust descriptors.
-            return _bad(503, "too many concurrent probes (limits.max_concurrent_probes: "
-                             f"{cfg.limits.max_concurrent_probes})")
-        self.probes_in_flight += 1
-        try:
-            result = await exp.probe_one(target, module, budget, qname=qname,
-                                         qtype=qtype.upper() if qtype else None)
-        except (ValueError, dns.exception.DNSException) as e:  # invalid override name/type
-            return _bad(400, f"invalid query: {e}")
-        finally:
-            self.probes_in_flight -= 1
-        return Response(body=probe_exposition(result).encode(), content_type=CONTENT_TYPE)
+        outcome = await self.prober.handle(request.query, repeated=request.repeated,
+                                           header_timeout=scrape_timeout_header(request))
+        if isinstance(outcome, Refused):
+            return _bad(REFUSAL_STATUS[outcome.kind], outcome.reason)
+        return Response(body=probe_exposition(outcome).encode(), content_type=CONTENT_TYPE)
 
     async def healthy(self, request: Request) -> Response:
         return Response.text(200, "OK\n")
