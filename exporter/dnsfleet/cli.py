@@ -1,4 +1,8 @@
-"""Command line: ``dnsfleet-exporter`` (the daemon) and ``dnsfleet`` (on-call tools)."""
+"""Command line: ``dnsfleet-exporter`` (the daemon) and ``dnsfleet`` (on-call tools).
+
+Every command's flags are declared here; the modules behind the commands take the parsed
+arguments. (``capacity-test`` still declares its flags in capacity.py's ``add_args``.)
+"""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from dnsfleet.app import Exporter
 from dnsfleet.config import ConfigError, parse_address
 from dnsfleet.hostfs import HostFS
 from dnsfleet.httpserver import serve as http_serve
+from dnsfleet.stubmodel import LIBCS
 from dnsfleet.web import make_router
 
 DEFAULT_PORT = 9853
@@ -136,11 +141,25 @@ async def serve(exp: Exporter, args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------ `dnsfleet` on-call tools
 
+
+def failover_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--resolv-conf", default="/etc/resolv.conf", metavar="FILE",
+                   help="the resolv.conf to assess (default /etc/resolv.conf)")
+    p.add_argument("--libc", choices=LIBCS, default="glibc",
+                   help="the client's C library (default glibc)")
+    p.add_argument("--query-name", default=".", help="what a client asks (default .)")
+    p.add_argument("--query-type", default="NS", help="query type (default NS)")
+    p.add_argument("--probe-timeout", default="1s",
+                   help="after this long a nameserver counts as silent (default 1s)")
+
+
 Subcommand = tuple[Callable[[argparse.ArgumentParser], None],
                    Callable[[argparse.Namespace], int], str]
 SUBCOMMANDS: dict[str, Subcommand] = {
-    "failover": failover.SUBCOMMAND,
-    "capacity-test": capacity.SUBCOMMAND,
+    "failover": (failover_args, failover.run,
+                 "what clients of a resolv.conf suffer from failing nameservers"),
+    "capacity-test": (capacity.add_args, capacity.main,
+                      "measure a resolver's capacity with resperf and record it"),
 }
 
 
