@@ -5,9 +5,7 @@ Each collector module exposes ``COLLECTOR``; this list is the only registration.
 
 from __future__ import annotations
 
-from dnsfleet.collectors import bonding, consul, cpu_latency, nic, stub
-from dnsfleet.collectors import resolver_capacity as resolver_capacity
-from dnsfleet.collectors import resolver_stats as resolver_stats
+from dnsfleet.collectors import bonding, consul, cpu_latency, nic, resolver, resolver_capacity, stub
 from dnsfleet.collectors.base import (
     CollectContext,
     Collector,
@@ -19,7 +17,7 @@ from dnsfleet.collectors.base import (
 _ALL: tuple[Collector, ...] = (
     consul.COLLECTOR,
     stub.COLLECTOR,
-    resolver_stats.COLLECTOR,
+    resolver.COLLECTOR,
     resolver_capacity.COLLECTOR,
     bonding.COLLECTOR,
     nic.COLLECTOR,

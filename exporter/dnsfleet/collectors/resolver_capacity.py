@@ -12,7 +12,7 @@ import asyncio
 
 from dnsfleet.capacity import Measurement, address_key, read_state
 from dnsfleet.collectors.base import CollectContext, Collector
-from dnsfleet.collectors.resolver_stats import resolver_labels
+from dnsfleet.collectors.resolver import resolver_labels
 from dnsfleet.config import Config, Target
 from dnsfleet.exposition import Family
 
