@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-
 def resolver_labels(target: Target) -> str:
     """Resolver-level series: the target and its configured labels (``site``...), no module:
     the statistics describe the resolver at an address, whatever module probes it."""
