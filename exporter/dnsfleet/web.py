@@ -60,7 +60,7 @@ class Handlers:
                  max_requests: int = 40) -> None:
         self.exp = exp
         self.metrics_path = metrics_path
-        self.prober = ProbeHandler(exp)
+        self.probe_handler = ProbeHandler(exp)
         self.enable_lifecycle = enable_lifecycle
         self.max_requests = max_requests
         self.metrics_in_flight = 0
@@ -99,8 +99,9 @@ class Handlers:
                         headers=headers)
 
     async def probe(self, request: Request) -> Response:
-        outcome = await self.prober.handle(request.query, repeated=request.repeated,
-                                           header_timeout=scrape_timeout_header(request))
+        outcome = await self.probe_handler.handle(
+            request.query, repeated=request.repeated,
+            header_timeout=scrape_timeout_header(request))
         if isinstance(outcome, Refused):
             return _bad(REFUSAL_STATUS[outcome.kind], outcome.reason)
         return Response(body=probe_exposition(outcome).encode(), content_type=CONTENT_TYPE)
