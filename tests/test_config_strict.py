@@ -65,7 +65,7 @@ def test_emitted_label_names_are_all_reserved() -> None:
     families and the probe families is reserved, so no configured label can collide."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from dnsfleet.collectors.resolver_stats import stats_families
+    from dnsfleet.collectors.resolver import stats_families
     from dnsfleet.exposition import render
     from dnsfleet.parsers.promtext import parse_resolver_metrics
     from dnsfleet.parsers.unbound import parse_unbound_stats

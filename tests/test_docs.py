@@ -20,7 +20,8 @@ RUNBOOKS = ROOT / "alerts" / "runbooks"
 README_MAX_LINES = 300
 
 # Not a name inside a recording rule's (`target:dnsfleet_..._effective:qps`).
-FAMILY = re.compile(r"(?<![:\w])dnsfleet_[a-z0-9_]+")
+# Nor a prefix (`dnsfleet_bond_*` in a docstring).
+FAMILY = re.compile(r"(?<![:\w])dnsfleet_[a-z0-9_]*[a-z0-9](?![\w*])")
 # A documented family is the first cell of a table row in docs/metrics.md.
 DOCUMENTED = re.compile(r"^\| `(dnsfleet_[a-z0-9_]+)` \|", re.MULTILINE)
 DOCUMENTED_TYPE = re.compile(r"^\| `(dnsfleet_[a-z0-9_]+)` \| ([a-z]+) \|", re.MULTILINE)

@@ -19,8 +19,7 @@ import pytest
 import yaml
 
 from dnsfleet.config import Module
-from dnsfleet.prober import query_for
-from dnsfleet.probes import ProbeResult, Reason, probe
+from dnsfleet.probes import ProbeResult, Reason, probe, query_for
 from tests.servers import answer, scripted
 from tests.tools import free_port
 

@@ -11,8 +11,7 @@ import pytest
 
 from dnsfleet.config import Module, parse_address
 from dnsfleet.dnswire import build_query, nsid_text
-from dnsfleet.prober import query_for
-from dnsfleet.probes import ProbeResult, Reason, probe
+from dnsfleet.probes import ProbeResult, Reason, probe, query_for
 from tests.servers import Blackhole, Named, Unbound, answer, scripted
 from tests.tools import free_port
 

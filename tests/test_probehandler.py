@@ -1,12 +1,18 @@
-"""/probe rules without HTTP: probehandler.parse_request decides what may be probed (the
-end-to-end paths are in test_probe_guard.py)."""
+"""/probe rules without HTTP: probes.handler.ProbeHandler decides what may be probed before
+any packet is sent (the end-to-end paths are in test_probe_guard.py)."""
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, cast
+
 import pytest
 
-from dnsfleet.config import parse
-from dnsfleet.probehandler import ProbeRefused, parse_request
+from dnsfleet.app import Exporter
+from dnsfleet.config import Config, Module, Target, parse
+from dnsfleet.probes import ProbeResult
+from dnsfleet.probes.handler import ProbeHandler, Refusal, Refused
 
 CFG = parse({"modules": {"m": {"query_name": "a.test"},
                          "open": {"query_name": "a.test", "allow_query_override": True}},
@@ -14,28 +20,54 @@ CFG = parse({"modules": {"m": {"query_name": "a.test"},
              "probe_allowlist": ["127.0.0.0/8"]}, source="t.yml")
 
 
-@pytest.mark.parametrize("params,repeated,status,reason", [
-    ({"target": "192.0.2.1"}, {"target"}, 400, "repeated parameter: target"),
-    ({}, set(), 400, "missing parameter: target"),
-    ({"target": "dns.example"}, set(), 400, "invalid target"),
-    ({"target": "127.0.0.5"}, set(), 400, "missing parameter: module"),
-    ({"target": "127.0.0.5", "module": "x"}, set(), 400, "unknown module 'x'"),
-    ({"target": "198.51.100.1", "module": "m"}, set(), 403, "neither configured nor inside"),
+@dataclass
+class FakeExporter:
+    """Records the probes the handler would send instead of sending them."""
+
+    config: Config = CFG
+    sent: list[tuple[Target, Module, str | None, str | None]] = field(default_factory=list)
+
+    def scrape_budget(self, header: float | None) -> float:
+        return 1.0
+
+    async def probe_one(self, target: Target, module: Module, timeout: float, *,
+                        qname: str | None = None, qtype: str | None = None) -> ProbeResult:
+        self.sent.append((target, module, qname, qtype))
+        return cast(ProbeResult, "probed")
+
+
+def handle(params: dict[str, str], repeated: tuple[str, ...] = ()) -> tuple[Any, FakeExporter]:
+    exp = FakeExporter()
+    handler = ProbeHandler(cast(Exporter, exp))
+    return asyncio.run(handler.handle(params, repeated=repeated)), exp
+
+
+@pytest.mark.parametrize("params,repeated,kind,reason", [
+    ({"target": "192.0.2.1"}, ("target",), Refusal.INVALID, "repeated parameter: target"),
+    ({}, (), Refusal.INVALID, "missing parameter: target"),
+    ({"target": "dns.example"}, (), Refusal.INVALID, "invalid target"),
+    ({"target": "127.0.0.5"}, (), Refusal.INVALID, "missing parameter: module"),
+    ({"target": "127.0.0.5", "module": "x"}, (), Refusal.INVALID, "unknown module 'x'"),
+    ({"target": "198.51.100.1", "module": "m"}, (), Refusal.FORBIDDEN, "neither configured"),
     # An IPv4-mapped address is judged as the IPv4 host it reaches.
-    ({"target": "::ffff:198.51.100.1", "module": "m"}, set(), 403, "neither configured"),
-    ({"target": "127.0.0.5", "module": "m", "name": "b.test"}, set(), 403,
+    ({"target": "::ffff:198.51.100.1", "module": "m"}, (), Refusal.FORBIDDEN, "neither"),
+    ({"target": "127.0.0.5", "module": "m", "name": "b.test"}, (), Refusal.FORBIDDEN,
      "does not allow overriding"),
 ])
-def test_refusals(params: dict[str, str], repeated: set[str], status: int,
-                  reason: str) -> None:
-    with pytest.raises(ProbeRefused) as e:
-        parse_request(CFG, params, repeated)
-    assert e.value.status == status and reason in e.value.reason
+def test_refusals_send_nothing(params: dict[str, str], repeated: tuple[str, ...],
+                               kind: Refusal, reason: str) -> None:
+    got, exp = handle(params, repeated)
+    assert isinstance(got, Refused) and got.kind == kind and reason in got.reason
+    assert exp.sent == []
 
 
 def test_allowed_requests() -> None:
-    req = parse_request(CFG, {"target": "192.0.2.1"}, set())
-    assert (req.module.name, req.target.host, req.target.port) == ("m", "192.0.2.1", 53)
-    req = parse_request(CFG, {"target": "::ffff:127.0.0.9", "module": "open", "name": "b.test",
-                              "type": "aaaa"}, set())
-    assert (req.target.host, req.qname, req.qtype) == ("127.0.0.9", "b.test", "AAAA")
+    got, exp = handle({"target": "192.0.2.1"})
+    assert got == "probed"
+    ((target, module, qname, qtype),) = exp.sent
+    assert (module.name, target.host, target.port, qname, qtype) == (
+        "m", "192.0.2.1", 53, None, None)
+    got, exp = handle({"target": "::ffff:127.0.0.9", "module": "open", "name": "b.test",
+                       "type": "aaaa"})
+    ((target, module, qname, qtype),) = exp.sent
+    assert (target.host, qname, qtype) == ("127.0.0.9", "b.test", "AAAA")

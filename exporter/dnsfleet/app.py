@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import platform
 import time
 from dataclasses import dataclass
 
-from dnsfleet import __version__, malloc
 from dnsfleet import config as config_mod
+from dnsfleet import malloc
 from dnsfleet.collectors import COLLECTORS, CollectContext, run_collectors
 from dnsfleet.config import Config, ConfigError, Module, Target
 from dnsfleet.exposition import Family, TextFamily, merge, render_bytes
@@ -17,7 +16,7 @@ from dnsfleet.hostfs import HostFS
 from dnsfleet.parsers.resolvconf import parse_resolv_conf
 from dnsfleet.prober import Prober
 from dnsfleet.probes import ProbeResult, probe, query_for
-from dnsfleet.selfmetrics import process_families
+from dnsfleet.selfmetrics import exporter_families, process_families, scrape_duration_family
 from dnsfleet.statuspage import History, Snapshot
 
 log = logging.getLogger(__name__)
@@ -123,30 +122,18 @@ class Exporter:
                                             run_collectors(ctx, COLLECTORS))
         self.scrapes_total += 1
         fams: list[Family | TextFamily] = [
-            *self.prober.families(), *merge(collected), *self.self_families(cfg)]
+            *self.prober.families(), *merge(collected),
+            *exporter_families(reload_successful=self.reload_status.successful,
+                               reload_timestamp=self.reload_status.timestamp,
+                               targets=len(cfg.targets),
+                               probes_total=self.prober.probes_total,
+                               scrapes_total=self.scrapes_total)]
         took = loop.time() - start
-        fams.append(Family("dnsfleet_scrape_duration_seconds",
-                           "Time this exporter spent on the current scrape.").add(took))
+        fams.append(scrape_duration_family(took))
         fams.extend(process_families())
         self.last_snapshot = Snapshot.of(fams, wall=time.time(), duration=took)
         self.status_history.update(self.last_snapshot, (t.address for t in cfg.targets))
         return fams
-
-    def self_families(self, cfg: Config) -> list[Family]:
-        st = self.reload_status
-        return [
-            Family("dnsfleet_build_info", "dnsfleet version, as a label; always 1.").add(
-                1, {"version": __version__, "python": platform.python_version()}),
-            Family("dnsfleet_config_last_reload_successful",
-                   "1 if the last configuration load succeeded.").add(float(st.successful)),
-            Family("dnsfleet_config_last_reload_success_timestamp_seconds",
-                   "When the running configuration was loaded.").add(st.timestamp),
-            Family("dnsfleet_targets", "Configured probe targets.").add(len(cfg.targets)),
-            Family("dnsfleet_probes_total", "Probes sent by this exporter on /metrics.",
-                   "counter").add(self.prober.probes_total),
-            Family("dnsfleet_scrapes_total", "/metrics scrapes served.", "counter").add(
-                self.scrapes_total),
-        ]
 
     async def probe_one(self, target: Target, module: Module, timeout: float,
                         *, qname: str | None = None, qtype: str | None = None) -> ProbeResult:
@@ -158,3 +145,4 @@ class Exporter:
             query = self.prober.queries.get(module.name) or query_for(module)
         return await probe(sockaddr=target.sockaddr, family=target.family, module=module,
                            query=query, timeout=min(module.timeout, timeout))
+

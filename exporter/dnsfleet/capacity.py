@@ -50,7 +50,7 @@ import dns.query
 import dns.rcode
 import dns.rdatatype
 
-from dnsfleet.config import DEFAULT_CAPACITY_FILE, Endpoint
+from dnsfleet.config import Endpoint
 from dnsfleet.parsers.resperf import (
     PlotCapacity,
     ResperfResult,
@@ -234,7 +234,8 @@ def record(path: str, key: str, m: Measurement) -> None:
 
 # ------------------------------------------------------------------ query files
 
-def _query_line(text: str) -> str:
+def query_line(text: str) -> str:
+    """``NAME[/TYPE]`` on the command line -> a resperf query line."""
     name, _, qtype = text.partition("/")
     qtype = (qtype or "A").upper()
     try:
@@ -246,7 +247,8 @@ def _query_line(text: str) -> str:
     return f"{name} {qtype}"
 
 
-def _zone(text: str) -> str:
+def zone_arg(text: str) -> str:
+    """``--miss-zone``: a DNS name, not the root."""
     try:
         zone = dns.name.from_text(text).to_text()
     except dns.exception.DNSException as e:
@@ -379,35 +381,6 @@ def measure(*, kind: str, host: str, port: int, datafile: str, queries: QueryFil
 
 # ------------------------------------------------------------------ command line
 
-def add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", required=True, help="resolver address, e.g. 127.0.0.1:53")
-    p.add_argument("--query", dest="queries", action="append", type=_query_line, default=[],
-                   metavar="NAME[/TYPE]",
-                   help="a cache-hit query (repeatable): asked once before the run so it is "
-                        "cached, then repeated for the whole ramp")
-    p.add_argument("--miss-zone", type=_zone, metavar="ZONE",
-                   help="a zone you serve that answers every name (a wildcard): the cache-miss "
-                        "run asks a new name under it with every query. Never a public zone")
-    p.add_argument("--miss-type", default="A", type=str.upper,
-                   help="query type of the cache-miss names (default A)")
-    p.add_argument("--kind", choices=("hit", "miss", "both"),
-                   help="which capacities to measure (default: both when --miss-zone is "
-                        "given, else hit)")
-    p.add_argument("--max-qps", type=int, default=100000,
-                   help="highest offered load of the ramp (default 100000)")
-    p.add_argument("--ramp", type=int, default=60, help="ramp duration in seconds (default 60)")
-    p.add_argument("--max-loss", type=float, default=1.0,
-                   help="acceptable query loss in percent (default 1)")
-    p.add_argument("--state-file", default=DEFAULT_CAPACITY_FILE,
-                   help=f"where the figures are recorded (default {DEFAULT_CAPACITY_FILE}; the "
-                        "exporter reads resolver.capacity_file)")
-    p.add_argument("--query-dir",
-                   help="where the generated query files are kept (default: queries/ beside "
-                        "the state file)")
-    p.add_argument("--yes", action="store_true",
-                   help="confirm: this loads the resolver to its limit (maintenance window)")
-
-
 def _fail(msg: str, code: int = 2) -> int:
     print(f"dnsfleet capacity-test: {msg}", file=sys.stderr)
     return code
@@ -484,7 +457,3 @@ def main(args: argparse.Namespace) -> int:
               f"{' (lower bound)' if m.lower_bound else ''}; {m.queries_completed}/"
               f"{m.queries_sent} queries answered; recorded in {args.state_file}")
     return 0
-
-
-SUBCOMMAND = (add_args, main, "measure a resolver's cache-hit and cache-miss capacity with "
-                              "resperf and record them")

@@ -1,4 +1,8 @@
-"""Command line: ``dnsfleet-exporter`` (the daemon) and ``dnsfleet`` (on-call tools)."""
+"""Command line: ``dnsfleet-exporter`` (the daemon) and ``dnsfleet`` (on-call tools).
+
+Every command's flags are declared here; the modules behind the commands take the parsed
+arguments. (``capacity-test`` still declares its flags in capacity.py's ``add_args``.)
+"""
 
 from __future__ import annotations
 
@@ -12,10 +16,11 @@ from collections.abc import Callable, Sequence
 
 from dnsfleet import __version__, capacity, failover, malloc, webconfig
 from dnsfleet.app import Exporter
-from dnsfleet.config import ConfigError, parse_address
+from dnsfleet.config import DEFAULT_CAPACITY_FILE, ConfigError, parse_address
 from dnsfleet.config import schema as config_schema
 from dnsfleet.hostfs import HostFS
 from dnsfleet.httpserver import serve as http_serve
+from dnsfleet.stubmodel import LIBCS
 from dnsfleet.web import make_router
 
 DEFAULT_PORT = 9853
@@ -47,7 +52,7 @@ def exporter_parser() -> argparse.ArgumentParser:
     p.add_argument("--web.listen-address", dest="listen", type=_listen,
                    default=("", DEFAULT_PORT), help=f"[host]:port (default :{DEFAULT_PORT})")
     p.add_argument("--web.config.file", dest="web_config_file", default=None,
-                   help="exporter-toolkit web configuration: TLS, basic auth (see README)")
+                   help="exporter-toolkit web configuration: TLS, basic auth (docs/configuration.md)")
     p.add_argument("--web.telemetry-path", dest="telemetry_path", default="/metrics")
     p.add_argument("--web.enable-lifecycle", dest="enable_lifecycle", action="store_true",
                    help="allow POST/PUT /-/reload (SIGHUP works regardless)")
@@ -137,12 +142,58 @@ async def serve(exp: Exporter, args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------ `dnsfleet` on-call tools
 
+
+def failover_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--resolv-conf", default="/etc/resolv.conf", metavar="FILE",
+                   help="the resolv.conf to assess (default /etc/resolv.conf)")
+    p.add_argument("--libc", choices=LIBCS, default="glibc",
+                   help="the client's C library (default glibc)")
+    p.add_argument("--query-name", default=".", help="what a client asks (default .)")
+    p.add_argument("--query-type", default="NS", help="query type (default NS)")
+    p.add_argument("--probe-timeout", default="1s",
+                   help="after this long a nameserver counts as silent (default 1s)")
+
+
+def capacity_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", required=True, help="resolver address, e.g. 127.0.0.1:53")
+    p.add_argument("--query", dest="queries", action="append", type=capacity.query_line, default=[],
+                   metavar="NAME[/TYPE]",
+                   help="a cache-hit query (repeatable): asked once before the run so it is "
+                        "cached, then repeated for the whole ramp")
+    p.add_argument("--miss-zone", type=capacity.zone_arg, metavar="ZONE",
+                   help="a zone you serve that answers every name (a wildcard): the cache-miss "
+                        "run asks a new name under it with every query. Never a public zone")
+    p.add_argument("--miss-type", default="A", type=str.upper,
+                   help="query type of the cache-miss names (default A)")
+    p.add_argument("--kind", choices=("hit", "miss", "both"),
+                   help="which capacities to measure (default: both when --miss-zone is "
+                        "given, else hit)")
+    p.add_argument("--max-qps", type=int, default=100000,
+                   help="highest offered load of the ramp (default 100000)")
+    p.add_argument("--ramp", type=int, default=60, help="ramp duration in seconds (default 60)")
+    p.add_argument("--max-loss", type=float, default=1.0,
+                   help="acceptable query loss in percent (default 1)")
+    p.add_argument("--state-file", default=DEFAULT_CAPACITY_FILE,
+                   help=f"where the figures are recorded (default {DEFAULT_CAPACITY_FILE}; "
+                        "the exporter reads resolver.capacity_file)")
+    p.add_argument("--query-dir",
+                   help="where the generated query files are kept (default: queries/ beside "
+                        "the state file)")
+    p.add_argument("--yes", action="store_true",
+                   help="confirm: this loads the resolver to its limit (maintenance window)")
+
+
+
 Subcommand = tuple[Callable[[argparse.ArgumentParser], None],
                    Callable[[argparse.Namespace], int], str]
 SUBCOMMANDS: dict[str, Subcommand] = {
-    "failover": failover.SUBCOMMAND,
-    "capacity-test": capacity.SUBCOMMAND,
-    "config-schema": config_schema.SUBCOMMAND,
+    "failover": (failover_args, failover.run,
+                 "what clients of a resolv.conf suffer from failing nameservers"),
+    "capacity-test": (capacity_args, capacity.main,
+                      "measure a resolver's cache-hit and cache-miss capacity with resperf "
+                      "and record them"),
+    "config-schema": (lambda p: None, config_schema.print_schema,
+                      "print the JSON Schema of dnsfleet.yml (docs/dnsfleet.schema.json)"),
 }
 
 

@@ -267,9 +267,9 @@ def _read_nsid(data: bytes, pos: int, end: int) -> bytes | None:
 
 
 def decode_message(wire: bytes) -> dns.message.Message:
-    """The whole message, decoded by dnspython, for the few readers that need more than the
-    fast path (answer text, Consul's answers, CHAOS TXT identities). Raises Malformed for
-    anything dnspython cannot decode."""
+    """The whole message, decoded by dnspython: the one full decoder, for answer text,
+    CHAOS identities and Consul's records. Raises Malformed when dnspython cannot decode it.
+    """
     import dns.message  # noqa: PLC0415 - see the module docstring
 
     try:

@@ -2,7 +2,8 @@
 
 Probes each nameserver as the client would and prints, per nameserver, its state and the
 seconds it costs a lookup that reaches it, then the total a lookup suffers. Reads the file
-directly (no --path.rootfs: an operator points it at the file they mean).
+directly (no --path.rootfs: an operator points it at the file they mean). Its flags are
+parsed in cli.py with every other command's.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from dnsfleet.collectors.stub import FileReport, assess
 from dnsfleet.config import ResolvConfWatch, parse_duration
 from dnsfleet.hostfs import HostFS
-from dnsfleet.stubmodel import LIBCS, ServerState, Verdict
+from dnsfleet.stubmodel import ServerState, Verdict
 
 ADVICE = {
     ServerState.SILENT: "drops queries: every lookup that reaches it waits the full timeout",
@@ -25,17 +26,6 @@ ADVICE = {
     ServerState.ERROR: "broken exchange: clients move on",
     ServerState.ANSWERING: "answers",
 }
-
-
-def add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--resolv-conf", default="/etc/resolv.conf", metavar="FILE",
-                   help="the resolv.conf to assess (default /etc/resolv.conf)")
-    p.add_argument("--libc", choices=LIBCS, default="glibc",
-                   help="the client's C library (default glibc)")
-    p.add_argument("--query-name", default=".", help="what a client asks (default .)")
-    p.add_argument("--query-type", default="NS", help="query type (default NS)")
-    p.add_argument("--probe-timeout", default="1s",
-                   help="after this long a nameserver counts as silent (default 1s)")
 
 
 def render_report(rep: FileReport, libc: str) -> str:
@@ -95,5 +85,3 @@ def run(args: argparse.Namespace) -> int:
     verdict = next(v for v in rep.verdicts if v.libc == args.libc)
     return 1 if verdict.failing or verdict.delay >= 1 else 0
 
-
-SUBCOMMAND = (add_args, run, "what clients of a resolv.conf suffer from failing nameservers")

@@ -19,8 +19,8 @@ answered, and a TLS ClientHello on a plain port gets a 400 at once. Any exceptio
 answering ends in a 500 and a closed connection, never a hung one.
 
 Why not h11: it is the library this parser is held to, and its per-request cost was
-measured against this one (``bench/bench_http_parse.py``): see the README's security
-section for the figure.
+measured against this one (``bench/bench_http_parse.py``): see docs/design.md, "HTTP
+server and endpoints", for the figure.
 """
 
 from __future__ import annotations

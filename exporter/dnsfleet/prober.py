@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from dnsfleet.collectors.resolver import canary_families
 from dnsfleet.config import Config, Target
 from dnsfleet.dnswire import Query
 from dnsfleet.exposition import Family, TextFamily, format_value, join_labels, labelset
@@ -154,7 +155,7 @@ class Prober:
                        "started, answered or not.", "counter", "".join(attempts)),
             TextFamily(hname, "Latency of probes that got an answer (any rcode).", "histogram",
                        "".join(hist)),
-            *self.watch.families(),
+            *canary_families(self.watch),
         ]
 
 

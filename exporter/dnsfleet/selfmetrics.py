@@ -1,5 +1,9 @@
-"""The exporter's own process metrics, with the names client_python's ProcessCollector and
+"""The exporter's own metrics: its build, configuration, targets, probe and scrape counts
+(``dnsfleet_build_info``, ``dnsfleet_config_*``, ``dnsfleet_targets``,
+``dnsfleet_probes_total``, ``dnsfleet_scrapes_total``, ``dnsfleet_scrape_duration_seconds``),
+and its process metrics, with the names client_python's ProcessCollector and
 PlatformCollector use (process_*, python_info), so standard dashboards work.
+(``dnsfleet_collector_*`` come from the collector runner, collectors/base.py.)
 
 Produced here instead of by client_python: importing prometheus_client costs ~1.5 MB of RSS
 for six gauges. These describe this process, not the host, so they read the kernel's view
@@ -12,6 +16,7 @@ import os
 import platform
 import resource
 
+from dnsfleet import __version__
 from dnsfleet.exposition import Family
 
 SELF = "/proc/self"  # the exporter's own process; host facts go through HostFS
@@ -31,6 +36,29 @@ def _boot_time() -> float | None:
 
 
 _BOOT = _boot_time()
+
+
+def exporter_families(*, reload_successful: bool, reload_timestamp: float, targets: int,
+                      probes_total: int, scrapes_total: int) -> list[Family]:
+    """Pure: the exporter's own state after a scrape."""
+    return [
+        Family("dnsfleet_build_info", "dnsfleet version, as a label; always 1.").add(
+            1, {"version": __version__, "python": platform.python_version()}),
+        Family("dnsfleet_config_last_reload_successful",
+               "1 if the last configuration load succeeded.").add(float(reload_successful)),
+        Family("dnsfleet_config_last_reload_success_timestamp_seconds",
+               "When the running configuration was loaded.").add(reload_timestamp),
+        Family("dnsfleet_targets", "Configured probe targets.").add(targets),
+        Family("dnsfleet_probes_total", "Probes sent by this exporter on /metrics.",
+               "counter").add(probes_total),
+        Family("dnsfleet_scrapes_total", "/metrics scrapes served.", "counter").add(
+            scrapes_total),
+    ]
+
+
+def scrape_duration_family(took: float) -> Family:
+    return Family("dnsfleet_scrape_duration_seconds",
+                  "Time this exporter spent on the current scrape.").add(took)
 
 
 def process_families() -> list[Family]:

@@ -18,11 +18,12 @@ from dnsfleet.exposition import (
     render_openmetrics_bytes,
 )
 from dnsfleet.httpserver import Request, Response, Router
-from dnsfleet.probehandler import ProbeHandler, ProbeRefused
+from dnsfleet.probes.handler import ProbeHandler, Refusal, Refused, probe_exposition
 
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+REFUSAL_STATUS = {Refusal.INVALID: 400, Refusal.FORBIDDEN: 403, Refusal.BUSY: 503}
 
 
 def scrape_timeout_header(request: Request) -> float | None:
@@ -59,7 +60,7 @@ class Handlers:
                  max_requests: int = 40) -> None:
         self.exp = exp
         self.metrics_path = metrics_path
-        self.probes = ProbeHandler()
+        self.probe_handler = ProbeHandler(exp)
         self.enable_lifecycle = enable_lifecycle
         self.max_requests = max_requests
         self.metrics_in_flight = 0
@@ -98,12 +99,12 @@ class Handlers:
                         headers=headers)
 
     async def probe(self, request: Request) -> Response:
-        try:
-            body = await self.probes.handle(self.exp, request.query, request.repeated,
-                                            scrape_timeout_header(request))
-        except ProbeRefused as e:
-            return _bad(e.status, e.reason)
-        return Response(body=body.encode(), content_type=CONTENT_TYPE)
+        outcome = await self.probe_handler.handle(
+            request.query, repeated=request.repeated,
+            header_timeout=scrape_timeout_header(request))
+        if isinstance(outcome, Refused):
+            return _bad(REFUSAL_STATUS[outcome.kind], outcome.reason)
+        return Response(body=probe_exposition(outcome).encode(), content_type=CONTENT_TYPE)
 
     async def healthy(self, request: Request) -> Response:
         return Response.text(200, "OK\n")

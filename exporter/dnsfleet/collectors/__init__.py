@@ -1,13 +1,13 @@
 """Collectors, one per subsystem, listed explicitly (node_exporter's ``collector/``).
 
-Each collector module exposes ``COLLECTOR``; this list is the only registration.
+Each collector module exposes ``COLLECTOR``; this list is the only registration. A module
+is named for the metric prefix it emits (bond.py: ``dnsfleet_bond_*``); the ``collector``
+label keeps the collector's name (``bonding``, ``cpu_latency``).
 """
 
 from __future__ import annotations
 
-from dnsfleet.collectors import bonding, consul, cpu_latency, nic, stub
-from dnsfleet.collectors import resolver_capacity as resolver_capacity
-from dnsfleet.collectors import resolver_stats as resolver_stats
+from dnsfleet.collectors import bond, consul, cpu, nic, resolver, resolver_capacity, stub
 from dnsfleet.collectors.base import (
     CollectContext,
     Collector,
@@ -19,11 +19,11 @@ from dnsfleet.collectors.base import (
 _ALL: tuple[Collector, ...] = (
     consul.COLLECTOR,
     stub.COLLECTOR,
-    resolver_stats.COLLECTOR,
+    resolver.COLLECTOR,
     resolver_capacity.COLLECTOR,
-    bonding.COLLECTOR,
+    bond.COLLECTOR,
     nic.COLLECTOR,
-    cpu_latency.COLLECTOR,
+    cpu.COLLECTOR,
 )
 
 COLLECTORS: dict[str, Collector] = {c.name: c for c in _ALL}

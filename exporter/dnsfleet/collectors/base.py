@@ -27,8 +27,8 @@ from dnsfleet.hostfs import HostFS
 
 log = logging.getLogger(__name__)
 
-# A collector that works up to the scrape deadline stops its own work this long before it,
-# leaving the runner time to render what it gathered.
+# Network collectors stop their work this long before the scrape deadline, leaving the
+# runner a moment to render the families once every reader is done or has given up.
 DEADLINE_MARGIN = 0.05
 
 

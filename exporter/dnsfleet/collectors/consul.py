@@ -86,8 +86,8 @@ def decode_answer(wire: bytes, qtype: int) -> tuple[int, frozenset[str]]:
     """(answer RRs of ``qtype``, addresses they lead to). For A: the A records (and CNAME
     targets, which Consul serves for a service registered with a hostname). For SRV: the
     A/AAAA records of the SRV targets in ADDITIONAL, where Consul puts them.
-    Raises ValueError (Malformed) when dnspython cannot decode the message."""
-    msg = decode_message(wire)
+    Raises ValueError when dnspython cannot decode the message."""
+    msg = decode_message(wire)  # Malformed is a ValueError
     count = 0
     addrs: set[str] = set()
     targets: set[str] = set()

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from dnsfleet.collectors.base import CollectorError, host_collector
+from dnsfleet.collectors.resolver import process_families
 from dnsfleet.config import Config
 from dnsfleet.exposition import Family
 from dnsfleet.hostfs import HostFS, HostReadError, StrPath
@@ -263,26 +264,17 @@ def _collect(fs: HostFS, config: Config) -> list[Family]:
         # threads as the resolver and say how many there were.
         per_pid = [thread_cpus(fs, [pid]) for pid in pids[resolver]]
         main = max(per_pid, key=len, default=[])
-        fams.append(Family("dnsfleet_resolver_processes",
-                           "Processes named like the configured resolver process; the "
-                           "thread and locality metrics describe the one with the most "
-                           "threads.").add(len(per_pid), {"process": resolver}))
-        fams += locality_families(fs, resolver, main, nic_data)
+        fams += process_families(resolver, processes=len(per_pid), cpus=main)
+        if main:
+            fams += locality_families(fs, resolver, main, nic_data)
     return fams
 
 
 def locality_families(fs: HostFS, process: str, cpus: list[int],
                       nic_data: list[NicIrqs]) -> list[Family]:
-    pl = {"process": process}
-    threads = Family("dnsfleet_resolver_threads",
-                     "Threads of the configured resolver process (0: not running); of the "
-                     "one with the most threads when several share the name.").add(
-                         len(cpus), pl)
-    if not cpus:
-        return [threads]
+    """The NIC side of locality: the resolver's CPUs against those serving each NIC's
+    queue interrupts (the resolver's own families are collectors/resolver.py's)."""
     ran_on = frozenset(cpus)
-    distinct = Family("dnsfleet_resolver_cpus",
-                      "Distinct CPUs the resolver's threads last ran on.").add(len(ran_on), pl)
     shared = Family("dnsfleet_nic_resolver_shared_cpus",
                     "CPUs that both ran a resolver thread and serve the NIC's queue "
                     "interrupts.")
@@ -301,7 +293,7 @@ def locality_families(fs: HostFS, process: str, cpus: list[int],
             local.add(sum(1 for c in cpus
                           if not serving.isdisjoint(domains[c].get(level, ()))),
                       {**dl, "level": level})
-    return [threads, distinct, shared, local]
+    return [shared, local]
 
 
 COLLECTOR = host_collector("nic", collect)

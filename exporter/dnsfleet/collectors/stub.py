@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import dns.rcode
 
-from dnsfleet.collectors.base import CollectContext, Collector
+from dnsfleet.collectors.base import DEADLINE_MARGIN, CollectContext, Collector
 from dnsfleet.config import Module, ResolvConfWatch, Transport, parse_address
 from dnsfleet.dnswire import Query, build_query
 from dnsfleet.exposition import Family
@@ -147,7 +147,7 @@ async def assess(fs: HostFS, watches: tuple[ResolvConfWatch, ...], *, deadline: 
             query: Query = build_query(watch.query_name, watch.qtype, module.qclass,
                                        recursion_desired=True, edns=conf.edns0,
                                        payload=1232, nsid=False)
-            timeout = max(min(watch.probe_timeout, deadline - loop.time() - 0.05),
+            timeout = max(min(watch.probe_timeout, deadline - loop.time() - DEADLINE_MARGIN),
                           MIN_PROBE_TIMEOUT)
             tasks[key] = asyncio.ensure_future(probe(sockaddr=sockaddr, family=family,
                                                      module=module, query=query,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from collections.abc import Callable
 
 from dnsfleet.config.checks import (
     JSON,
@@ -138,19 +137,8 @@ def _stats_schema() -> JSON:
     return {"oneOf": variants}
 
 
-# ------------------------------------------------------------------ `dnsfleet config-schema`
-
-
-def _add_args(p: argparse.ArgumentParser) -> None:
-    del p  # no options: the schema goes to stdout
-
-
-def _run(args: argparse.Namespace) -> int:
+def print_schema(args: argparse.Namespace) -> int:
+    """`dnsfleet config-schema` (its flags, none, are declared in cli.py)."""
     del args
     print(render(), end="")
     return 0
-
-
-SUBCOMMAND: tuple[
-    Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str
-] = (_add_args, _run, "print the JSON Schema of dnsfleet.yml (docs/dnsfleet.schema.json)")

@@ -19,7 +19,7 @@ PROBES: dict[Transport, ExchangeFn] = {
 
 
 def query_for(module: Module) -> Query:
-    """The one query a module sends: the probe's, the canary's and the identity query's."""
+    """The query a module sends (ID 0): the one place a module's settings become a query."""
     return build_query(module.query_name, module.qtype, module.qclass,
                        recursion_desired=module.recursion_desired, edns=module.edns,
                        payload=module.edns_udp_size, nsid=module.edns)
@@ -35,4 +35,5 @@ async def probe(*, sockaddr: tuple[str, int] | tuple[str, int, int, int],
     return judge(ex, module)
 
 
-__all__ = ["PROBES", "REASONS", "Exchange", "ProbeResult", "Reason", "failed", "judge", "probe"]
+__all__ = ["PROBES", "REASONS", "Exchange", "ProbeResult", "Reason", "failed", "judge", "probe",
+           "query_for"]

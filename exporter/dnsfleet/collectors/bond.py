@@ -2,7 +2,8 @@
 
 Bonds come from /proc/net/bonding (the richer source, with 802.3ad churn and partner
 details) and /sys/class/net/bonding_masters; sysfs is read only for bonds that have no proc
-file. No bonding driver loaded means no families.
+file. No bonding driver loaded means no families. Emits every ``dnsfleet_bond_*`` family
+(collector label ``bonding``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@ an idle state only if it is enabled and its exit latency is within the PM QoS li
 ``pm_qos_resume_latency_us``): ``dnsfleet_cpu_wakeup_latency_seconds`` is the worst exit
 latency any CPU may incur under those rules.
 
-cpuidle series are aggregated by state name (O(states), not CPUs x states).
+cpuidle series are aggregated by state name (O(states), not CPUs x states). Emits every
+``dnsfleet_cpu_*``, ``dnsfleet_cpuidle_*``, ``dnsfleet_pm_qos_*``, ``dnsfleet_intel_idle_*``
+and ``dnsfleet_tuned_*`` family (collector label ``cpu_latency``).
 
 /dev/cpu_dma_latency is readable by root only. Without it the limit is unknown:
 ``dnsfleet_pm_qos_readable`` is 0, ``dnsfleet_pm_qos_cpu_latency_seconds`` and
