@@ -52,7 +52,8 @@ def exporter_parser() -> argparse.ArgumentParser:
     p.add_argument("--web.listen-address", dest="listen", type=_listen,
                    default=("", DEFAULT_PORT), help=f"[host]:port (default :{DEFAULT_PORT})")
     p.add_argument("--web.config.file", dest="web_config_file", default=None,
-                   help="exporter-toolkit web configuration: TLS, basic auth (docs/configuration.md)")
+                   help="exporter-toolkit web configuration: TLS, basic auth "
+                        "(docs/configuration.md)")
     p.add_argument("--web.telemetry-path", dest="telemetry_path", default="/metrics")
     p.add_argument("--web.enable-lifecycle", dest="enable_lifecycle", action="store_true",
                    help="allow POST/PUT /-/reload (SIGHUP works regardless)")
