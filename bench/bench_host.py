@@ -102,7 +102,7 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 20) -> N
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args} exited with {proc.returncode}")
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
         try:
             urllib.request.urlopen(url, timeout=5).read()
             return

@@ -352,7 +352,8 @@ class ConsulDouble:
                 rtype = "AAAA" if ":" in addr else "A"
                 r.additional.append(dns.rrset.from_text(target, 0, "IN", rtype, addr))
             return
-        want = {dns.rdatatype.A: 4, dns.rdatatype.AAAA: 6, dns.rdatatype.ANY: 0}.get(qtype)
+        want = {dns.rdatatype.A: 4, dns.rdatatype.AAAA: 6, dns.rdatatype.ANY: 0}.get(
+            dns.rdatatype.RdataType.make(qtype))
         if want is None:
             r.authority.append(self._soa())
             return

@@ -359,7 +359,8 @@ def answer(query_wire: bytes, *records: str, rcode: int = 0, tc: bool = False,
     r = dns.message.make_response(q)
     r.set_rcode(dns.rcode.Rcode(rcode))
     for rec in records:
-        rrset = dns.rrset.from_text(*rec.split(maxsplit=4))
+        name, ttl, rdclass, rdtype, rdata = rec.split(maxsplit=4)
+        rrset = dns.rrset.from_text(name, int(ttl), rdclass, rdtype, rdata)
         r.answer.append(rrset)
     if tc:
         r.flags |= dns.flags.TC

@@ -7,6 +7,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -145,7 +146,7 @@ def test_inhibition(am: Alertmanager, case: str) -> None:
     tag = f"c{abs(hash(case)) % 10**8}"
     # Cases must not see each other's sources: each lives in its own `site` namespace
     # when it has a site, and its own instance suffix otherwise.
-    posted = []
+    posted: list[dict[str, Any]] = []
     for a in alerts:
         labels = dict(a)
         if "site" in labels:

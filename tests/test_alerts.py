@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -22,8 +23,8 @@ SEVERITIES = {"critical", "warning", "info"}
 SECTIONS = ("## Meaning", "## Impact", "## Diagnosis", "## Mitigation")
 
 
-def alerting_rules() -> list[dict]:
-    out = []
+def alerting_rules() -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
     for f in RULES:
         for group in yaml.safe_load(f.read_text())["groups"]:
             out.extend(r for r in group["rules"] if "alert" in r)
@@ -157,7 +158,7 @@ def test_catalog_has_nothing_undocumented() -> None:
 def test_firing_alerts_carry_inhibition_labels() -> None:
     """Alertmanager's inhibitions match on `instance` and `site` (alerts/alertmanager.yml):
     every alert a unit test fires must carry both, non-empty."""
-    problems = []
+    problems: list[str] = []
     for f in RULE_TESTS:
         for case in yaml.safe_load(f.read_text()).get("tests", []):
             for at in case.get("alert_rule_test", []):

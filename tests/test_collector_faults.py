@@ -49,7 +49,8 @@ def file_collector(name: str, *parts: str) -> Collector:
 
 
 def buggy(fs: HostFS, cfg: Config) -> list[Family]:
-    return [Family("x", "y").add({}["missing"])]
+    empty: dict[str, float] = {}
+    return [Family("x", "y").add(empty["missing"])]
 
 
 def slow(fs: HostFS, cfg: Config) -> list[Family]:
@@ -175,7 +176,8 @@ def test_each_fault_fails_only_its_collector(tree: Path) -> None:
     assert "test_healthy_value" in names
     assert not [n for n in names if n.startswith("test_") and n != "test_healthy_value"]
     assert "test_healthy_value 42" in str(r["text"])
-    logs = "\n".join(str(x) for x in r["logs"])  # type: ignore[union-attr]
+    assert isinstance(r["logs"], list)
+    logs = "\n".join(str(x) for x in r["logs"])
     # Each failure is logged with a reason naming the file or the problem.
     for needle in (
         f"collector denied failed: {tree}/proc/denied: Permission denied",

@@ -7,6 +7,7 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import dns.flags
 import dns.message
@@ -45,7 +46,7 @@ def addrs(m: dns.message.Message) -> set[str]:
     return {rd.address for rs in m.answer for rd in rs}
 
 
-def get(c: ConsulDouble, path: str, token: str | None = None) -> tuple[int, object, dict]:
+def get(c: ConsulDouble, path: str, token: str | None = None) -> tuple[int, Any, dict[str, str]]:
     req = urllib.request.Request(c.http_url + path)
     if token:
         req.add_header("X-Consul-Token", token)

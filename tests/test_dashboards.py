@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -18,8 +19,9 @@ from tests.tools import binary
 JSON_DIR = generate.OUT
 
 
-def load(name: str) -> dict:
-    return json.loads((JSON_DIR / f"{name}.json").read_text())
+def load(name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((JSON_DIR / f"{name}.json").read_text())
+    return doc
 
 
 def test_committed_json_is_fresh() -> None:

@@ -4,6 +4,7 @@ promtool), failure isolation (a broken subsystem fails its collector only), the 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shutil
 import subprocess
@@ -84,7 +85,7 @@ def test_golden_exposition_of_x86_tree(tmp_path: Path) -> None:
 def test_x86_tree_values() -> None:
     fams = collect(host_fs(TREES / "x86"))
     assert success(fams) == {"bonding": 1, "nic": 1, "cpu_latency": 1}
-    v = lambda name, **kw: value(fams, name, **kw)  # noqa: E731
+    v = functools.partial(value, fams)
     # ixgbe: four TxRx vectors, the "eth0" link vector is not a queue.
     assert v("dnsfleet_nic_queues", device="eth0") == 4
     assert v("dnsfleet_nic_queue_interrupts_total", device="eth0", queue="eth0-TxRx-0") == 9e6
@@ -146,7 +147,7 @@ def test_cardinality_is_queues_plus_cpus() -> None:
 def test_acpi_virtio_tree() -> None:
     fams = collect(host_fs(TREES / "acpi-virtio"), resolver="named")
     assert success(fams) == {"bonding": 1, "nic": 1, "cpu_latency": 1}
-    v = lambda name, **kw: value(fams, name, **kw)  # noqa: E731
+    v = functools.partial(value, fams)
     # virtio: the vectors are on the PCI function above the virtioN device.
     # One rx/tx pair: one receive queue, two queue vectors (input.0, output.0).
     assert v("dnsfleet_nic_queues", device="eth0") == 1

@@ -48,7 +48,8 @@ def run_probe(port: int, module: Module = UDP, *, timeout: float = TIMEOUT) -> P
     return asyncio.run(go())
 
 
-UdpFn = Callable[[bytes, tuple[str, int], socket.socket], None]
+# What the handler returns is ignored (a lambda's sendto count, say).
+UdpFn = Callable[[bytes, tuple[str, int], socket.socket], object]
 
 
 @contextlib.contextmanager
@@ -186,7 +187,8 @@ def test_wrong_question_is_ignored(qname: str, qtype: str) -> None:
         forged.id = qid_of(d)
         r = dns.message.make_response(forged)
         for rec in FORGED3:
-            r.answer.append(dns.rrset.from_text(*rec.split(maxsplit=4)))
+            name, ttl, rdclass, rdtype, rdata = rec.split(maxsplit=4)
+            r.answer.append(dns.rrset.from_text(name, int(ttl), rdclass, rdtype, rdata))
         s.sendto(r.to_wire(), p)
         s.sendto(answer(d, GOOD), p)
 
@@ -437,10 +439,11 @@ def test_hostile_targets_do_not_disturb_good_ones(tmp_path: Path) -> None:
         exp = Exporter(fs=HostFS(), config_file=str(conf))
         asyncio.run(exp.scrape(5.0))
     got = {st.target.port: st.last for st in exp.prober.states.values()}
-    assert got[g] is not None and got[g].success
-    assert got[j] is not None and got[j].reason is Reason.MALFORMED
-    assert got[f] is not None and got[f].reason is Reason.MALFORMED
-    assert got[closed] is not None and got[closed].reason is Reason.REFUSED
+    good_r, junk_r, flood_r, closed_r = got[g], got[j], got[f], got[closed]
+    assert good_r is not None and good_r.success
+    assert junk_r is not None and junk_r.reason is Reason.MALFORMED
+    assert flood_r is not None and flood_r.reason is Reason.MALFORMED
+    assert closed_r is not None and closed_r.reason is Reason.REFUSED
 
 
 def _with_answer_name(d: bytes, name: bytes, *, extra: bytes = b"", arcount: int = 0) -> bytes:

@@ -14,6 +14,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -46,7 +47,7 @@ def router() -> Router:
 
 
 @asynccontextmanager
-async def server(r: Router, **kw: float) -> AsyncIterator[int]:
+async def server(r: Router, **kw: Any) -> AsyncIterator[int]:
     srv = await serve(r, "127.0.0.1", 0, **kw)
     port = srv.sockets[0].getsockname()[1]
     try:
@@ -213,7 +214,7 @@ def test_gzip_openmetrics_and_lifecycle(tmp_path: Path) -> None:
             assert b"application/openmetrics-text; version=1.0.0" in head
             om = body.decode()
             assert om.endswith("# EOF\n")
-            fams = {f.name: f for f in om_parse(om)}
+            fams = {f.name: f for f in om_parse(om)}  # type: ignore[no-untyped-call]
             assert fams["dnsfleet_probe_failures"].type == "counter"
             check = subprocess.run([binary("promtool"), "check", "metrics"], input=om,
                                    capture_output=True, text=True, timeout=60)

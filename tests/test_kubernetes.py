@@ -164,7 +164,8 @@ def test_monitors_select_what_exists(rendered: list[dict[str, Any]]) -> None:
     assert {e["port"] for e in pm["spec"]["podMetricsEndpoints"]} <= ports
     for ep in (*sm["spec"]["endpoints"], *pm["spec"]["podMetricsEndpoints"]):
         # The scrape timeout bounds every probe of a scrape: below the interval.
-        assert parse_duration(ep["scrapeTimeout"]) < parse_duration(ep["interval"])
+        timeout, interval = parse_duration(ep["scrapeTimeout"]), parse_duration(ep["interval"])
+        assert timeout is not None and interval is not None and timeout < interval
     # Both workloads' pods are selected by their Service, and by nothing else's.
     dep = one(rendered, "Deployment", "dnsfleet-fleet")
     for workload, service in ((dep, svc), (ds, one(rendered, "Service", "dnsfleet-node"))):

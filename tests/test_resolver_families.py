@@ -24,6 +24,7 @@ from dnsfleet.parsers.promtext import parse_prometheus_text, parse_resolver_metr
 from tests.resolverfamilies import Dnsdist, Kresd, PdnsRecursor, wait_http
 from tests.servers import Named, Unbound
 from tests.test_resolver_real import scrape, value
+from tests.tools import num
 
 FIXTURES = Path(__file__).parent / "fixtures" / "resolver"
 def exporter(tmp_path: Path, target: dict[str, Any], **module: Any) -> Exporter:
@@ -65,12 +66,12 @@ def test_pdns_recursor(pdns: PdnsRecursor, tmp_path: Path) -> None:
     t = pdns.address
     assert value(s, "dnsfleet_resolver_stats_up", target=t) == 1
     assert value(s, "dnsfleet_resolver_info", target=t, software="pdns-recursor") == 1
-    assert value(s, "dnsfleet_resolver_queries_total", target=t) >= 8  # type: ignore[operator]
-    assert value(s, "dnsfleet_resolver_cache_hits_total", target=t) >= 4  # type: ignore[operator]
-    assert value(s, "dnsfleet_resolver_responses_total", target=t,
-                 rcode="NXDOMAIN") >= 3  # type: ignore[operator]
+    assert num(value(s, "dnsfleet_resolver_queries_total", target=t)) >= 8
+    assert num(value(s, "dnsfleet_resolver_cache_hits_total", target=t)) >= 4
+    assert num(value(s, "dnsfleet_resolver_responses_total", target=t,
+                 rcode="NXDOMAIN")) >= 3
     assert value(s, "dnsfleet_resolver_rcode_stats_available", target=t) == 1
-    start = value(s, "dnsfleet_resolver_start_time_seconds", target=t)
+    start = num(value(s, "dnsfleet_resolver_start_time_seconds", target=t))
     assert start == pytest.approx(time.time(), abs=30)
     capture("pdns-recursor-4.8.metrics.txt", pdns.metrics_url,
             {"X-API-Key": pdns.api_key})
@@ -79,7 +80,7 @@ def test_pdns_recursor(pdns: PdnsRecursor, tmp_path: Path) -> None:
     pdns.stop()
     pdns.start()
     s = scrape(exp)
-    assert value(s, "dnsfleet_resolver_start_time_seconds", target=t) > start  # type: ignore[operator]
+    assert num(value(s, "dnsfleet_resolver_start_time_seconds", target=t)) > start
     # /config never shows the API key.
     from dnsfleet.config import to_yaml
     assert pdns.api_key not in to_yaml(exp.config)
@@ -125,12 +126,12 @@ def test_dnsdist_pool(pool: tuple[Dnsdist, Unbound, Unbound], tmp_path: Path) ->
     t = d.address
     assert value(s, "dnsfleet_resolver_stats_up", target=t) == 1
     assert value(s, "dnsfleet_resolver_info", target=t, software="dnsdist") == 1
-    assert value(s, "dnsfleet_resolver_queries_total", target=t) >= 14  # type: ignore[operator]
+    assert num(value(s, "dnsfleet_resolver_queries_total", target=t)) >= 14
     for name, u in (("b1", b1), ("b2", b2)):
         assert value(s, "dnsfleet_resolver_backend_up", target=t, backend=name,
                      backend_address=u.address) == 1
-        assert value(s, "dnsfleet_resolver_backend_queries_total", target=t,
-                     backend=name) >= 3  # type: ignore[operator]
+        assert num(value(s, "dnsfleet_resolver_backend_queries_total", target=t,
+                     backend=name)) >= 3
     assert value(s, "dnsfleet_resolver_backend_changes_total", target=t, module="m") == 0
     watch = next(iter(exp.prober.watch.states.values()))
     seen = set(watch.canary.baselines)
@@ -159,9 +160,9 @@ def test_knot_resolver(tmp_path: Path, named: Named) -> None:
         t = k.address
         assert value(s, "dnsfleet_resolver_stats_up", target=t) == 1
         assert value(s, "dnsfleet_resolver_info", target=t, software="knot-resolver") == 1
-        assert value(s, "dnsfleet_resolver_queries_total", target=t) >= 6  # type: ignore[operator]
-        assert value(s, "dnsfleet_resolver_responses_total", target=t,
-                     rcode="NXDOMAIN") >= 2  # type: ignore[operator]
+        assert num(value(s, "dnsfleet_resolver_queries_total", target=t)) >= 6
+        assert num(value(s, "dnsfleet_resolver_responses_total", target=t,
+                     rcode="NXDOMAIN")) >= 2
         # kresd publishes no start time: nothing rather than a made-up one.
         assert value(s, "dnsfleet_resolver_start_time_seconds", target=t) is None
         capture("knot-resolver-5.6.metrics.txt", k.metrics_url)

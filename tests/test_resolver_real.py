@@ -31,7 +31,7 @@ from dnsfleet.hostfs import HostFS
 from dnsfleet.parsers.unbound import parse_unbound_stats
 from tests.resolverfamilies import Dnsdist
 from tests.servers import Named, Unbound
-from tests.tools import binary, free_port
+from tests.tools import binary, free_port, num
 
 RECORDS = """www     IN A 192.0.2.10
 canary  3600 IN A 192.0.2.11
@@ -113,16 +113,16 @@ def test_flush_restart_and_backend_change(pair: tuple[Named, Unbound],
     s = scrape(exp)
     assert value(s, "dnsfleet_probe_success", target=u) == 1
     assert value(s, resets, target=u, site="lab1") == 0
-    assert 3595 <= value(s, "dnsfleet_resolver_canary_ttl_seconds", target=u) <= 3600
+    assert 3595 <= num(value(s, "dnsfleet_resolver_canary_ttl_seconds", target=u)) <= 3600
     assert value(s, "dnsfleet_resolver_backend_info", target=u, backend="backend-a") == 1
     assert value(s, "dnsfleet_resolver_stats_up", target=u, site="lab1") == 1
     assert value(s, "dnsfleet_resolver_stats_up", target=b) == 1
     assert value(s, "dnsfleet_resolver_info", target=u, software="unbound") == 1
     assert value(s, "dnsfleet_resolver_info", target=b, software="bind") == 1
-    u_start, b_start = value(s, start, target=u), value(s, start, target=b)
+    u_start, b_start = value(s, start, target=u), num(value(s, start, target=b))
     assert u_start == pytest.approx(process_start(unbound.proc.pid), abs=2)  # type: ignore[union-attr]
     assert b_start == pytest.approx(process_start(named.proc.pid), abs=2)  # type: ignore[union-attr]
-    assert value(s, "dnsfleet_resolver_queries_total", target=u) >= 1  # type: ignore[operator]
+    assert num(value(s, "dnsfleet_resolver_queries_total", target=u)) >= 1
 
     # A second scrape without any event: nothing counted, start times identical.
     time.sleep(1.5)
@@ -170,7 +170,7 @@ def test_flush_restart_and_backend_change(pair: tuple[Named, Unbound],
     named.restart()
     s = scrape(exp)
     assert value(s, "dnsfleet_resolver_stats_up", target=b) == 1
-    assert value(s, start, target=b) > b_start  # type: ignore[operator]
+    assert num(value(s, start, target=b)) > b_start
 
 
 def test_natural_expiry_is_not_a_reset(pair: tuple[Named, Unbound], tmp_path: Path) -> None:
@@ -229,8 +229,8 @@ def test_unbound_control_socket_live_counters(unbound: Unbound, tmp_path: Path) 
     assert theirs.queries >= value(s2, q, target=unbound.address)  # type: ignore[operator]
     assert theirs.start_time == value(s2, "dnsfleet_resolver_start_time_seconds",
                                       target=unbound.address)
-    assert value(s2, "dnsfleet_resolver_responses_total", target=unbound.address,
-                 rcode="NOERROR") >= 25  # type: ignore[operator]
+    assert num(value(s2, "dnsfleet_resolver_responses_total", target=unbound.address,
+                 rcode="NOERROR")) >= 25
     assert value(s2, "dnsfleet_resolver_rcode_stats_available", target=unbound.address) == 1
     assert value(s2, "dnsfleet_resolver_stale_answers_total", target=unbound.address) == 0
     assert value(s2, "dnsfleet_resolver_info", target=unbound.address,
@@ -259,7 +259,7 @@ def test_unbound_without_extended_statistics(tmp_path: Path) -> None:
         assert value(s, "dnsfleet_resolver_stats_up", target=u.address) == 1
         assert value(s, "dnsfleet_resolver_rcode_stats_available", target=u.address) == 0
         assert not [k for k in s if k[0] == "dnsfleet_resolver_responses_total"]
-        assert value(s, "dnsfleet_resolver_queries_total", target=u.address) >= 3  # type: ignore[operator]
+        assert num(value(s, "dnsfleet_resolver_queries_total", target=u.address)) >= 3
     finally:
         u.stop()
 

@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -117,7 +118,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetLab]:
 
 def test_model_agrees_with_real_glibc(lab: NetLab, tmp_path: Path) -> None:
     t0 = time.monotonic()
-    runs = []
+    runs: list[Any] = []
     for case, text in CASES:
         n = ROTATE_RUNS if "rotate" in text else 1
         runs.extend(_start(lab, tmp_path, case, text, i) for i in range(n))

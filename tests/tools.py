@@ -12,6 +12,13 @@ import pytest
 SEARCH = ("/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/local/bin")
 
 
+def num(value: float | None) -> float:
+    """A sample value that must be there: fails the test where it is absent, so comparisons
+    (`num(v) < 100`) never pass on a missing series."""
+    assert value is not None, "series absent"
+    return value
+
+
 def binary(name: str) -> str:
     path = shutil.which(name)
     if path:
