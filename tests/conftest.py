@@ -104,3 +104,16 @@ def blackhole() -> Iterator[Blackhole]:
     b = Blackhole()
     yield b
     b.close()
+
+
+KINDS = ("unit", "integration")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test is exactly one of unit or integration (its module's `pytestmark`), so
+    `pytest -m unit` and `-m integration` together run everything, once."""
+    wrong = [f"{item.nodeid}: {kinds or 'no kind'}" for item in items
+             if len(kinds := [k for k in KINDS if item.get_closest_marker(k)]) != 1]
+    if wrong:
+        raise pytest.UsageError("tests must be marked unit or integration:\n  "
+                                + "\n  ".join(wrong[:20]))

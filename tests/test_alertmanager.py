@@ -20,6 +20,8 @@ from tests.monitoring import (
 )
 from tests.tools import binary
 
+pytestmark = pytest.mark.integration
+
 
 def amtool(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([binary("amtool"), *args], capture_output=True, text=True,

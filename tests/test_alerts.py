@@ -14,6 +14,8 @@ import yaml
 
 from tests.tools import binary
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parent.parent
 RULES = sorted((ROOT / "alerts" / "rules").glob("*.yml"))
 RULE_TESTS = sorted((ROOT / "alerts" / "tests").glob("*.yml"))

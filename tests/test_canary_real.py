@@ -26,6 +26,8 @@ from tests.resolverfamilies import Kresd
 from tests.servers import Named, Unbound
 from tests.tools import binary, free_port
 
+pytestmark = pytest.mark.integration
+
 Seen = list[tuple[float, int | None]]
 
 

@@ -26,6 +26,8 @@ from dnsfleet.exposition import Family, render
 from dnsfleet.hostfs import MAX_READ_BYTES, HostFS
 from tests.tools import binary
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -19,6 +19,8 @@ import yaml
 from dnsfleet.cli import exporter_parser
 from tests.tools import binary
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_DIR = ROOT / "compose"
 COMPOSE = yaml.safe_load((COMPOSE_DIR / "docker-compose.yml").read_text())

@@ -11,6 +11,8 @@ import pytest
 from dnsfleet import config
 from dnsfleet.config import ConfigError, parse_address, parse_duration
 
+pytestmark = pytest.mark.unit
+
 CONFIGS = Path(__file__).parent / "configs"
 INVALID = sorted((CONFIGS / "invalid").glob("*.yml"))
 

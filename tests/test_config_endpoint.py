@@ -9,6 +9,8 @@ import pytest
 
 from dnsfleet.config import Endpoint, builtin_default, parse
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(
     ("text", "key", "sockaddr"),

@@ -22,6 +22,8 @@ from dnsfleet import config
 from dnsfleet.config import schema
 from dnsfleet.config.checks import yaml_keys
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).parent.parent
 CONFIGS = Path(__file__).parent / "configs"
 SCHEMA_FILE = ROOT / "docs" / "dnsfleet.schema.json"

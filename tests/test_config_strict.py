@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 from dnsfleet import config
 from dnsfleet.config import RESERVED_LABELS, ConfigError
 
+pytestmark = pytest.mark.integration
+
 BASE = "modules:\n  m: {query_name: example.test}\n"
 
 

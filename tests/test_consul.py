@@ -26,6 +26,8 @@ from tests.consul_double import CRITICAL, WARNING, ConsulDouble, consul_double
 from tests.servers import scripted
 from tests.tools import binary, free_port, num
 
+pytestmark = pytest.mark.integration
+
 # --------------------------------------------------------------------------- config
 
 

@@ -18,6 +18,8 @@ import pytest
 
 from tests.consul_double import CRITICAL, WARNING, ConsulDouble, consul_double
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 def consul() -> Iterator[ConsulDouble]:

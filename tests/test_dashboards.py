@@ -16,6 +16,8 @@ from dashboards import generate
 
 from tests.tools import binary
 
+pytestmark = pytest.mark.integration
+
 JSON_DIR = generate.OUT
 
 

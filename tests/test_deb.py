@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (unshare, chroot)")
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(os.geteuid() != 0, reason="needs root (unshare, chroot)")]
 
 
 @pytest.fixture(scope="module")

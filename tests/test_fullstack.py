@@ -52,6 +52,8 @@ from tests.monitoring import (
 from tests.servers import Blackhole, Named, ScriptedServer, Unbound, answer
 from tests.tools import free_port
 
+pytestmark = pytest.mark.integration
+
 SCALE = 30          # 2m -> 4s, 1m -> 2s, 5m -> 10s
 MEASURED: dict[str, float] = {}
 

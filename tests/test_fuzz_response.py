@@ -21,12 +21,15 @@ import struct
 import dns.edns
 import dns.message
 import dns.rrset
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dnsfleet.config import Module
 from dnsfleet.dnswire import Malformed, Response, answer_texts, build_query, parse_response
 from dnsfleet.probes.result import REASONS, Exchange, judge
+
+pytestmark = pytest.mark.integration
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "3000"))
 FUZZ = settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,

@@ -21,6 +21,8 @@ from dnsfleet.hostfs import HostFS, HostReadError, StrPath
 from tests.hosttree import FIXTURES, TREES, host_fs
 from tests.tools import binary
 
+pytestmark = pytest.mark.integration
+
 GOLDEN = FIXTURES / "host" / "x86.golden.prom"
 HOST = ("bonding", "nic", "cpu_latency")
 

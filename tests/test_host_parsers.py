@@ -25,6 +25,8 @@ from dnsfleet.parsers.nic import is_queue_vector, matches_interface, vector_name
 from dnsfleet.parsers.procstat import parse_stat_processor
 from tests.hosttree import FIXTURES
 
+pytestmark = pytest.mark.unit
+
 SHARED = FIXTURES / "shared"
 OWN_BONDING = FIXTURES / "bonding"
 

@@ -23,6 +23,8 @@ from dnsfleet.probes import ProbeResult, Reason, probe, query_for
 from tests.servers import answer, scripted
 from tests.tools import free_port
 
+pytestmark = pytest.mark.integration
+
 HOST = "127.0.0.1"
 TIMEOUT = 0.3
 UDP = Module(name="udp", query_name="www.example.test.", query_type="A", timeout=TIMEOUT)

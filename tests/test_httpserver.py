@@ -27,6 +27,8 @@ from dnsfleet.httpserver import Request, Response, Router, serve
 from dnsfleet.web import make_router
 from tests.tools import binary
 
+pytestmark = pytest.mark.integration
+
 Handler = Callable[[Request], Awaitable[Response]]
 
 

@@ -23,6 +23,8 @@ from dnsfleet.cli import exporter_parser
 from dnsfleet.config import load, parse_duration
 from tests.tools import binary
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parent.parent
 KDIR = ROOT / "deploy" / "kubernetes"
 K8S_VERSION = "1.30.0"   # the oldest Kubernetes release still supported upstream here

@@ -32,6 +32,8 @@ from tests.servers import Blackhole, Unbound, answer, scripted
 from tests.tools import free_port
 from tests.wildcard import WildcardUnbound, answering_and_silent
 
+pytestmark = pytest.mark.integration
+
 A_MODULE = {"query_name": "a.local.test.", "query_type": "A"}
 
 

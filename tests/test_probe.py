@@ -15,6 +15,8 @@ from dnsfleet.probes import ProbeResult, Reason, probe, query_for
 from tests.servers import Blackhole, Named, Unbound, answer, scripted
 from tests.tools import free_port
 
+pytestmark = pytest.mark.integration
+
 
 def run_probe(address: str, **module: Any) -> ProbeResult:
     mod = Module(name="t", **module)

@@ -21,6 +21,8 @@ from dnsfleet.httpserver import serve
 from dnsfleet.web import make_router
 from tests.servers import Blackhole, answer, scripted
 
+pytestmark = pytest.mark.integration
+
 GOOD = "www.example.test. 60 IN A 192.0.2.10"
 
 

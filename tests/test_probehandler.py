@@ -14,6 +14,8 @@ from dnsfleet.config import Config, Module, Target, parse
 from dnsfleet.probes import ProbeResult
 from dnsfleet.probes.handler import ProbeHandler, Refusal, Refused
 
+pytestmark = pytest.mark.unit
+
 CFG = parse({"modules": {"m": {"query_name": "a.test"},
                          "open": {"query_name": "a.test", "allow_query_override": True}},
              "targets": [{"address": "192.0.2.1", "module": "m"}],

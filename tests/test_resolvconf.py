@@ -14,6 +14,8 @@ from dnsfleet.parsers.resolvconf import (
     parse_resolv_conf,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def messages(rc: ResolvConf) -> list[str]:
     return [str(p) for p in rc.problems]

@@ -26,6 +26,8 @@ from tests.servers import Named, Unbound
 from tests.test_resolver_real import scrape, value
 from tests.tools import num
 
+pytestmark = pytest.mark.integration
+
 FIXTURES = Path(__file__).parent / "fixtures" / "resolver"
 def exporter(tmp_path: Path, target: dict[str, Any], **module: Any) -> Exporter:
     path = tmp_path / "dnsfleet.yml"

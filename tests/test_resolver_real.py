@@ -33,6 +33,8 @@ from tests.resolverfamilies import Dnsdist
 from tests.servers import Named, Unbound
 from tests.tools import binary, free_port, num
 
+pytestmark = pytest.mark.integration
+
 RECORDS = """www     IN A 192.0.2.10
 canary  3600 IN A 192.0.2.11
 brief   8 IN A 192.0.2.13

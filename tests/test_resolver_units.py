@@ -36,6 +36,8 @@ from dnsfleet.restarts import (
     is_cache_reset,
 )
 
+pytestmark = pytest.mark.unit
+
 FIX = Path(__file__).parent / "fixtures" / "resolver"
 
 

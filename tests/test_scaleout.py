@@ -21,6 +21,8 @@ from tests.exporter_proc import ExporterProcess
 from tests.monitoring import Prometheus
 from tests.servers import ScriptedServer, answer
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARDED = ROOT / "compose" / "prometheus" / "examples" / "sharded.yml"
 REPLICAS = 2

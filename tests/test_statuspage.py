@@ -29,6 +29,8 @@ from tests.exporter_proc import ExporterProcess, value
 from tests.servers import Named, Unbound
 from tests.tools import binary
 
+pytestmark = pytest.mark.integration
+
 # ------------------------------------------------------------------------------ pure
 
 

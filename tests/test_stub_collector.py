@@ -22,6 +22,8 @@ from dnsfleet.stubmodel import ServerState
 from tests.servers import Blackhole, Unbound, answer, scripted
 from tests.tools import free_port
 
+pytestmark = pytest.mark.integration
+
 
 def value(fams: list[Family], name: str, **labels: str) -> float | None:
     fam = next(f for f in fams if f.name == name)

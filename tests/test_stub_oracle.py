@@ -30,7 +30,7 @@ from dnsfleet.parsers.resolvconf import parse_resolv_conf
 from dnsfleet.stubmodel import ServerOutcome, ServerState, Verdict, model
 from tests.netlab import ANSWERING, CLOSED, QUERY_NAME, RCODE_REFUSED, SILENT, NetLab, netlab
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.integration, pytest.mark.netns]
 
 TOLERANCE = 0.25
 ROTATE_RUNS = 5

@@ -15,6 +15,8 @@ from dnsfleet.stubmodel import (
     tcp_connect_timeout,
 )
 
+pytestmark = pytest.mark.unit
+
 A = ServerOutcome(ServerState.ANSWERING)
 S = ServerOutcome(ServerState.SILENT)
 R = ServerOutcome(ServerState.REFUSED, 0.0002)

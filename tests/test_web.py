@@ -15,6 +15,8 @@ from tests.exporter_proc import ExporterProcess, value
 from tests.servers import Blackhole, Named, Unbound
 from tests.tools import binary, free_port
 
+pytestmark = pytest.mark.integration
+
 # resolv_conf: [] — the stub collector must never probe this machine's own resolver.
 MODULES = """
 resolv_conf: []

@@ -22,6 +22,8 @@ from dnsfleet.config import ConfigError
 from tests.proc_exporter import EXPORTER, ExporterProc, running_exporter
 from tests.tools import binary
 
+pytestmark = pytest.mark.integration
+
 # Cost 4 keeps the suite fast; cost is read from the hash, so this exercises the same code.
 ALICE_PW = "correct horse"
 ALICE_HASH = bcrypt.hashpw(ALICE_PW.encode(), bcrypt.gensalt(rounds=4)).decode()
