@@ -55,12 +55,13 @@ run: $(RUN_STAMP)
 ## make test: install what the tests need and pass them
 test: $(STAMP) check-deps
 	$(BIN)/ruff check $(LINT_DIRS)
+	$(BIN)/ruff format --check $(LINT_DIRS)
 	$(BIN)/mypy
 	$(BIN)/pytest -q $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_DIRS)
-	$(BIN)/ruff format --check $(LINT_DIRS) || true
+	$(BIN)/ruff format --check $(LINT_DIRS)
 	$(BIN)/mypy
 
 ## benchmarks (by hand; print ratios against peers installed from Debian and PyPI)

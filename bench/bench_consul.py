@@ -31,26 +31,38 @@ def main() -> None:
                 c.register(f"svc{s}", f"n{i}", 80)
         for s in range(QUERIES):
             c.create_query(f"q{s}", f"svc{s}")
-        cfg = config_mod.parse({"consul": {
-            "agents": [{"name": "l", "dns_address": c.dns_address, "http_address": c.http_url}],
-            "services": [f"svc{s}" for s in range(SERVICES)],
-            "prepared_queries": [f"q{s}" for s in range(QUERIES)]}}, source="bench")
+        cfg = config_mod.parse(
+            {
+                "consul": {
+                    "agents": [
+                        {"name": "l", "dns_address": c.dns_address, "http_address": c.http_url}
+                    ],
+                    "services": [f"svc{s}" for s in range(SERVICES)],
+                    "prepared_queries": [f"q{s}" for s in range(QUERIES)],
+                }
+            },
+            source="bench",
+        )
 
         async def run() -> list[float]:
             loop = asyncio.get_running_loop()
             out = []
             for _ in range(SCRAPES):
                 t = time.perf_counter()
-                await run_collectors(CollectContext(HostFS(), cfg, loop.time() + 5, {}),
-                                     {"consul": COLLECTORS["consul"]})
+                await run_collectors(
+                    CollectContext(HostFS(), cfg, loop.time() + 5, {}),
+                    {"consul": COLLECTORS["consul"]},
+                )
                 out.append(time.perf_counter() - t)
             return out
 
         ds = asyncio.run(run())
-    print(f"{SERVICES} services x {INSTANCES} instances + {QUERIES} prepared queries "
-          f"({2 * SERVICES + QUERIES} DNS lookups, {SERVICES + 4} HTTP calls per scrape): "
-          f"median {statistics.median(ds) * 1000:.1f} ms, max {max(ds) * 1000:.1f} ms "
-          f"over {SCRAPES} scrapes")
+    print(
+        f"{SERVICES} services x {INSTANCES} instances + {QUERIES} prepared queries "
+        f"({2 * SERVICES + QUERIES} DNS lookups, {SERVICES + 4} HTTP calls per scrape): "
+        f"median {statistics.median(ds) * 1000:.1f} ms, max {max(ds) * 1000:.1f} ms "
+        f"over {SCRAPES} scrapes"
+    )
 
 
 if __name__ == "__main__":

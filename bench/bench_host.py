@@ -41,12 +41,27 @@ from tests.hosttree import (  # noqa: E402
 from tests.tools import free_port  # noqa: E402
 
 NODE_EXPORTER = "prometheus-node-exporter"
-ARCH = ["NMI", "LOC", "SPU", "PMI", "IWI", "RTR", "RES", "CAL", "TLB", "TRM", "THR", "DFR",
-        "MCE", "MCP"]
+ARCH = [
+    "NMI",
+    "LOC",
+    "SPU",
+    "PMI",
+    "IWI",
+    "RTR",
+    "RES",
+    "CAL",
+    "TLB",
+    "TRM",
+    "THR",
+    "DFR",
+    "MCE",
+    "MCP",
+]
 
 
-def build_tree(root: Path, *, cpus: int, nics: int, queues: int, other: int,
-               cpu_tree: bool) -> None:
+def build_tree(
+    root: Path, *, cpus: int, nics: int, queues: int, other: int, cpu_tree: bool
+) -> None:
     t = TreeWriter(root)
     rows = []
     irq = 100
@@ -54,15 +69,16 @@ def build_tree(root: Path, *, cpus: int, nics: int, queues: int, other: int,
         ifname = f"ens{n}f0"
         slot = f"0000:{0x10 + n:02x}:00.0"
         vectors = [irq]
-        rows.append((str(irq), [7] + [0] * (cpus - 1),
-                     f"PCI-MSI {irq}-edge      mlx5_async0@pci:{slot}"))
+        rows.append(
+            (str(irq), [7] + [0] * (cpus - 1), f"PCI-MSI {irq}-edge      mlx5_async0@pci:{slot}")
+        )
         add_irq(t, irq, f"0-{cpus - 1}", "0")
         irq += 1
         for q in range(queues):
             cpu = (n * queues + q) % cpus
             counts = [0] * cpus
             counts[cpu] = 1_000_000 + 1000 * q
-            counts[(cpu + 1) % cpus] = 17        # a few from before irqbalance moved it
+            counts[(cpu + 1) % cpus] = 17  # a few from before irqbalance moved it
             rows.append((str(irq), counts, f"PCI-MSI {irq}-edge      mlx5_comp{q}@pci:{slot}"))
             add_irq(t, irq, f"0-{cpus - 1}", str(cpu))
             vectors.append(irq)
@@ -84,13 +100,26 @@ def build_tree(root: Path, *, cpus: int, nics: int, queues: int, other: int,
     t.write("sys/devices/system/cpu/online", f"0-{cpus - 1}")
     if not cpu_tree:
         return
-    states = [("POLL", 0, False, 10, 1), ("C1", 2, False, 50_000, 1000),
-              ("C1E", 10, False, 20_000, 500), ("C6", 133, True, 0, 0)]
+    states = [
+        ("POLL", 0, False, 10, 1),
+        ("C1", 2, False, 50_000, 1000),
+        ("C1E", 10, False, 20_000, 500),
+        ("C6", 133, True, 0, 0),
+    ]
     for c in range(cpus):
         group = c // 16 * 16
-        add_cpu(t, c, states=states, governor="performance",
-                caches=[(1, "Data", str(c)), (1, "Instruction", str(c)), (2, "Unified", str(c)),
-                        (3, "Unified", f"{group}-{group + 15}")])
+        add_cpu(
+            t,
+            c,
+            states=states,
+            governor="performance",
+            caches=[
+                (1, "Data", str(c)),
+                (1, "Instruction", str(c)),
+                (2, "Unified", str(c)),
+                (3, "Unified", f"{group}-{group + 15}"),
+            ],
+        )
     t.write("sys/devices/system/cpu/cpuidle/current_driver", "intel_idle")
     t.write("sys/devices/system/cpu/cpuidle/current_governor", "menu")
     t.write("sys/module/intel_idle/parameters/max_cstate", "9")
@@ -122,9 +151,18 @@ def series(body: str, prefixes: tuple[str, ...]) -> int:
     return sum(1 for line in body.splitlines() if line.startswith(prefixes))
 
 
-HOST_PREFIXES = ("dnsfleet_bond", "dnsfleet_nic", "dnsfleet_softirq", "dnsfleet_irqbalance",
-                 "dnsfleet_resolver", "dnsfleet_cpu", "dnsfleet_pm_qos", "dnsfleet_tuned",
-                 "dnsfleet_intel_idle", "dnsfleet_collector_")
+HOST_PREFIXES = (
+    "dnsfleet_bond",
+    "dnsfleet_nic",
+    "dnsfleet_softirq",
+    "dnsfleet_irqbalance",
+    "dnsfleet_resolver",
+    "dnsfleet_cpu",
+    "dnsfleet_pm_qos",
+    "dnsfleet_tuned",
+    "dnsfleet_intel_idle",
+    "dnsfleet_collector_",
+)
 
 
 def collector_seconds(body: str) -> dict[str, float]:
@@ -145,27 +183,57 @@ def run(args: argparse.Namespace) -> int:
     procs: list[subprocess.Popen[bytes]] = []
     try:
         tree = tmp / "host"
-        build_tree(tree, cpus=args.cpus, nics=args.nics, queues=args.queues,
-                   other=args.other_irqs, cpu_tree=args.cpu_tree)
+        build_tree(
+            tree,
+            cpus=args.cpus,
+            nics=args.nics,
+            queues=args.queues,
+            other=args.other_irqs,
+            cpu_tree=args.cpu_tree,
+        )
         cfg = tmp / "dnsfleet.yml"
         cfg.write_text("resolv_conf: []\nhost:\n  resolver_process: unbound\n")
         ne_port, df_port = free_port(), free_port()
-        procs.append(subprocess.Popen(
-            [node, f"--path.procfs={tree / 'proc'}", f"--path.sysfs={tree / 'sys'}",
-             "--collector.disable-defaults", "--collector.interrupts",
-             f"--web.listen-address=127.0.0.1:{ne_port}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        procs.append(subprocess.Popen(
-            [str(Path(sys.executable).parent / "dnsfleet-exporter"), "--config.file", str(cfg),
-             "--path.procfs", str(tree / "proc"), "--path.sysfs", str(tree / "sys"),
-             "--path.rootfs", str(tree / "root"), "--web.listen-address",
-             f"127.0.0.1:{df_port}", "--log.level", "error"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        procs.append(
+            subprocess.Popen(
+                [
+                    node,
+                    f"--path.procfs={tree / 'proc'}",
+                    f"--path.sysfs={tree / 'sys'}",
+                    "--collector.disable-defaults",
+                    "--collector.interrupts",
+                    f"--web.listen-address=127.0.0.1:{ne_port}",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+        procs.append(
+            subprocess.Popen(
+                [
+                    str(Path(sys.executable).parent / "dnsfleet-exporter"),
+                    "--config.file",
+                    str(cfg),
+                    "--path.procfs",
+                    str(tree / "proc"),
+                    "--path.sysfs",
+                    str(tree / "sys"),
+                    "--path.rootfs",
+                    str(tree / "root"),
+                    "--web.listen-address",
+                    f"127.0.0.1:{df_port}",
+                    "--log.level",
+                    "error",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
         ne_url = f"http://127.0.0.1:{ne_port}/metrics"
         df_url = f"http://127.0.0.1:{df_port}/metrics"
         wait_http(ne_url, procs[0])
         wait_http(df_url, procs[1])
-        for _ in range(3):   # warm-up
+        for _ in range(3):  # warm-up
             scrape(ne_url)
             scrape(df_url)
         ne_t: list[float] = []
@@ -180,28 +248,37 @@ def run(args: argparse.Namespace) -> int:
             df_coll.append(collector_seconds(df_body))
         ne_series = series(ne_body, ("node_",))
         df_series = series(df_body, HOST_PREFIXES)
-        if "dnsfleet_collector_success{collector=\"nic\"} 1" not in df_body:
+        if 'dnsfleet_collector_success{collector="nic"} 1' not in df_body:
             print("dnsfleet nic collector failed on the tree", file=sys.stderr)
             return 1
         ms = 1000.0
-        print(f"tree: {args.cpus} CPUs, {args.nics} NICs x {args.queues} queues, "
-              f"{args.other_irqs} other IRQs, cpu tree: {args.cpu_tree}; "
-              f"{args.scrapes} scrapes each, interleaved, over HTTP on 127.0.0.1")
+        print(
+            f"tree: {args.cpus} CPUs, {args.nics} NICs x {args.queues} queues, "
+            f"{args.other_irqs} other IRQs, cpu tree: {args.cpu_tree}; "
+            f"{args.scrapes} scrapes each, interleaved, over HTTP on 127.0.0.1"
+        )
         print(f"{'':34}{'node_exporter':>16}{'dnsfleet':>12}{'ratio':>9}")
         ne_med, df_med = statistics.median(ne_t), statistics.median(df_t)
         ne_mean, df_mean = statistics.fmean(ne_t), statistics.fmean(df_t)
-        print(f"{'wall per scrape, median (ms)':34}{ne_med * ms:>16.2f}{df_med * ms:>12.2f}"
-              f"{df_med / ne_med:>9.3f}")
-        print(f"{'wall per scrape, mean (ms)':34}{ne_mean * ms:>16.2f}{df_mean * ms:>12.2f}"
-              f"{df_mean / ne_mean:>9.3f}")
-        print(f"{'host series':34}{ne_series:>16}{df_series:>12}"
-              f"{df_series / ne_series:>9.4f}")
-        print(f"{'whole /metrics lines':34}{len(ne_body.splitlines()):>16}"
-              f"{len(df_body.splitlines()):>12}")
+        print(
+            f"{'wall per scrape, median (ms)':34}{ne_med * ms:>16.2f}{df_med * ms:>12.2f}"
+            f"{df_med / ne_med:>9.3f}"
+        )
+        print(
+            f"{'wall per scrape, mean (ms)':34}{ne_mean * ms:>16.2f}{df_mean * ms:>12.2f}"
+            f"{df_mean / ne_mean:>9.3f}"
+        )
+        print(f"{'host series':34}{ne_series:>16}{df_series:>12}{df_series / ne_series:>9.4f}")
+        print(
+            f"{'whole /metrics lines':34}{len(ne_body.splitlines()):>16}"
+            f"{len(df_body.splitlines()):>12}"
+        )
         per = {c: statistics.median(d[c] for d in df_coll) * ms for c in df_coll[0]}
-        print("dnsfleet_collector_duration_seconds, median (ms; host collectors share one "
-              "thread, a duration includes waiting for the others): "
-              + ", ".join(f"{c} {v:.2f}" for c, v in sorted(per.items())))
+        print(
+            "dnsfleet_collector_duration_seconds, median (ms; host collectors share one "
+            "thread, a duration includes waiting for the others): "
+            + ", ".join(f"{c} {v:.2f}" for c, v in sorted(per.items()))
+        )
         target = "met" if df_med <= ne_med / 10 else "NOT met"
         print(f"target (at most a tenth of node_exporter's time): {target}")
         return 0
@@ -223,8 +300,12 @@ def main() -> int:
     p.add_argument("--nics", type=int, default=4)
     p.add_argument("--queues", type=int, default=32)
     p.add_argument("--other-irqs", type=int, default=200)
-    p.add_argument("--cpu-tree", action=argparse.BooleanOptionalAction, default=True,
-                   help="also generate cpuidle/cpufreq/cache trees for every CPU")
+    p.add_argument(
+        "--cpu-tree",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also generate cpuidle/cpufreq/cache trees for every CPU",
+    )
     args = p.parse_args()
     if args.scrapes < 1 or args.scrapes > 10_000:
         p.error("--scrapes must be within 1..10000")

@@ -18,11 +18,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "exporter"))
 
 from dnsfleet.httpserver import _parse_head
 
-REQUEST = (b"GET /metrics HTTP/1.1\r\nHost: 10.0.0.1:9853\r\n"
-           b"User-Agent: Prometheus/2.42.0\r\nAccept: application/openmetrics-text;"
-           b"version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
-           b"text/plain;version=0.0.4;q=0.5,*/*;q=0.1\r\nAccept-Encoding: gzip\r\n"
-           b"X-Prometheus-Scrape-Timeout-Seconds: 10\r\n\r\n")
+REQUEST = (
+    b"GET /metrics HTTP/1.1\r\nHost: 10.0.0.1:9853\r\n"
+    b"User-Agent: Prometheus/2.42.0\r\nAccept: application/openmetrics-text;"
+    b"version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+    b"text/plain;version=0.0.4;q=0.5,*/*;q=0.1\r\nAccept-Encoding: gzip\r\n"
+    b"X-Prometheus-Scrape-Timeout-Seconds: 10\r\n\r\n"
+)
 
 
 def ours(n: int) -> float:
@@ -49,7 +51,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("-n", type=int, default=50000)
     n = p.parse_args().n
-    ours(1000), theirs(1000)      # warm up
+    ours(1000), theirs(1000)  # warm up
     a, b = ours(n), theirs(n)
     print(f"dnsfleet _parse_head: {a * 1e6:.1f} µs/request")
     print(f"h11 Connection + next_event: {b * 1e6:.1f} µs/request")

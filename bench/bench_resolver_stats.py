@@ -36,8 +36,10 @@ async def measure(sources: list[StatsSource], reads: int) -> None:
                 await read_stats(src, session)
                 times.append(time.perf_counter() - t)
             times.sort()
-            print(f"{src.type:8s} read+parse: median {statistics.median(times) * 1e3:.2f} ms, "
-                  f"p95 {times[int(len(times) * 0.95)] * 1e3:.2f} ms ({reads} reads)")
+            print(
+                f"{src.type:8s} read+parse: median {statistics.median(times) * 1e3:.2f} ms, "
+                f"p95 {times[int(len(times) * 0.95)] * 1e3:.2f} ms ({reads} reads)"
+            )
 
 
 def main() -> int:
@@ -46,13 +48,18 @@ def main() -> int:
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as d:
         named = Named(Path(d) / "named", zones={"example.test": RECORDS}).start()
-        unbound = Unbound(Path(d) / "unbound",
-                          stubs={"example.test.": f"127.0.0.1@{named.port}"})
+        unbound = Unbound(Path(d) / "unbound", stubs={"example.test.": f"127.0.0.1@{named.port}"})
         try:
             unbound.start()
-            asyncio.run(measure([
-                StatsSource(type="unbound", control=f"unix://{unbound.control_socket}"),
-                StatsSource(type="bind", url=named.stats_url)], min(args.reads, 10000)))
+            asyncio.run(
+                measure(
+                    [
+                        StatsSource(type="unbound", control=f"unix://{unbound.control_socket}"),
+                        StatsSource(type="bind", url=named.stats_url),
+                    ],
+                    min(args.reads, 10000),
+                )
+            )
         finally:
             unbound.stop()
             named.stop()

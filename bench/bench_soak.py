@@ -36,16 +36,23 @@ QNAME = "a.local.test."
 
 
 def write_config(path: Path, addresses: list[str], probe_timeout: str) -> None:
-    path.write_text(yaml.safe_dump({
-        "resolv_conf": [],  # never probe this machine's own resolver
-        "modules": {"a": {"query_name": QNAME, "query_type": "A", "timeout": probe_timeout}},
-        "targets": [{"address": a, "module": "a"} for a in addresses],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "resolv_conf": [],  # never probe this machine's own resolver
+                "modules": {
+                    "a": {"query_name": QNAME, "query_type": "A", "timeout": probe_timeout}
+                },
+                "targets": [{"address": a, "module": "a"} for a in addresses],
+            }
+        )
+    )
 
 
 def scrape(url: str, timeout: float) -> tuple[float, int]:
-    req = urllib.request.Request(url, headers={
-        "X-Prometheus-Scrape-Timeout-Seconds": f"{timeout:g}"})
+    req = urllib.request.Request(
+        url, headers={"X-Prometheus-Scrape-Timeout-Seconds": f"{timeout:g}"}
+    )
     t0 = time.monotonic()
     with urllib.request.urlopen(req, timeout=timeout + 30) as r:
         body = r.read()
@@ -55,9 +62,17 @@ def scrape(url: str, timeout: float) -> tuple[float, int]:
 def run_exporter(config: Path, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     log = open(workdir / f"exporter-{port}.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, "-m", "dnsfleet", f"--config.file={config}",
-                             f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=log, stderr=log)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dnsfleet",
+            f"--config.file={config}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=log,
+    )
     base = f"http://127.0.0.1:{port}"
     wait_http(base + "/-/healthy")
     return proc, base
@@ -67,10 +82,12 @@ def mib(n: int) -> str:
     return f"{n / 2**20:.1f} MiB"
 
 
-def soak(args: argparse.Namespace, unbound: WildcardUnbound, silent_port: int,
-         workdir: Path) -> None:
-    targets = answering_and_silent(args.targets, silent_every=args.silent_every,
-                                   port=unbound.port, silent_port=silent_port)
+def soak(
+    args: argparse.Namespace, unbound: WildcardUnbound, silent_port: int, workdir: Path
+) -> None:
+    targets = answering_and_silent(
+        args.targets, silent_every=args.silent_every, port=unbound.port, silent_port=silent_port
+    )
     conf = workdir / "soak.yml"
     write_config(conf, [a for a, _ in targets], args.probe_timeout)
     proc, base = run_exporter(conf, workdir)
@@ -94,23 +111,31 @@ def soak(args: argparse.Namespace, unbound: WildcardUnbound, silent_port: int,
         stop(proc)
     n_silent = sum(1 for _, s in targets if s)
     times.sort()
-    print(f"soak: {len(times)} scrapes (after {args.warmup} warm-up) of {len(targets)} targets "
-          f"({n_silent} silent, probe timeout {args.probe_timeout}), "
-          f"scrape timeout {args.scrape_timeout:g}s")
+    print(
+        f"soak: {len(times)} scrapes (after {args.warmup} warm-up) of {len(targets)} targets "
+        f"({n_silent} silent, probe timeout {args.probe_timeout}), "
+        f"scrape timeout {args.scrape_timeout:g}s"
+    )
     print(f"  file descriptors  before {fd0:6d}   after {fd1:6d}   growth {fd1 - fd0:+d}")
-    print(f"  RSS               before {mib(rss0):>10}   after {mib(rss1):>10}   "
-          f"growth {mib(rss1 - rss0)} ({(rss1 - rss0) / max(len(times), 1) / 1024:.2f} "
-          "KiB/scrape)")
+    print(
+        f"  RSS               before {mib(rss0):>10}   after {mib(rss1):>10}   "
+        f"growth {mib(rss1 - rss0)} ({(rss1 - rss0) / max(len(times), 1) / 1024:.2f} "
+        "KiB/scrape)"
+    )
     print(f"  RSS after scrape  {'   '.join(checkpoints)}")
-    print(f"  scrape wall time  p50 {statistics.median(times):.3f}s   "
-          f"p99 {times[int(len(times) * 0.99) - 1]:.3f}s   max {times[-1]:.3f}s   "
-          f"max/timeout {times[-1] / args.scrape_timeout:.2f}")
+    print(
+        f"  scrape wall time  p50 {statistics.median(times):.3f}s   "
+        f"p99 {times[int(len(times) * 0.99) - 1]:.3f}s   max {times[-1]:.3f}s   "
+        f"max/timeout {times[-1] / args.scrape_timeout:.2f}"
+    )
 
 
-def big_fleet(args: argparse.Namespace, unbound: WildcardUnbound, silent_port: int,
-              workdir: Path) -> None:
-    targets = answering_and_silent(args.big_targets, silent_every=5, port=unbound.port,
-                                   silent_port=silent_port)
+def big_fleet(
+    args: argparse.Namespace, unbound: WildcardUnbound, silent_port: int, workdir: Path
+) -> None:
+    targets = answering_and_silent(
+        args.big_targets, silent_every=5, port=unbound.port, silent_port=silent_port
+    )
     conf = workdir / "big.yml"
     write_config(conf, [a for a, _ in targets], "1s")
     proc, base = run_exporter(conf, workdir)
@@ -120,11 +145,15 @@ def big_fleet(args: argparse.Namespace, unbound: WildcardUnbound, silent_port: i
     finally:
         stop(proc)
     walls = [w for w, _ in results]
-    print(f"big fleet: {len(targets)} targets, a fifth silent (probe timeout 1s), "
-          f"scrape timeout {args.scrape_timeout:g}s, 3 scrapes")
-    print(f"  wall {', '.join(f'{w:.2f}s' for w in walls)}   "
-          f"worst/timeout {max(walls) / args.scrape_timeout:.2f}   "
-          f"exposition {results[-1][1] / 2**20:.1f} MiB   RSS {mib(rss)}   fds {fds}")
+    print(
+        f"big fleet: {len(targets)} targets, a fifth silent (probe timeout 1s), "
+        f"scrape timeout {args.scrape_timeout:g}s, 3 scrapes"
+    )
+    print(
+        f"  wall {', '.join(f'{w:.2f}s' for w in walls)}   "
+        f"worst/timeout {max(walls) / args.scrape_timeout:.2f}   "
+        f"exposition {results[-1][1] / 2**20:.1f} MiB   RSS {mib(rss)}   fds {fds}"
+    )
 
 
 def main() -> None:
@@ -139,11 +168,11 @@ def main() -> None:
     p.add_argument("--max-seconds", type=float, default=900.0, help="bound on the soak loop")
     args = p.parse_args()
     from dnsfleet.cli import raise_fd_limit
+
     raise_fd_limit()
     with tempfile.TemporaryDirectory(prefix="dnsfleet-soak-") as d:
         workdir = Path(d)
-        unbound = WildcardUnbound(workdir / "unbound",
-                                  local_data=[f"{QNAME} 300 IN A 192.0.2.1"])
+        unbound = WildcardUnbound(workdir / "unbound", local_data=[f"{QNAME} 300 IN A 192.0.2.1"])
         unbound.start()
         silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         silent.bind(("0.0.0.0", 0))  # every 127.x.y.z on this port: read by nobody

@@ -51,7 +51,7 @@ class LoadResult:
     requests: int
     errors: int
     wall: float
-    cpu: float           # CPU seconds of the measured process
+    cpu: float  # CPU seconds of the measured process
 
     @property
     def cpu_per_request(self) -> float:
@@ -62,12 +62,14 @@ class LoadResult:
         return self.requests / self.wall if self.wall else 0.0
 
 
-async def _load(url: str, *, requests: int, concurrency: int, check: str | None,
-                deadline: float) -> tuple[int, int]:
+async def _load(
+    url: str, *, requests: int, concurrency: int, check: str | None, deadline: float
+) -> tuple[int, int]:
     done = errors = 0
     queue = iter(range(requests))
     timeout = aiohttp.ClientTimeout(total=10)
     async with aiohttp.ClientSession(timeout=timeout) as session:
+
         async def worker() -> None:
             nonlocal done, errors
             for _ in queue:
@@ -86,13 +88,23 @@ async def _load(url: str, *, requests: int, concurrency: int, check: str | None,
     return done, errors
 
 
-def load(url: str, pid: int, *, requests: int, concurrency: int = 8,
-         check: str | None = None, max_seconds: float = 120.0) -> LoadResult:
+def load(
+    url: str,
+    pid: int,
+    *,
+    requests: int,
+    concurrency: int = 8,
+    check: str | None = None,
+    max_seconds: float = 120.0,
+) -> LoadResult:
     """Send at most ``requests`` GETs (and for at most ``max_seconds``), measuring ``pid``."""
     cpu0 = cpu_seconds(pid)
     t0 = time.monotonic()
-    done, errors = asyncio.run(_load(url, requests=requests, concurrency=concurrency,
-                                     check=check, deadline=t0 + max_seconds))
+    done, errors = asyncio.run(
+        _load(
+            url, requests=requests, concurrency=concurrency, check=check, deadline=t0 + max_seconds
+        )
+    )
     wall = time.monotonic() - t0
     return LoadResult(done, errors, wall, cpu_seconds(pid) - cpu0)
 

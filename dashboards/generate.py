@@ -44,11 +44,12 @@ RESOLVER = f'{SEL}, target=~"$target"'
 RESOLVER_REC = f'{REC}, target=~"$target"'
 TAGS = ["dnsfleet", "dns"]
 
-Panel = Any   # the SDK's panel builders share no public base type
+Panel = Any  # the SDK's panel builders share no public base type
 
 
-def query(expr: str, legend: str = "", *, instant: bool = False,
-          fmt: str | None = None) -> prometheus.Dataquery:
+def query(
+    expr: str, legend: str = "", *, instant: bool = False, fmt: str | None = None
+) -> prometheus.Dataquery:
     q = prometheus.Dataquery().expr(expr).datasource(DS)
     if legend:
         q = q.legend_format(legend)
@@ -59,21 +60,45 @@ def query(expr: str, legend: str = "", *, instant: bool = False,
     return q
 
 
-def _common(panel: Panel, title: str, description: str, unit: str, *queries: prometheus.
-            Dataquery, height: int = 8, width: int = 12) -> Panel:
-    panel = (panel.title(title).description(description).unit(unit).datasource(DS)
-             .height(height).span(width))
+def _common(
+    panel: Panel,
+    title: str,
+    description: str,
+    unit: str,
+    *queries: prometheus.Dataquery,
+    height: int = 8,
+    width: int = 12,
+) -> Panel:
+    panel = (
+        panel.title(title)
+        .description(description)
+        .unit(unit)
+        .datasource(DS)
+        .height(height)
+        .span(width)
+    )
     for i, q in enumerate(queries):
         panel = panel.with_target(q.ref_id(chr(ord("A") + i)))
     return panel
 
 
-def ts(title: str, description: str, unit: str, *queries: prometheus.Dataquery,
-       width: int = 12, min_val: float | None = None, max_val: float | None = None,
-       stack: bool = False) -> Panel:
+def ts(
+    title: str,
+    description: str,
+    unit: str,
+    *queries: prometheus.Dataquery,
+    width: int = 12,
+    min_val: float | None = None,
+    max_val: float | None = None,
+    stack: bool = False,
+) -> Panel:
     p = timeseries.Panel().legend(
-        VizLegendOptions().show_legend(True).display_mode(common.LegendDisplayMode.TABLE)
-        .placement(common.LegendPlacement.BOTTOM).calcs(["lastNotNull", "max"]))
+        VizLegendOptions()
+        .show_legend(True)
+        .display_mode(common.LegendDisplayMode.TABLE)
+        .placement(common.LegendPlacement.BOTTOM)
+        .calcs(["lastNotNull", "max"])
+    )
     p = p.line_width(1).fill_opacity(10 if not stack else 40)
     if stack:
         p = p.stacking(StackingConfig().mode(common.StackingMode.NORMAL))
@@ -84,70 +109,115 @@ def ts(title: str, description: str, unit: str, *queries: prometheus.Dataquery,
     return _common(p, title, description, unit, *queries, width=width)
 
 
-def single(title: str, description: str, unit: str, q: prometheus.Dataquery, *,
-           width: int = 6) -> Panel:
-    p = stat.Panel().graph_mode(common.BigValueGraphMode.AREA).color_mode(
-        common.BigValueColorMode.VALUE)
+def single(
+    title: str, description: str, unit: str, q: prometheus.Dataquery, *, width: int = 6
+) -> Panel:
+    p = (
+        stat.Panel()
+        .graph_mode(common.BigValueGraphMode.AREA)
+        .color_mode(common.BigValueColorMode.VALUE)
+    )
     return _common(p, title, description, unit, q, height=5, width=width)
 
 
-def tab(title: str, description: str, unit: str, q: prometheus.Dataquery, *,
-        width: int = 12) -> Panel:
+def tab(
+    title: str, description: str, unit: str, q: prometheus.Dataquery, *, width: int = 12
+) -> Panel:
     return _common(table.Panel(), title, description, unit, q, width=width)
 
 
-def heat(title: str, description: str, unit: str, q: prometheus.Dataquery, *,
-         width: int = 24) -> Panel:
-    p = (heatmap.Panel().calculate(False)
-         .rows_frame(heatmap.RowsHeatmapOptions().layout(common.HeatmapCellLayout.AUTO)))
+def heat(
+    title: str, description: str, unit: str, q: prometheus.Dataquery, *, width: int = 24
+) -> Panel:
+    p = (
+        heatmap.Panel()
+        .calculate(False)
+        .rows_frame(heatmap.RowsHeatmapOptions().layout(common.HeatmapCellLayout.AUTO))
+    )
     return _common(p, title, description, unit, q, width=width)
 
 
-def variables(d: dash.Dashboard, *, target: bool = False, device: bool = False,
-              agent: bool = False) -> dash.Dashboard:
+def variables(
+    d: dash.Dashboard, *, target: bool = False, device: bool = False, agent: bool = False
+) -> dash.Dashboard:
     def var(name: str, label: str, q: str) -> dash.QueryVariable:
-        return (dash.QueryVariable(name).label(label).datasource(DS).query(q)
-                .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).sort(VariableSort.ALPHABETICAL_ASC)
-                .multi(True).include_all(True).all_value(".*"))
+        return (
+            dash.QueryVariable(name)
+            .label(label)
+            .datasource(DS)
+            .query(q)
+            .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(VariableSort.ALPHABETICAL_ASC)
+            .multi(True)
+            .include_all(True)
+            .all_value(".*")
+        )
 
-    d = d.with_variable(dash.DatasourceVariable("datasource").label("Data source")
-                        .type("prometheus"))
+    d = d.with_variable(
+        dash.DatasourceVariable("datasource").label("Data source").type("prometheus")
+    )
     d = d.with_variable(var("job", "Job", "label_values(dnsfleet_build_info, job)"))
-    d = d.with_variable(var("instance", "Exporter",
-                            'label_values(dnsfleet_build_info{job=~"$job"}, instance)'))
-    d = d.with_variable(var(
-        "site", "Site",
-        'label_values({__name__=~"dnsfleet_build_info|dnsfleet_probe_success", '
-        'job=~"$job"}, site)'))
+    d = d.with_variable(
+        var("instance", "Exporter", 'label_values(dnsfleet_build_info{job=~"$job"}, instance)')
+    )
+    d = d.with_variable(
+        var(
+            "site",
+            "Site",
+            'label_values({__name__=~"dnsfleet_build_info|dnsfleet_probe_success", '
+            'job=~"$job"}, site)',
+        )
+    )
     if target:
-        d = d.with_variable(var("target", "Resolver",
-                                f"label_values(dnsfleet_probe_success{{{SEL}}}, target)"))
+        d = d.with_variable(
+            var("target", "Resolver", f"label_values(dnsfleet_probe_success{{{SEL}}}, target)")
+        )
     if device:
-        d = d.with_variable(var("device", "NIC",
-                                f"label_values(dnsfleet_nic_queues{{{SEL}}}, device)"))
+        d = d.with_variable(
+            var("device", "NIC", f"label_values(dnsfleet_nic_queues{{{SEL}}}, device)")
+        )
     if agent:
-        d = d.with_variable(var("agent", "Consul agent",
-                                f"label_values(dnsfleet_consul_up{{{SEL}}}, agent)"))
+        d = d.with_variable(
+            var("agent", "Consul agent", f"label_values(dnsfleet_consul_up{{{SEL}}}, agent)")
+        )
     return d
 
 
 def base(uid: str, title: str, description: str) -> dash.Dashboard:
-    return (dash.Dashboard(title).uid(uid).description(description).tags(TAGS)
-            .refresh("30s").time("now-6h", "now").timezone("browser")
-            .tooltip(DashboardCursorSync.CROSSHAIR).editable())
+    return (
+        dash.Dashboard(title)
+        .uid(uid)
+        .description(description)
+        .tags(TAGS)
+        .refresh("30s")
+        .time("now-6h", "now")
+        .timezone("browser")
+        .tooltip(DashboardCursorSync.CROSSHAIR)
+        .editable()
+    )
 
 
 def restart_annotations(d: dash.Dashboard, selector: str) -> dash.Dashboard:
     # The annotation is placed at the value (the restart time the resolver reports), not
     # at the scrape that noticed it: see ANNOTATION_EXTRA.
-    return (d.annotation(dash.AnnotationQuery().name("Resolver restarts").datasource(DS)
-                         .enable(True).icon_color("red")
-                         .expr(f"max by (site, target) "
-                               f"(dnsfleet_resolver_start_time_seconds{{{selector}}}) * 1000"))
-            .annotation(dash.AnnotationQuery().name("Cache resets").datasource(DS)
-                        .enable(True).icon_color("orange")
-                        .expr("max by (site, target) (dnsfleet_resolver_last_cache_reset_"
-                              f"timestamp_seconds{{{selector}}}) * 1000")))
+    return d.annotation(
+        dash.AnnotationQuery()
+        .name("Resolver restarts")
+        .datasource(DS)
+        .enable(True)
+        .icon_color("red")
+        .expr(f"max by (site, target) (dnsfleet_resolver_start_time_seconds{{{selector}}}) * 1000")
+    ).annotation(
+        dash.AnnotationQuery()
+        .name("Cache resets")
+        .datasource(DS)
+        .enable(True)
+        .icon_color("orange")
+        .expr(
+            "max by (site, target) (dnsfleet_resolver_last_cache_reset_"
+            f"timestamp_seconds{{{selector}}}) * 1000"
+        )
+    )
 
 
 # Fields of Grafana's Prometheus annotation query that the SDK's AnnotationQuery model does
@@ -155,264 +225,578 @@ def restart_annotations(d: dash.Dashboard, selector: str) -> dash.Dashboard:
 # annotation at that time, so the marker sits at the exact restart, not at the scrape that
 # saw it.
 ANNOTATION_EXTRA = {
-    "Resolver restarts": {"useValueForTime": True, "step": "1m",
-                          "titleFormat": "{{target}} restarted", "tagKeys": "site,target"},
-    "Cache resets": {"useValueForTime": True, "step": "1m",
-                     "titleFormat": "{{target}} cache reset", "tagKeys": "site,target"},
+    "Resolver restarts": {
+        "useValueForTime": True,
+        "step": "1m",
+        "titleFormat": "{{target}} restarted",
+        "tagKeys": "site,target",
+    },
+    "Cache resets": {
+        "useValueForTime": True,
+        "step": "1m",
+        "titleFormat": "{{target}} cache reset",
+        "tagKeys": "site,target",
+    },
 }
 
 
 # ------------------------------------------------------------------------------ dashboards
 
+
 def fleet_overview() -> dash.Dashboard:
-    d = base("dnsfleet-overview", "dnsfleet / Fleet overview",
-             "Is DNS answering everywhere: probe success and latency per resolver, what "
-             "clients' stub resolvers wait, restarts, firing alerts.")
+    d = base(
+        "dnsfleet-overview",
+        "dnsfleet / Fleet overview",
+        "Is DNS answering everywhere: probe success and latency per resolver, what "
+        "clients' stub resolvers wait, restarts, firing alerts.",
+    )
     d = variables(d)
     d = restart_annotations(d, SEL)
-    return (d
-        .with_panel(single("Resolvers answering", "Share of probed resolvers whose last "
-                           "probe succeeded.", "percentunit",
-                           query(f"avg(dnsfleet_probe_success{{{SEL}}})")))
-        .with_panel(single("Resolvers failing", "Resolvers whose last probe failed "
-                           "(DNSResolverDown fires after 2m).", "short",
-                           query(f"count(dnsfleet_probe_success{{{SEL}}} == 0) or vector(0)")))
-        .with_panel(single("Stub lookups delayed", "resolv.conf files whose glibc clients "
-                           "wait at least 1 s per lookup for a failing nameserver.", "short",
-                           query(f'count(dnsfleet_stub_expected_delay_seconds{{{SEL}, '
-                                 f'libc="glibc"}} >= 1) or vector(0)')))
-        .with_panel(single("Firing alerts", "dnsfleet alerts firing now (the Watchdog "
-                           "excluded).", "short",
-                           query('count(ALERTS{alertstate="firing", alertname!="Watchdog", '
-                                 'site=~"$site"}) or vector(0)')))
-        .with_panel(ts("Probe success per resolver", "1 when the last probe of the resolver "
-                       "succeeded; 0 during an outage. Red markers: resolver restarts at the "
-                       "time the resolver reports.", "bool_yes_no",
-                       query(f"min by (site, target) (dnsfleet_probe_success{{{SEL}}})",
-                             "{{site}} {{target}}"), min_val=0, max_val=1))
-        .with_panel(ts("Probe latency p90 per resolver", "90th percentile of answered "
-                       "probes' latency (DNSResolverLatencyHigh at 100 ms over 10m).", "s",
-                       query("histogram_quantile(0.9, sum by (site, target, le) (rate("
-                             f"dnsfleet_probe_latency_seconds_bucket{{{SEL}}}"
-                             "[$__rate_interval])))", "{{site}} {{target}}")))
-        .with_panel(ts("Failed probes by reason", "Failed probes per second per resolver "
-                       "and reason (timeout, refused, rcode, ...).", "ops",
-                       query("sum by (site, target, reason) (rate(dnsfleet_probe_failures_"
-                             f"total{{{SEL}}}[$__rate_interval])) > 0",
-                             "{{site}} {{target}} {{reason}}")))
-        .with_panel(ts("Stub failover delay per host", "Extra seconds each lookup of a "
-                       "watched resolv.conf waits before an answer, per exporter host and "
-                       "libc model (DNSStubFailoverDelay at 1 s and at the file's timeout).",
-                       "s", query("max by (instance, resolv_conf, libc) (dnsfleet_stub_"
-                                  f"expected_delay_seconds{{{SEL}}})",
-                                  "{{instance}} {{resolv_conf}} {{libc}}")))
-        .with_panel(ts("Stub resolution failing", "1 when no nameserver of a watched "
-                       "resolv.conf answers: every lookup of its clients fails.",
-                       "bool_yes_no",
-                       query("max by (instance, resolv_conf, libc) (dnsfleet_stub_"
-                             f"resolution_failing{{{SEL}}})",
-                             "{{instance}} {{resolv_conf}} {{libc}}"), min_val=0, max_val=1))
-        .with_panel(tab("Firing alerts by site", "Firing alerts per name, severity and "
-                        "site, from Prometheus' ALERTS series.", "short",
-                        query('sum by (alertname, severity, site) (ALERTS{alertstate='
-                              '"firing", site=~"$site"})', instant=True, fmt="table")))
-        .with_panel(ts("Exporter scrape duration", "Time each exporter spends on a scrape "
-                       "(probes and collectors run concurrently within the scrape "
-                       "timeout).", "s",
-                       query(f"dnsfleet_scrape_duration_seconds{{{SEL}}}", "{{instance}}"))))
+    return (
+        d.with_panel(
+            single(
+                "Resolvers answering",
+                "Share of probed resolvers whose last probe succeeded.",
+                "percentunit",
+                query(f"avg(dnsfleet_probe_success{{{SEL}}})"),
+            )
+        )
+        .with_panel(
+            single(
+                "Resolvers failing",
+                "Resolvers whose last probe failed (DNSResolverDown fires after 2m).",
+                "short",
+                query(f"count(dnsfleet_probe_success{{{SEL}}} == 0) or vector(0)"),
+            )
+        )
+        .with_panel(
+            single(
+                "Stub lookups delayed",
+                "resolv.conf files whose glibc clients "
+                "wait at least 1 s per lookup for a failing nameserver.",
+                "short",
+                query(
+                    f"count(dnsfleet_stub_expected_delay_seconds{{{SEL}, "
+                    f'libc="glibc"}} >= 1) or vector(0)'
+                ),
+            )
+        )
+        .with_panel(
+            single(
+                "Firing alerts",
+                "dnsfleet alerts firing now (the Watchdog excluded).",
+                "short",
+                query(
+                    'count(ALERTS{alertstate="firing", alertname!="Watchdog", '
+                    'site=~"$site"}) or vector(0)'
+                ),
+            )
+        )
+        .with_panel(
+            ts(
+                "Probe success per resolver",
+                "1 when the last probe of the resolver "
+                "succeeded; 0 during an outage. Red markers: resolver restarts at the "
+                "time the resolver reports.",
+                "bool_yes_no",
+                query(
+                    f"min by (site, target) (dnsfleet_probe_success{{{SEL}}})",
+                    "{{site}} {{target}}",
+                ),
+                min_val=0,
+                max_val=1,
+            )
+        )
+        .with_panel(
+            ts(
+                "Probe latency p90 per resolver",
+                "90th percentile of answered "
+                "probes' latency (DNSResolverLatencyHigh at 100 ms over 10m).",
+                "s",
+                query(
+                    "histogram_quantile(0.9, sum by (site, target, le) (rate("
+                    f"dnsfleet_probe_latency_seconds_bucket{{{SEL}}}"
+                    "[$__rate_interval])))",
+                    "{{site}} {{target}}",
+                ),
+            )
+        )
+        .with_panel(
+            ts(
+                "Failed probes by reason",
+                "Failed probes per second per resolver and reason (timeout, refused, rcode, ...).",
+                "ops",
+                query(
+                    "sum by (site, target, reason) (rate(dnsfleet_probe_failures_"
+                    f"total{{{SEL}}}[$__rate_interval])) > 0",
+                    "{{site}} {{target}} {{reason}}",
+                ),
+            )
+        )
+        .with_panel(
+            ts(
+                "Stub failover delay per host",
+                "Extra seconds each lookup of a "
+                "watched resolv.conf waits before an answer, per exporter host and "
+                "libc model (DNSStubFailoverDelay at 1 s and at the file's timeout).",
+                "s",
+                query(
+                    "max by (instance, resolv_conf, libc) (dnsfleet_stub_"
+                    f"expected_delay_seconds{{{SEL}}})",
+                    "{{instance}} {{resolv_conf}} {{libc}}",
+                ),
+            )
+        )
+        .with_panel(
+            ts(
+                "Stub resolution failing",
+                "1 when no nameserver of a watched "
+                "resolv.conf answers: every lookup of its clients fails.",
+                "bool_yes_no",
+                query(
+                    "max by (instance, resolv_conf, libc) (dnsfleet_stub_"
+                    f"resolution_failing{{{SEL}}})",
+                    "{{instance}} {{resolv_conf}} {{libc}}",
+                ),
+                min_val=0,
+                max_val=1,
+            )
+        )
+        .with_panel(
+            tab(
+                "Firing alerts by site",
+                "Firing alerts per name, severity and site, from Prometheus' ALERTS series.",
+                "short",
+                query(
+                    "sum by (alertname, severity, site) (ALERTS{alertstate="
+                    '"firing", site=~"$site"})',
+                    instant=True,
+                    fmt="table",
+                ),
+            )
+        )
+        .with_panel(
+            ts(
+                "Exporter scrape duration",
+                "Time each exporter spends on a scrape "
+                "(probes and collectors run concurrently within the scrape "
+                "timeout).",
+                "s",
+                query(f"dnsfleet_scrape_duration_seconds{{{SEL}}}", "{{instance}}"),
+            )
+        )
+    )
 
 
 def resolver_detail() -> dash.Dashboard:
-    d = base("dnsfleet-resolver", "dnsfleet / Resolver detail",
-             "One resolver from inside and outside: its own counters (QPS, cache hits, "
-             "rcodes), the backend behind its address, the canary TTL and probe latency.")
+    d = base(
+        "dnsfleet-resolver",
+        "dnsfleet / Resolver detail",
+        "One resolver from inside and outside: its own counters (QPS, cache hits, "
+        "rcodes), the backend behind its address, the canary TTL and probe latency.",
+    )
     d = variables(d, target=True)
     d = restart_annotations(d, RESOLVER)
     rate = "[$__rate_interval]"
-    return (d
-        .with_panel(ts("Queries per second", "Client queries the resolver received, from "
-                       "its own statistics (unbound stats_noreset, BIND statistics "
-                       "channel).", "reqps",
-                       query("sum by (site, target) (rate(dnsfleet_resolver_queries_total"
-                             f"{{{RESOLVER}}}{rate}))", "{{target}}")))
-        .with_panel(ts("Cache-hit ratio", "Share of client queries answered from cache.",
-                       "percentunit",
-                       query(f"sum by (site, target) (rate(dnsfleet_resolver_cache_hits_total"
-                             f"{{{RESOLVER}}}{rate})) / (sum by (site, target) (rate("
-                             f"dnsfleet_resolver_cache_hits_total{{{RESOLVER}}}{rate})) + "
-                             f"sum by (site, target) (rate(dnsfleet_resolver_cache_misses_"
-                             f"total{{{RESOLVER}}}{rate})))", "{{target}}"),
-                       min_val=0, max_val=1))
-        .with_panel(ts("Responses by rcode", "Responses per second the resolver sent, by "
-                       "response code.", "reqps",
-                       query("sum by (target, rcode) (rate(dnsfleet_resolver_responses_total"
-                             f"{{{RESOLVER}}}{rate}))", "{{target}} {{rcode}}"),
-                       stack=True))
-        .with_panel(ts("SERVFAIL share", "Share of the resolver's responses that were "
-                       "SERVFAIL (its own counters) and of dnsfleet's probes that got "
-                       "SERVFAIL over 10m (DNSResolverServfailHigh: 10% / 50%).",
-                       "percentunit",
-                       query("sum by (target) (rate(dnsfleet_resolver_responses_total{"
-                             f'{RESOLVER}, rcode="SERVFAIL"}}{rate})) / sum by (target) '
-                             f"(rate(dnsfleet_resolver_responses_total{{{RESOLVER}}}{rate}))",
-                             "{{target}} responses"),
-                       query(f"avg_over_time(target:dnsfleet_probe_servfail:bool{{{RESOLVER}}}"
-                             "[10m])", "{{target}} probes"), min_val=0))
-        .with_panel(tab("Backend identity", "Which backend answered the last probe behind "
-                        "this address (EDNS NSID or CHAOS TXT id.server).", "none",
-                        query(f"dnsfleet_resolver_backend_info{{{RESOLVER}}}", instant=True,
-                              fmt="table")))
-        .with_panel(ts("Backend changes", "Changes of the backend identity in the last hour "
-                       "(DNSResolverBackendFlapping at 4 in 30m).", "short",
-                       query("sum by (target) (increase(dnsfleet_resolver_backend_changes_"
-                             f"total{{{RESOLVER}}}[1h]))", "{{target}}")))
-        .with_panel(ts("Canary TTL", "TTL of the canary record in the resolver's last "
-                       "answer: a sawtooth that counts down; a jump up before expiry is a "
-                       "cache flush or restart.", "s",
-                       query(f"dnsfleet_resolver_canary_ttl_seconds{{{RESOLVER}}}",
-                             "{{target}}")))
-        .with_panel(ts("Resolver uptime", "Seconds since the resolver process started, as "
-                       "the resolver reports it.", "s",
-                       query(f"time() - dnsfleet_resolver_start_time_seconds{{{RESOLVER}}}",
-                             "{{target}}")))
-        .with_panel(ts("Probe latency percentiles", "p50, p90 and p99 of answered probes.",
-                       "s",
-                       *(query(f"histogram_quantile({q}, sum by (target, le) (rate("
-                               f"dnsfleet_probe_latency_seconds_bucket{{{RESOLVER}}}{rate})))",
-                               f"p{int(q * 100)} {{{{target}}}}")
-                         for q in (0.5, 0.9, 0.99))))
-        .with_panel(ts("Cache resets seen from outside", "Cache resets (flush or restart) "
-                       "detected from the canary TTL, per hour.", "short",
-                       query("sum by (target) (increase(dnsfleet_resolver_cache_resets_total"
-                             f"{{{RESOLVER}}}[1h]))", "{{target}}"))))
+    return (
+        d.with_panel(
+            ts(
+                "Queries per second",
+                "Client queries the resolver received, from "
+                "its own statistics (unbound stats_noreset, BIND statistics "
+                "channel).",
+                "reqps",
+                query(
+                    "sum by (site, target) (rate(dnsfleet_resolver_queries_total"
+                    f"{{{RESOLVER}}}{rate}))",
+                    "{{target}}",
+                ),
+            )
+        )
+        .with_panel(
+            ts(
+                "Cache-hit ratio",
+                "Share of client queries answered from cache.",
+                "percentunit",
+                query(
+                    f"sum by (site, target) (rate(dnsfleet_resolver_cache_hits_total"
+                    f"{{{RESOLVER}}}{rate})) / (sum by (site, target) (rate("
+                    f"dnsfleet_resolver_cache_hits_total{{{RESOLVER}}}{rate})) + "
+                    f"sum by (site, target) (rate(dnsfleet_resolver_cache_misses_"
+                    f"total{{{RESOLVER}}}{rate})))",
+                    "{{target}}",
+                ),
+                min_val=0,
+                max_val=1,
+            )
+        )
+        .with_panel(
+            ts(
+                "Responses by rcode",
+                "Responses per second the resolver sent, by response code.",
+                "reqps",
+                query(
+                    "sum by (target, rcode) (rate(dnsfleet_resolver_responses_total"
+                    f"{{{RESOLVER}}}{rate}))",
+                    "{{target}} {{rcode}}",
+                ),
+                stack=True,
+            )
+        )
+        .with_panel(
+            ts(
+                "SERVFAIL share",
+                "Share of the resolver's responses that were "
+                "SERVFAIL (its own counters) and of dnsfleet's probes that got "
+                "SERVFAIL over 10m (DNSResolverServfailHigh: 10% / 50%).",
+                "percentunit",
+                query(
+                    "sum by (target) (rate(dnsfleet_resolver_responses_total{"
+                    f'{RESOLVER}, rcode="SERVFAIL"}}{rate})) / sum by (target) '
+                    f"(rate(dnsfleet_resolver_responses_total{{{RESOLVER}}}{rate}))",
+                    "{{target}} responses",
+                ),
+                query(
+                    f"avg_over_time(target:dnsfleet_probe_servfail:bool{{{RESOLVER}}}[10m])",
+                    "{{target}} probes",
+                ),
+                min_val=0,
+            )
+        )
+        .with_panel(
+            tab(
+                "Backend identity",
+                "Which backend answered the last probe behind "
+                "this address (EDNS NSID or CHAOS TXT id.server).",
+                "none",
+                query(f"dnsfleet_resolver_backend_info{{{RESOLVER}}}", instant=True, fmt="table"),
+            )
+        )
+        .with_panel(
+            ts(
+                "Backend changes",
+                "Changes of the backend identity in the last hour "
+                "(DNSResolverBackendFlapping at 4 in 30m).",
+                "short",
+                query(
+                    "sum by (target) (increase(dnsfleet_resolver_backend_changes_"
+                    f"total{{{RESOLVER}}}[1h]))",
+                    "{{target}}",
+                ),
+            )
+        )
+        .with_panel(
+            ts(
+                "Canary TTL",
+                "TTL of the canary record in the resolver's last "
+                "answer: a sawtooth that counts down; a jump up before expiry is a "
+                "cache flush or restart.",
+                "s",
+                query(f"dnsfleet_resolver_canary_ttl_seconds{{{RESOLVER}}}", "{{target}}"),
+            )
+        )
+        .with_panel(
+            ts(
+                "Resolver uptime",
+                "Seconds since the resolver process started, as the resolver reports it.",
+                "s",
+                query(f"time() - dnsfleet_resolver_start_time_seconds{{{RESOLVER}}}", "{{target}}"),
+            )
+        )
+        .with_panel(
+            ts(
+                "Probe latency percentiles",
+                "p50, p90 and p99 of answered probes.",
+                "s",
+                *(
+                    query(
+                        f"histogram_quantile({q}, sum by (target, le) (rate("
+                        f"dnsfleet_probe_latency_seconds_bucket{{{RESOLVER}}}{rate})))",
+                        f"p{int(q * 100)} {{{{target}}}}",
+                    )
+                    for q in (0.5, 0.9, 0.99)
+                ),
+            )
+        )
+        .with_panel(
+            ts(
+                "Cache resets seen from outside",
+                "Cache resets (flush or restart) detected from the canary TTL, per hour.",
+                "short",
+                query(
+                    "sum by (target) (increase(dnsfleet_resolver_cache_resets_total"
+                    f"{{{RESOLVER}}}[1h]))",
+                    "{{target}}",
+                ),
+            )
+        )
+    )
 
 
 def host_latency() -> dash.Dashboard:
-    d = base("dnsfleet-host", "dnsfleet / Host latency tuning",
-             "The host facts that decide whether a resolver answers in microseconds or "
-             "milliseconds: NIC queue interrupts per CPU, IRQ affinity, CPU wake-up latency, "
-             "governor, bonding.")
+    d = base(
+        "dnsfleet-host",
+        "dnsfleet / Host latency tuning",
+        "The host facts that decide whether a resolver answers in microseconds or "
+        "milliseconds: NIC queue interrupts per CPU, IRQ affinity, CPU wake-up latency, "
+        "governor, bonding.",
+    )
     d = variables(d, device=True)
     dev = f'{SEL}, device=~"$device"'
     rate = "[$__rate_interval]"
-    return (d
-        .with_panel(heat("NIC interrupts per CPU", "Interrupts per second each CPU takes "
-                         "for the selected NICs' queues: one hot row is an imbalance, a "
-                         "single row an affinity collapse.", "short",
-                         query(f"sum by (cpu) (rate(dnsfleet_nic_cpu_interrupts_total{{{dev}}}"
-                               f"{rate}))", "{{cpu}}")))
-        .with_panel(ts("Interrupt imbalance", "Busiest CPU's interrupt rate over the mean of "
-                       "the CPUs serving the NIC (1 = even; DNSNicQueueImbalance).", "short",
-                       query(f"max by (instance, device) (rate(dnsfleet_nic_cpu_interrupts_"
-                             f"total{{{dev}}}{rate})) / avg by (instance, device) (rate("
-                             f"dnsfleet_nic_cpu_interrupts_total{{{dev}}}{rate}) > 0)",
-                             "{{instance}} {{device}}")))
-        .with_panel(ts("CPUs serving NIC interrupts", "Distinct CPUs that effectively serve "
-                       "a NIC's queue interrupts, against its queue count "
-                       "(DNSNicIrqAffinityCollapsed when 1).", "short",
-                       query(f"dnsfleet_nic_irq_cpus{{{dev}}}", "{{instance}} {{device}} cpus"),
-                       query(f"dnsfleet_nic_queues{{{dev}}}",
-                             "{{instance}} {{device}} queues")))
-        .with_panel(ts("Queue affinity width", "CPUs each queue's IRQ may be delivered to "
-                       "(smp_affinity_list).", "short",
-                       query(f"dnsfleet_nic_queue_affinity_cpus{{{dev}}}",
-                             "{{device}} {{queue}}")))
-        .with_panel(ts("NET_RX softirqs per CPU", "Receive softirqs per second per CPU "
-                       "(/proc/softirqs).", "short",
-                       query(f"sum by (instance, cpu) (rate(dnsfleet_softirq_net_rx_total"
-                             f"{{{SEL}}}{rate}))", "{{instance}} cpu{{cpu}}")))
-        .with_panel(ts("irqbalance running", "1 when an irqbalance process runs on the host.",
-                       "bool_yes_no", query(f"dnsfleet_irqbalance_running{{{SEL}}}",
-                                            "{{instance}}"), min_val=0, max_val=1))
-        .with_panel(ts("CPU wake-up latency", "Worst exit latency a CPU can incur now "
-                       "(deepest enabled idle state the PM QoS limit allows) against the "
-                       "PM QoS limit (DNSCpuLatencyDrift above the 20 µs budget).", "s",
-                       query(f"dnsfleet_cpu_wakeup_latency_seconds{{{SEL}}}",
-                             "{{instance}} wake-up"),
-                       query(f"dnsfleet_pm_qos_cpu_latency_seconds{{{SEL}}} < 2000",
-                             "{{instance}} PM QoS limit")))
-        .with_panel(ts("Idle state residency", "Seconds per second all CPUs spent in each "
-                       "idle state (deep states add wake-up latency).", "s",
-                       query(f"sum by (instance, state) (rate(dnsfleet_cpuidle_state_"
-                             f"residency_seconds_total{{{SEL}}}{rate}))",
-                             "{{instance}} {{state}}"), stack=True))
-        .with_panel(ts("Scaling governor", "CPUs per cpufreq governor (latency-sensitive "
-                       "resolvers want performance).", "short",
-                       query(f"dnsfleet_cpu_scaling_governor_cpus{{{SEL}}}",
-                             "{{instance}} {{governor}}")))
-        .with_panel(tab("Tuned profile and idle driver", "Active tuned profile and cpuidle "
-                        "driver/governor per host.", "none",
-                        query(f"dnsfleet_tuned_profile_info{{{SEL}}} or "
-                              f"dnsfleet_cpuidle_driver_info{{{SEL}}}", instant=True,
-                              fmt="table")))
-        .with_panel(ts("Bond slaves up", "Slaves up against configured slaves per bond "
-                       "(DNSBondDegraded).", "short",
-                       query(f"dnsfleet_bond_slaves_up{{{SEL}}}", "{{instance}} {{bond}} up"),
-                       query(f"dnsfleet_bond_slaves{{{SEL}}}", "{{instance}} {{bond}} slaves")))
-        .with_panel(ts("Bond link failures", "Link failures per slave in the last 30m "
-                       "(DNSBondLinkFlapping at 3).", "short",
-                       query("increase(dnsfleet_bond_slave_link_failures_total"
-                             f"{{{SEL}}}[30m])", "{{instance}} {{bond}} {{slave}}")))
-        .with_panel(tab("Bond active slave and link monitoring", "Active slave per bond and "
-                        "its link monitoring interval (0 = none: DNSBondNoLinkMonitoring).",
-                        "s", query(f"dnsfleet_bond_active_slave_info{{{SEL}}} or "
-                                   f"dnsfleet_bond_link_monitoring_interval_seconds{{{SEL}}}",
-                                   instant=True, fmt="table"))))
+    return (
+        d.with_panel(
+            heat(
+                "NIC interrupts per CPU",
+                "Interrupts per second each CPU takes "
+                "for the selected NICs' queues: one hot row is an imbalance, a "
+                "single row an affinity collapse.",
+                "short",
+                query(
+                    f"sum by (cpu) (rate(dnsfleet_nic_cpu_interrupts_total{{{dev}}}{rate}))",
+                    "{{cpu}}",
+                ),
+            )
+        )
+        .with_panel(
+            ts(
+                "Interrupt imbalance",
+                "Busiest CPU's interrupt rate over the mean of "
+                "the CPUs serving the NIC (1 = even; DNSNicQueueImbalance).",
+                "short",
+                query(
+                    f"max by (instance, device) (rate(dnsfleet_nic_cpu_interrupts_"
+                    f"total{{{dev}}}{rate})) / avg by (instance, device) (rate("
+                    f"dnsfleet_nic_cpu_interrupts_total{{{dev}}}{rate}) > 0)",
+                    "{{instance}} {{device}}",
+                ),
+            )
+        )
+        .with_panel(
+            ts(
+                "CPUs serving NIC interrupts",
+                "Distinct CPUs that effectively serve "
+                "a NIC's queue interrupts, against its queue count "
+                "(DNSNicIrqAffinityCollapsed when 1).",
+                "short",
+                query(f"dnsfleet_nic_irq_cpus{{{dev}}}", "{{instance}} {{device}} cpus"),
+                query(f"dnsfleet_nic_queues{{{dev}}}", "{{instance}} {{device}} queues"),
+            )
+        )
+        .with_panel(
+            ts(
+                "Queue affinity width",
+                "CPUs each queue's IRQ may be delivered to (smp_affinity_list).",
+                "short",
+                query(f"dnsfleet_nic_queue_affinity_cpus{{{dev}}}", "{{device}} {{queue}}"),
+            )
+        )
+        .with_panel(
+            ts(
+                "NET_RX softirqs per CPU",
+                "Receive softirqs per second per CPU (/proc/softirqs).",
+                "short",
+                query(
+                    f"sum by (instance, cpu) (rate(dnsfleet_softirq_net_rx_total{{{SEL}}}{rate}))",
+                    "{{instance}} cpu{{cpu}}",
+                ),
+            )
+        )
+        .with_panel(
+            ts(
+                "irqbalance running",
+                "1 when an irqbalance process runs on the host.",
+                "bool_yes_no",
+                query(f"dnsfleet_irqbalance_running{{{SEL}}}", "{{instance}}"),
+                min_val=0,
+                max_val=1,
+            )
+        )
+        .with_panel(
+            ts(
+                "CPU wake-up latency",
+                "Worst exit latency a CPU can incur now "
+                "(deepest enabled idle state the PM QoS limit allows) against the "
+                "PM QoS limit (DNSCpuLatencyDrift above the 20 µs budget).",
+                "s",
+                query(f"dnsfleet_cpu_wakeup_latency_seconds{{{SEL}}}", "{{instance}} wake-up"),
+                query(
+                    f"dnsfleet_pm_qos_cpu_latency_seconds{{{SEL}}} < 2000",
+                    "{{instance}} PM QoS limit",
+                ),
+            )
+        )
+        .with_panel(
+            ts(
+                "Idle state residency",
+                "Seconds per second all CPUs spent in each "
+                "idle state (deep states add wake-up latency).",
+                "s",
+                query(
+                    f"sum by (instance, state) (rate(dnsfleet_cpuidle_state_"
+                    f"residency_seconds_total{{{SEL}}}{rate}))",
+                    "{{instance}} {{state}}",
+                ),
+                stack=True,
+            )
+        )
+        .with_panel(
+            ts(
+                "Scaling governor",
+                "CPUs per cpufreq governor (latency-sensitive resolvers want performance).",
+                "short",
+                query(f"dnsfleet_cpu_scaling_governor_cpus{{{SEL}}}", "{{instance}} {{governor}}"),
+            )
+        )
+        .with_panel(
+            tab(
+                "Tuned profile and idle driver",
+                "Active tuned profile and cpuidle driver/governor per host.",
+                "none",
+                query(
+                    f"dnsfleet_tuned_profile_info{{{SEL}}} or "
+                    f"dnsfleet_cpuidle_driver_info{{{SEL}}}",
+                    instant=True,
+                    fmt="table",
+                ),
+            )
+        )
+        .with_panel(
+            ts(
+                "Bond slaves up",
+                "Slaves up against configured slaves per bond (DNSBondDegraded).",
+                "short",
+                query(f"dnsfleet_bond_slaves_up{{{SEL}}}", "{{instance}} {{bond}} up"),
+                query(f"dnsfleet_bond_slaves{{{SEL}}}", "{{instance}} {{bond}} slaves"),
+            )
+        )
+        .with_panel(
+            ts(
+                "Bond link failures",
+                "Link failures per slave in the last 30m (DNSBondLinkFlapping at 3).",
+                "short",
+                query(
+                    f"increase(dnsfleet_bond_slave_link_failures_total{{{SEL}}}[30m])",
+                    "{{instance}} {{bond}} {{slave}}",
+                ),
+            )
+        )
+        .with_panel(
+            tab(
+                "Bond active slave and link monitoring",
+                "Active slave per bond and "
+                "its link monitoring interval (0 = none: DNSBondNoLinkMonitoring).",
+                "s",
+                query(
+                    f"dnsfleet_bond_active_slave_info{{{SEL}}} or "
+                    f"dnsfleet_bond_link_monitoring_interval_seconds{{{SEL}}}",
+                    instant=True,
+                    fmt="table",
+                ),
+            )
+        )
+    )
 
 
 def consul_dns() -> dash.Dashboard:
-    d = base("dnsfleet-consul", "dnsfleet / Consul DNS",
-             "Consul DNS as its clients see it, against what the catalog says: lookups, "
-             "latency, stale and missing answers, leader, raft.db.")
+    d = base(
+        "dnsfleet-consul",
+        "dnsfleet / Consul DNS",
+        "Consul DNS as its clients see it, against what the catalog says: lookups, "
+        "latency, stale and missing answers, leader, raft.db.",
+    )
     d = variables(d, agent=True)
     ag = f'{SEL}, agent=~"$agent"'
-    return (d
-        .with_panel(ts("Lookup success", "1 when a watched service or prepared-query lookup "
-                       "got NOERROR or NXDOMAIN (DNSConsulDNSDown when all fail for 2m).",
-                       "bool_yes_no",
-                       query(f"dnsfleet_consul_dns_probe_success{{{ag}}}",
-                             "{{agent}} {{query}}"), min_val=0, max_val=1))
-        .with_panel(ts("Lookup latency", "Duration of each lookup against the agent's DNS "
-                       "port.", "s",
-                       query(f"dnsfleet_consul_dns_latency_seconds{{{ag}}}",
-                             "{{agent}} {{query}}")))
-        .with_panel(ts("Answers against healthy instances", "Addresses in each service's A "
-                       "answer against instances with every check passing in the catalog.",
-                       "short",
-                       query(f"dnsfleet_consul_dns_answers{{{ag}}}", "{{service}} answered"),
-                       query(f"dnsfleet_consul_healthy_instances{{{ag}}}",
-                             "{{service}} healthy")))
-        .with_panel(ts("Stale and missing answers", "Answered addresses DNS should not serve, "
-                       "and instances it should serve but left out (DNSConsulDNSMismatch).",
-                       "short",
-                       query(f"dnsfleet_consul_dns_stale_answers{{{ag}}}", "{{service}} stale"),
-                       query(f"dnsfleet_consul_dns_missing_instances{{{ag}}}",
-                             "{{service}} missing")))
-        .with_panel(ts("Leader and API", "1 when the agent's HTTP API answers and when "
-                       "Raft has a leader (DNSConsulNoLeader, DNSConsulAPIDown).",
-                       "bool_yes_no",
-                       query(f"dnsfleet_consul_leader_present{{{ag}}}", "{{agent}} leader"),
-                       query(f"dnsfleet_consul_up{{{ag}}}", "{{agent}} API up"),
-                       min_val=0, max_val=1))
-        .with_panel(ts("Raft peers and prepared queries", "Raft peers and prepared queries "
-                       "defined, per agent.", "short",
-                       query(f"dnsfleet_consul_raft_peers{{{ag}}}", "{{agent}} peers"),
-                       query(f"dnsfleet_consul_prepared_queries{{{ag}}}",
-                             "{{agent}} prepared queries")))
-        .with_panel(ts("raft.db size", "Size of the server's raft.db; BoltDB never shrinks "
-                       "(DNSConsulRaftDbLarge above 1 GiB or +128 MiB in 6h).", "bytes",
-                       query(f"dnsfleet_consul_raft_db_bytes{{{ag}}}", "{{agent}}")))
-        .with_panel(tab("Agents", "Version, datacenter, node and role of each agent.",
-                        "none", query(f"dnsfleet_consul_agent_info{{{ag}}}", instant=True,
-                                      fmt="table"))))
+    return (
+        d.with_panel(
+            ts(
+                "Lookup success",
+                "1 when a watched service or prepared-query lookup "
+                "got NOERROR or NXDOMAIN (DNSConsulDNSDown when all fail for 2m).",
+                "bool_yes_no",
+                query(f"dnsfleet_consul_dns_probe_success{{{ag}}}", "{{agent}} {{query}}"),
+                min_val=0,
+                max_val=1,
+            )
+        )
+        .with_panel(
+            ts(
+                "Lookup latency",
+                "Duration of each lookup against the agent's DNS port.",
+                "s",
+                query(f"dnsfleet_consul_dns_latency_seconds{{{ag}}}", "{{agent}} {{query}}"),
+            )
+        )
+        .with_panel(
+            ts(
+                "Answers against healthy instances",
+                "Addresses in each service's A "
+                "answer against instances with every check passing in the catalog.",
+                "short",
+                query(f"dnsfleet_consul_dns_answers{{{ag}}}", "{{service}} answered"),
+                query(f"dnsfleet_consul_healthy_instances{{{ag}}}", "{{service}} healthy"),
+            )
+        )
+        .with_panel(
+            ts(
+                "Stale and missing answers",
+                "Answered addresses DNS should not serve, "
+                "and instances it should serve but left out (DNSConsulDNSMismatch).",
+                "short",
+                query(f"dnsfleet_consul_dns_stale_answers{{{ag}}}", "{{service}} stale"),
+                query(f"dnsfleet_consul_dns_missing_instances{{{ag}}}", "{{service}} missing"),
+            )
+        )
+        .with_panel(
+            ts(
+                "Leader and API",
+                "1 when the agent's HTTP API answers and when "
+                "Raft has a leader (DNSConsulNoLeader, DNSConsulAPIDown).",
+                "bool_yes_no",
+                query(f"dnsfleet_consul_leader_present{{{ag}}}", "{{agent}} leader"),
+                query(f"dnsfleet_consul_up{{{ag}}}", "{{agent}} API up"),
+                min_val=0,
+                max_val=1,
+            )
+        )
+        .with_panel(
+            ts(
+                "Raft peers and prepared queries",
+                "Raft peers and prepared queries defined, per agent.",
+                "short",
+                query(f"dnsfleet_consul_raft_peers{{{ag}}}", "{{agent}} peers"),
+                query(f"dnsfleet_consul_prepared_queries{{{ag}}}", "{{agent}} prepared queries"),
+            )
+        )
+        .with_panel(
+            ts(
+                "raft.db size",
+                "Size of the server's raft.db; BoltDB never shrinks "
+                "(DNSConsulRaftDbLarge above 1 GiB or +128 MiB in 6h).",
+                "bytes",
+                query(f"dnsfleet_consul_raft_db_bytes{{{ag}}}", "{{agent}}"),
+            )
+        )
+        .with_panel(
+            tab(
+                "Agents",
+                "Version, datacenter, node and role of each agent.",
+                "none",
+                query(f"dnsfleet_consul_agent_info{{{ag}}}", instant=True, fmt="table"),
+            )
+        )
+    )
 
 
 def capacity_trend() -> dash.Dashboard:
-    d = base("dnsfleet-capacity", "dnsfleet / Capacity trend",
-             "For the capacity review: load against the capacity of today's workload (the "
-             "cache-hit and cache-miss capacities mixed at the live cache-hit ratio, or a "
-             "declared figure), headroom, days until capacity at the growth of the last two "
-             "weeks, per resolver and per site; Kubernetes cluster DNS replicas.")
+    d = base(
+        "dnsfleet-capacity",
+        "dnsfleet / Capacity trend",
+        "For the capacity review: load against the capacity of today's workload (the "
+        "cache-hit and cache-miss capacities mixed at the live cache-hit ratio, or a "
+        "declared figure), headroom, days until capacity at the growth of the last two "
+        "weeks, per resolver and per site; Kubernetes cluster DNS replicas.",
+    )
     d = variables(d, target=True)
     qps = f"target:dnsfleet_resolver_queries:rate5m{{{RESOLVER_REC}}}"
     eff = f"target:dnsfleet_resolver_capacity_effective:qps{{{RESOLVER_REC}}}"
@@ -421,63 +805,132 @@ def capacity_trend() -> dash.Dashboard:
     hit = f"target:dnsfleet_resolver_cache_hit:ratio_rate5m{{{RESOLVER_REC}}}"
     kinds = f"dnsfleet_resolver_capacity_qps{{{RESOLVER}}}"
     d = d.time("now-14d", "now")
-    return (d
-        .with_panel(ts("QPS against capacity", "Queries per second (5m rate of the "
-                       "resolver's own counters) against the effective capacity: declared, "
-                       "else 1 / (h / C_hit + (1 - h) / C_miss) at the live cache-hit ratio h "
-                       "(basis mix), else the miss or (optimistic) hit figure alone. The "
-                       "measured figures are drawn too: the gap between hit and miss is what "
-                       "a falling cache-hit ratio costs.", "reqps",
-                       query(qps, "{{target}} load"),
-                       query(eff, "{{target}} effective capacity ({{basis}})"),
-                       query(kinds, "{{target}} {{kind}} capacity"),
-                       width=24))
-        .with_panel(ts("Headroom", "1 - load / effective capacity (basis in the legend); "
-                       "DNSResolverCapacityHeadroomLow warns under 25%.", "percentunit",
-                       query(head, "{{target}} ({{basis}})"), max_val=1))
-        .with_panel(ts("Days to capacity", "Days until the load reaches the effective "
-                       "capacity, from predict_linear over 14 days of hourly means (two whole "
-                       "weeks: weekly seasonality cancels out); empty while load is flat or "
-                       "falling and before a week of history. "
-                       "DNSResolverCapacityExhaustionNear warns under 30.", "d",
-                       query(days, "{{target}} ({{basis}})")))
-        .with_panel(ts("Cache-hit trend", "Cache-hit ratio (5m) and its 1-day average: the "
-                       "h of the effective capacity.", "percentunit",
-                       query(hit, "{{target}} 5m"),
-                       query(f"avg_over_time({hit}[1d])", "{{target}} 1d"),
-                       min_val=0, max_val=1))
-        .with_panel(ts("Load and capacity per site", "Sum of load and of effective capacity "
-                       "over the resolvers of each site, and the lowest headroom in it.",
-                       "reqps",
-                       query(f"sum by (site) ({qps})", "{{site}} load"),
-                       query(f"sum by (site) ({eff})", "{{site}} capacity")))
-        .with_panel(ts("Lowest headroom per site", "The least headroom of any resolver in the "
-                       "site.", "percentunit",
-                       query(f"min by (site) ({head})", "{{site}}"), max_val=1))
-        .with_panel(ts("Peak QPS over 7 days", "Highest 5m query rate in the last 7 days, "
-                       "against effective capacity.", "reqps",
-                       query(f"max_over_time({qps}[7d])", "{{target}} peak"),
-                       query(eff, "{{target}} capacity ({{basis}})")))
-        .with_panel(tab("Capacity measurements", "Per resolver and kind (hit, miss, "
-                        "declared): the figure, whether it is a lower bound (the run never "
-                        "reached its loss limit: re-run with a higher --max-qps), and the "
-                        "age of the `dnsfleet capacity-test` run.", "short",
-                        query(f"dnsfleet_resolver_capacity_lower_bound{{{RESOLVER}}}",
-                              instant=True, fmt="table")))
-        .with_panel(tab("Capacity measurement age", "Seconds since `dnsfleet capacity-test` "
-                        "measured each figure (declared capacities have none).", "s",
-                        query(f"time() - dnsfleet_resolver_capacity_measured_timestamp_"
-                              f"seconds{{{RESOLVER}}}", instant=True, fmt="table")))
-        .with_panel(ts("Cluster DNS replicas", "Kubernetes: the CoreDNS replicas the "
-                       "cluster-proportional-autoscaler's linear formula gives (from cores "
-                       "and nodes), the replicas the measured DNS load needs at 75% of one "
-                       "replica's capacity, and the replicas available. Needed above linear "
-                       "is DNSClusterDNSReplicasShort.", "short",
-                       query("cluster:dnsfleet_coredns_replicas:linear", "linear formula"),
-                       query("cluster:dnsfleet_coredns_replicas:needed", "needed by load"),
-                       query('sum(kube_deployment_status_replicas_available{deployment=~'
-                             '"coredns|kube-dns"})', "available"),
-                       width=24)))
+    return (
+        d.with_panel(
+            ts(
+                "QPS against capacity",
+                "Queries per second (5m rate of the "
+                "resolver's own counters) against the effective capacity: declared, "
+                "else 1 / (h / C_hit + (1 - h) / C_miss) at the live cache-hit ratio h "
+                "(basis mix), else the miss or (optimistic) hit figure alone. The "
+                "measured figures are drawn too: the gap between hit and miss is what "
+                "a falling cache-hit ratio costs.",
+                "reqps",
+                query(qps, "{{target}} load"),
+                query(eff, "{{target}} effective capacity ({{basis}})"),
+                query(kinds, "{{target}} {{kind}} capacity"),
+                width=24,
+            )
+        )
+        .with_panel(
+            ts(
+                "Headroom",
+                "1 - load / effective capacity (basis in the legend); "
+                "DNSResolverCapacityHeadroomLow warns under 25%.",
+                "percentunit",
+                query(head, "{{target}} ({{basis}})"),
+                max_val=1,
+            )
+        )
+        .with_panel(
+            ts(
+                "Days to capacity",
+                "Days until the load reaches the effective "
+                "capacity, from predict_linear over 14 days of hourly means (two whole "
+                "weeks: weekly seasonality cancels out); empty while load is flat or "
+                "falling and before a week of history. "
+                "DNSResolverCapacityExhaustionNear warns under 30.",
+                "d",
+                query(days, "{{target}} ({{basis}})"),
+            )
+        )
+        .with_panel(
+            ts(
+                "Cache-hit trend",
+                "Cache-hit ratio (5m) and its 1-day average: the h of the effective capacity.",
+                "percentunit",
+                query(hit, "{{target}} 5m"),
+                query(f"avg_over_time({hit}[1d])", "{{target}} 1d"),
+                min_val=0,
+                max_val=1,
+            )
+        )
+        .with_panel(
+            ts(
+                "Load and capacity per site",
+                "Sum of load and of effective capacity "
+                "over the resolvers of each site, and the lowest headroom in it.",
+                "reqps",
+                query(f"sum by (site) ({qps})", "{{site}} load"),
+                query(f"sum by (site) ({eff})", "{{site}} capacity"),
+            )
+        )
+        .with_panel(
+            ts(
+                "Lowest headroom per site",
+                "The least headroom of any resolver in the site.",
+                "percentunit",
+                query(f"min by (site) ({head})", "{{site}}"),
+                max_val=1,
+            )
+        )
+        .with_panel(
+            ts(
+                "Peak QPS over 7 days",
+                "Highest 5m query rate in the last 7 days, against effective capacity.",
+                "reqps",
+                query(f"max_over_time({qps}[7d])", "{{target}} peak"),
+                query(eff, "{{target}} capacity ({{basis}})"),
+            )
+        )
+        .with_panel(
+            tab(
+                "Capacity measurements",
+                "Per resolver and kind (hit, miss, "
+                "declared): the figure, whether it is a lower bound (the run never "
+                "reached its loss limit: re-run with a higher --max-qps), and the "
+                "age of the `dnsfleet capacity-test` run.",
+                "short",
+                query(
+                    f"dnsfleet_resolver_capacity_lower_bound{{{RESOLVER}}}",
+                    instant=True,
+                    fmt="table",
+                ),
+            )
+        )
+        .with_panel(
+            tab(
+                "Capacity measurement age",
+                "Seconds since `dnsfleet capacity-test` "
+                "measured each figure (declared capacities have none).",
+                "s",
+                query(
+                    f"time() - dnsfleet_resolver_capacity_measured_timestamp_seconds{{{RESOLVER}}}",
+                    instant=True,
+                    fmt="table",
+                ),
+            )
+        )
+        .with_panel(
+            ts(
+                "Cluster DNS replicas",
+                "Kubernetes: the CoreDNS replicas the "
+                "cluster-proportional-autoscaler's linear formula gives (from cores "
+                "and nodes), the replicas the measured DNS load needs at 75% of one "
+                "replica's capacity, and the replicas available. Needed above linear "
+                "is DNSClusterDNSReplicasShort.",
+                "short",
+                query("cluster:dnsfleet_coredns_replicas:linear", "linear formula"),
+                query("cluster:dnsfleet_coredns_replicas:needed", "needed by load"),
+                query(
+                    "sum(kube_deployment_status_replicas_available{deployment=~"
+                    '"coredns|kube-dns"})',
+                    "available",
+                ),
+                width=24,
+            )
+        )
+    )
 
 
 DASHBOARDS: dict[str, Callable[[], dash.Dashboard]] = {
@@ -498,12 +951,16 @@ def render(name: str) -> str:
 
 # ------------------------------------------------------------------------- for the tests
 
+
 def panel_queries(doc: dict[str, Any]) -> list[tuple[str, str]]:
     """(panel title, expr) of every panel target of a rendered dashboard, and
     ("annotation: NAME", expr) of its annotation queries."""
     out = [(p["title"], t["expr"]) for p in doc["panels"] for t in p.get("targets", [])]
-    out.extend((f'annotation: {a["name"]}', a["expr"])
-               for a in doc.get("annotations", {}).get("list", []) if a.get("expr"))
+    out.extend(
+        (f"annotation: {a['name']}", a["expr"])
+        for a in doc.get("annotations", {}).get("list", [])
+        if a.get("expr")
+    )
     return out
 
 
@@ -516,8 +973,9 @@ def concrete(expr: str, *, rate_interval: str = "1m") -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    p.add_argument("--check", action="store_true",
-                   help="compare with the committed JSON instead of writing it")
+    p.add_argument(
+        "--check", action="store_true", help="compare with the committed JSON instead of writing it"
+    )
     args = p.parse_args(argv)
     stale = []
     OUT.mkdir(exist_ok=True)
@@ -530,8 +988,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             path.write_text(text)
     if stale:
-        print(f"stale dashboards (run `python -m dashboards.generate`): {stale}",
-              file=sys.stderr)
+        print(f"stale dashboards (run `python -m dashboards.generate`): {stale}", file=sys.stderr)
         return 1
     return 0
 

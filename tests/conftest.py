@@ -87,12 +87,13 @@ def unbound(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[
     """unbound recursing to BIND for example.test, and to a dead port for dead.test
     (which SERVFAILs)."""
     dead = Blackhole()
-    u = Unbound(tmp_path_factory.mktemp("unbound"),
-                stubs={"example.test.": f"127.0.0.1@{named.port}",
-                       "dead.test.": f"127.0.0.1@{dead.port}"},
-                local_data=["a.local.test. 300 IN A 192.0.2.1"],
-                # Give up on a dead upstream in well under a second (default: minutes).
-                extra_server="  infra-cache-max-rtt: 300\n  max-sent-count: 4\n")
+    u = Unbound(
+        tmp_path_factory.mktemp("unbound"),
+        stubs={"example.test.": f"127.0.0.1@{named.port}", "dead.test.": f"127.0.0.1@{dead.port}"},
+        local_data=["a.local.test. 300 IN A 192.0.2.1"],
+        # Give up on a dead upstream in well under a second (default: minutes).
+        extra_server="  infra-cache-max-rtt: 300\n  max-sent-count: 4\n",
+    )
     u.start()
     yield u
     u.stop()
@@ -112,8 +113,12 @@ KINDS = ("unit", "integration")
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test is exactly one of unit or integration (its module's `pytestmark`), so
     `pytest -m unit` and `-m integration` together run everything, once."""
-    wrong = [f"{item.nodeid}: {kinds or 'no kind'}" for item in items
-             if len(kinds := [k for k in KINDS if item.get_closest_marker(k)]) != 1]
+    wrong = [
+        f"{item.nodeid}: {kinds or 'no kind'}"
+        for item in items
+        if len(kinds := [k for k in KINDS if item.get_closest_marker(k)]) != 1
+    ]
     if wrong:
-        raise pytest.UsageError("tests must be marked unit or integration:\n  "
-                                + "\n  ".join(wrong[:20]))
+        raise pytest.UsageError(
+            "tests must be marked unit or integration:\n  " + "\n  ".join(wrong[:20])
+        )

@@ -70,7 +70,7 @@ class Instance:
     node: str
     port: int
     tags: tuple[str, ...] = ()
-    address: str = ""                       # service address; "" -> node address [HEALTH]
+    address: str = ""  # service address; "" -> node address [HEALTH]
     checks: dict[str, str] = field(default_factory=dict)
 
     def statuses(self) -> list[str]:
@@ -91,9 +91,15 @@ class ConsulDouble:
     """One agent's view: nodes in several datacenters, service instances with checks,
     prepared queries, Raft status. DNS (UDP+TCP) and HTTP on free loopback ports."""
 
-    def __init__(self, *, datacenter: str = "dc1", token: str | None = None,
-                 only_passing: bool = False, version: str = "1.20.1",
-                 enable_truncate: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        datacenter: str = "dc1",
+        token: str | None = None,
+        only_passing: bool = False,
+        version: str = "1.20.1",
+        enable_truncate: bool = False,
+    ) -> None:
         self.datacenter = datacenter
         self.token = token
         self.only_passing = only_passing
@@ -104,7 +110,7 @@ class ConsulDouble:
         self.queries: dict[str, PreparedQuery] = {}
         self.leader = "127.0.0.1:8300"
         self.peers = ["127.0.0.1:8300", "127.0.0.2:8300", "127.0.0.3:8300"]
-        self.serve_failed = False            # fault switch, see module docstring
+        self.serve_failed = False  # fault switch, see module docstring
         self.lock = threading.RLock()
         self.dns_queries = 0
         self.dns_port = free_port()
@@ -124,19 +130,33 @@ class ConsulDouble:
             dc = datacenter or self.datacenter
             self.nodes[(dc, name)] = Node(name, address, dc)
 
-    def register(self, service: str, node: str, port: int, *, tags: tuple[str, ...] = (),
-                 address: str = "", status: str = PASSING, datacenter: str | None = None,
-                 instance_id: str | None = None) -> str:
+    def register(
+        self,
+        service: str,
+        node: str,
+        port: int,
+        *,
+        tags: tuple[str, ...] = (),
+        address: str = "",
+        status: str = PASSING,
+        datacenter: str | None = None,
+        instance_id: str | None = None,
+    ) -> str:
         dc = datacenter or self.datacenter
         with self.lock:
             if (dc, node) not in self.nodes:
                 raise KeyError(f"node {node} not in {dc}")
             iid = instance_id or f"{service}-{node}-{port}"
             self.instances[iid] = Instance(
-                id=iid, service=service, node=f"{dc}/{node}", port=port, tags=tags,
+                id=iid,
+                service=service,
+                node=f"{dc}/{node}",
+                port=port,
+                tags=tags,
                 address=address,
                 # Every node carries the agent's serfHealth check; instances their own.
-                checks={"serfHealth": PASSING, f"service:{iid}": status})
+                checks={"serfHealth": PASSING, f"service:{iid}": status},
+            )
             return iid
 
     def set_status(self, instance_id: str, status: str, check: str | None = None) -> None:
@@ -148,13 +168,20 @@ class ConsulDouble:
         with self.lock:
             del self.instances[instance_id]
 
-    def create_query(self, name: str, service: str, *, tags: tuple[str, ...] = (),
-                     only_passing: bool = False,
-                     failover_datacenters: tuple[str, ...] = ()) -> str:
+    def create_query(
+        self,
+        name: str,
+        service: str,
+        *,
+        tags: tuple[str, ...] = (),
+        only_passing: bool = False,
+        failover_datacenters: tuple[str, ...] = (),
+    ) -> str:
         with self.lock:
             qid = str(uuid.uuid4())
-            self.queries[qid] = PreparedQuery(qid, name, service, tags, only_passing,
-                                              failover_datacenters)
+            self.queries[qid] = PreparedQuery(
+                qid, name, service, tags, only_passing, failover_datacenters
+            )
             return qid
 
     def _node(self, inst: Instance) -> Node:
@@ -177,8 +204,15 @@ class ConsulDouble:
                 return False
         return True
 
-    def _select(self, service: str, dc: str, *, tag: str | None = None,
-                dns_filter: bool, only_passing: bool | None = None) -> list[Instance]:
+    def _select(
+        self,
+        service: str,
+        dc: str,
+        *,
+        tag: str | None = None,
+        dns_filter: bool,
+        only_passing: bool | None = None,
+    ) -> list[Instance]:
         only = self.only_passing if only_passing is None else only_passing
         out = []
         for inst in self.instances.values():
@@ -201,14 +235,19 @@ class ConsulDouble:
         instance, Failover.Datacenters are tried in order. (query, dc, instances, failovers)"""
         with self.lock:
             q = self.queries.get(key) or next(
-                (q for q in self.queries.values() if q.name == key), None)
+                (q for q in self.queries.values() if q.name == key), None
+            )
             if q is None:
                 return None
             failovers = 0
             for dc in (self.datacenter, *q.failover_datacenters):
-                found = [i for i in self._select(q.service, dc, dns_filter=True,
-                                                 only_passing=q.only_passing)
-                         if self._tags_match(i, q.tags)]
+                found = [
+                    i
+                    for i in self._select(
+                        q.service, dc, dns_filter=True, only_passing=q.only_passing
+                    )
+                    if self._tags_match(i, q.tags)
+                ]
                 if found:
                     return q, dc, found, failovers
                 failovers += 1
@@ -218,9 +257,13 @@ class ConsulDouble:
 
     def _soa(self) -> dns.rrset.RRset:
         # [DIG] "consul. 0 IN SOA ns.consul. postmaster.consul. <serial> 3600 600 86400 0"
-        return dns.rrset.from_text(DOMAIN, 0, "IN", "SOA",
-                                   f"ns.consul. postmaster.consul. {int(time.time())} "
-                                   "3600 600 86400 0")
+        return dns.rrset.from_text(
+            DOMAIN,
+            0,
+            "IN",
+            "SOA",
+            f"ns.consul. postmaster.consul. {int(time.time())} 3600 600 86400 0",
+        )
 
     def respond(self, wire: bytes, *, tcp: bool) -> bytes | None:
         try:
@@ -296,8 +339,9 @@ class ConsulDouble:
             return rest[0], None
         return None, None
 
-    def _node_answer(self, qname: dns.name.Name, qtype: int, name: str, dc: str,
-                     r: dns.message.Message) -> None:
+    def _node_answer(
+        self, qname: dns.name.Name, qtype: int, name: str, dc: str, r: dns.message.Message
+    ) -> None:
         node = self.nodes.get((dc, name))
         if node is None:
             self._nx(r)
@@ -306,10 +350,11 @@ class ConsulDouble:
         if qtype in (want, dns.rdatatype.ANY):
             r.answer.append(dns.rrset.from_text(qname, 0, "IN", want, node.address))
         else:
-            r.authority.append(self._soa())          # NOERROR, no data: SOA for caching
+            r.authority.append(self._soa())  # NOERROR, no data: SOA for caching
 
-    def _addr_answer(self, qname: dns.name.Name, qtype: int, hexaddr: str,
-                     r: dns.message.Message) -> None:
+    def _addr_answer(
+        self, qname: dns.name.Name, qtype: int, hexaddr: str, r: dns.message.Message
+    ) -> None:
         # [DNSREF] "<hex-ip>.addr.<dc>.consul": 8 hex digits are an IPv4 address, 32 an
         # IPv6 one; Consul uses this form as SRV target when a service has its own address.
         try:
@@ -334,8 +379,9 @@ class ConsulDouble:
             return f"{hexip}.addr.{node.datacenter}.consul.", addr
         return f"{node.name}.node.{node.datacenter}.consul.", addr
 
-    def _records(self, qname: dns.name.Name, qtype: int, found: list[Instance],
-                 r: dns.message.Message) -> None:
+    def _records(
+        self, qname: dns.name.Name, qtype: int, found: list[Instance], r: dns.message.Message
+    ) -> None:
         if not found:
             self._nx(r)
             return
@@ -347,13 +393,15 @@ class ConsulDouble:
             # in ADDITIONAL [DIG].
             for inst in found:
                 target, addr = self._target(inst)
-                r.answer.append(dns.rrset.from_text(qname, 0, "IN", "SRV",
-                                                    f"1 1 {inst.port} {target}"))
+                r.answer.append(
+                    dns.rrset.from_text(qname, 0, "IN", "SRV", f"1 1 {inst.port} {target}")
+                )
                 rtype = "AAAA" if ":" in addr else "A"
                 r.additional.append(dns.rrset.from_text(target, 0, "IN", rtype, addr))
             return
         want = {dns.rdatatype.A: 4, dns.rdatatype.AAAA: 6, dns.rdatatype.ANY: 0}.get(
-            dns.rdatatype.RdataType.make(qtype))
+            dns.rdatatype.RdataType.make(qtype)
+        )
         if want is None:
             r.authority.append(self._soa())
             return
@@ -365,8 +413,9 @@ class ConsulDouble:
             if addr in seen or (want and version != want):
                 continue
             seen.add(addr)
-            r.answer.append(dns.rrset.from_text(qname, 0, "IN",
-                                                "A" if version == 4 else "AAAA", addr))
+            r.answer.append(
+                dns.rrset.from_text(qname, 0, "IN", "A" if version == 4 else "AAAA", addr)
+            )
         if not r.answer:
             r.authority.append(self._soa())
 
@@ -396,8 +445,7 @@ class ConsulDouble:
         kept = [(rs.name, rs.rdtype, rd) for rs in r.answer for rd in rs][:keep]
         answer: dict[tuple[dns.name.Name, int], dns.rrset.RRset] = {}
         for name, rdtype, rd in kept:
-            rs = answer.setdefault((name, rdtype), dns.rrset.RRset(name, dns.rdataclass.IN,
-                                                                   rdtype))
+            rs = answer.setdefault((name, rdtype), dns.rrset.RRset(name, dns.rdataclass.IN, rdtype))
             rs.add(rd, ttl=0)
         targets = {rd.target for _, t, rd in kept if t == dns.rdatatype.SRV}
         r.answer = list(answer.values())
@@ -416,8 +464,10 @@ class ConsulDouble:
         self._tcp.bind(("127.0.0.1", self.dns_port))
         self._tcp.listen(16)
         self._tcp.settimeout(0.1)
-        self._dns_threads = [threading.Thread(target=self._serve_udp, daemon=True),
-                             threading.Thread(target=self._serve_tcp, daemon=True)]
+        self._dns_threads = [
+            threading.Thread(target=self._serve_udp, daemon=True),
+            threading.Thread(target=self._serve_tcp, daemon=True),
+        ]
         for t in self._dns_threads:
             t.start()
 
@@ -482,17 +532,34 @@ class ConsulDouble:
         node = self._node(inst)
         # [HEALTH] "List Service Instances for Service": Node, Service, Checks per entry.
         return {
-            "Node": {"ID": str(uuid.uuid5(uuid.NAMESPACE_DNS, node.name)), "Node": node.name,
-                     "Address": node.address, "Datacenter": node.datacenter,
-                     "TaggedAddresses": {"lan": node.address, "wan": node.address},
-                     "Meta": {}},
-            "Service": {"ID": inst.id, "Service": inst.service, "Tags": list(inst.tags),
-                        "Address": inst.address, "Port": inst.port, "Meta": {},
-                        "Weights": {"Passing": 1, "Warning": 1}},
-            "Checks": [{"Node": node.name, "CheckID": cid, "Name": cid, "Status": st,
-                        "ServiceID": "" if cid == "serfHealth" else inst.id,
-                        "ServiceName": "" if cid == "serfHealth" else inst.service}
-                       for cid, st in inst.checks.items()],
+            "Node": {
+                "ID": str(uuid.uuid5(uuid.NAMESPACE_DNS, node.name)),
+                "Node": node.name,
+                "Address": node.address,
+                "Datacenter": node.datacenter,
+                "TaggedAddresses": {"lan": node.address, "wan": node.address},
+                "Meta": {},
+            },
+            "Service": {
+                "ID": inst.id,
+                "Service": inst.service,
+                "Tags": list(inst.tags),
+                "Address": inst.address,
+                "Port": inst.port,
+                "Meta": {},
+                "Weights": {"Passing": 1, "Warning": 1},
+            },
+            "Checks": [
+                {
+                    "Node": node.name,
+                    "CheckID": cid,
+                    "Name": cid,
+                    "Status": st,
+                    "ServiceID": "" if cid == "serfHealth" else inst.id,
+                    "ServiceName": "" if cid == "serfHealth" else inst.service,
+                }
+                for cid, st in inst.checks.items()
+            ],
         }
 
     async def _health_service(self, request: web.Request) -> web.Response:
@@ -518,23 +585,39 @@ class ConsulDouble:
         # [AGENT] Read Configuration: needs agent:read, otherwise 403 "Permission denied".
         if not self._authorized(request):
             return web.Response(status=403, text="Permission denied")
-        return web.json_response({
-            "Config": {"Datacenter": self.datacenter, "NodeName": "double",
-                       "NodeID": str(uuid.uuid5(uuid.NAMESPACE_DNS, "double")),
-                       "Server": True, "Revision": "double", "Version": self.version},
-            "DebugConfig": {"DNSOnlyPassing": self.only_passing,
-                            "DNSEnableTruncate": self.enable_truncate},
-            "Member": {"Name": "double", "Addr": "127.0.0.1", "Port": 8301},
-            "Meta": {},
-        })
+        return web.json_response(
+            {
+                "Config": {
+                    "Datacenter": self.datacenter,
+                    "NodeName": "double",
+                    "NodeID": str(uuid.uuid5(uuid.NAMESPACE_DNS, "double")),
+                    "Server": True,
+                    "Revision": "double",
+                    "Version": self.version,
+                },
+                "DebugConfig": {
+                    "DNSOnlyPassing": self.only_passing,
+                    "DNSEnableTruncate": self.enable_truncate,
+                },
+                "Member": {"Name": "double", "Addr": "127.0.0.1", "Port": 8301},
+                "Meta": {},
+            }
+        )
 
     def _query_json(self, q: PreparedQuery) -> dict[str, object]:
-        return {"ID": q.id, "Name": q.name, "Session": "", "Token": "",
-                "Service": {"Service": q.service, "Tags": list(q.tags),
-                            "OnlyPassing": q.only_passing,
-                            "Failover": {"NearestN": 0,
-                                         "Datacenters": list(q.failover_datacenters)}},
-                "DNS": {"TTL": ""}}
+        return {
+            "ID": q.id,
+            "Name": q.name,
+            "Session": "",
+            "Token": "",
+            "Service": {
+                "Service": q.service,
+                "Tags": list(q.tags),
+                "OnlyPassing": q.only_passing,
+                "Failover": {"NearestN": 0, "Datacenters": list(q.failover_datacenters)},
+            },
+            "DNS": {"TTL": ""},
+        }
 
     async def _query_list(self, request: web.Request) -> web.Response:
         with self.lock:
@@ -547,9 +630,12 @@ class ConsulDouble:
         d = await request.json()
         svc = d.get("Service", {})
         qid = self.create_query(
-            d.get("Name", ""), svc["Service"], tags=tuple(svc.get("Tags", ())),
+            d.get("Name", ""),
+            svc["Service"],
+            tags=tuple(svc.get("Tags", ())),
             only_passing=bool(svc.get("OnlyPassing", False)),
-            failover_datacenters=tuple(svc.get("Failover", {}).get("Datacenters", ())))
+            failover_datacenters=tuple(svc.get("Failover", {}).get("Datacenters", ())),
+        )
         return web.json_response({"ID": qid})  # [QUERY] Create: {"ID": "<uuid>"}
 
     async def _query_delete(self, request: web.Request) -> web.Response:
@@ -566,8 +652,15 @@ class ConsulDouble:
             nodes = [self._entry(i) for i in found]
         # [QUERY] Execute: Service, Nodes, DNS, Datacenter (where the answer came from),
         # Failovers (datacenters tried before it).
-        return web.json_response({"Service": q.service, "Nodes": nodes, "DNS": {"TTL": ""},
-                                  "Datacenter": dc, "Failovers": failovers})
+        return web.json_response(
+            {
+                "Service": q.service,
+                "Nodes": nodes,
+                "DNS": {"TTL": ""},
+                "Datacenter": dc,
+                "Failovers": failovers,
+            }
+        )
 
     def _app(self) -> web.Application:
         app = web.Application()
@@ -642,4 +735,3 @@ def consul_double(**kw: object) -> Iterator[ConsulDouble]:
         yield d
     finally:
         d.stop()
-

@@ -37,8 +37,9 @@ class ExporterProcess:
         self.stop()
         raise RuntimeError("exporter did not start")
 
-    def request(self, path: str, *, method: str = "GET",
-                headers: dict[str, str] | None = None) -> tuple[int, str]:
+    def request(
+        self, path: str, *, method: str = "GET", headers: dict[str, str] | None = None
+    ) -> tuple[int, str]:
         req = urllib.request.Request(self.base + path, method=method, headers=headers or {})
         try:
             with urllib.request.urlopen(req, timeout=30) as resp:

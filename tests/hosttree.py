@@ -53,8 +53,11 @@ def cpu_list(cpus: Sequence[int]) -> str:
     return ",".join(str(c) for c in cpus)
 
 
-def interrupts_text(ncpu: int, rows: Sequence[tuple[str, Sequence[int], str]],
-                    arch: Sequence[tuple[str, Sequence[int], str]] = ()) -> str:
+def interrupts_text(
+    ncpu: int,
+    rows: Sequence[tuple[str, Sequence[int], str]],
+    arch: Sequence[tuple[str, Sequence[int], str]] = (),
+) -> str:
     """x86 layout: numbered rows (irq, counts, "chip hwirq-edge action") then arch rows."""
     out = [" " * 4 + "".join(f"{'CPU' + str(c):>11}" for c in range(ncpu))]
     for irq, counts, desc in rows:
@@ -66,8 +69,18 @@ def interrupts_text(ncpu: int, rows: Sequence[tuple[str, Sequence[int], str]],
 
 def softirqs_text(ncpu: int, net_rx: Sequence[int]) -> str:
     rows = [" " * 20 + "".join(f"{'CPU' + str(c):>11}" for c in range(ncpu))]
-    for name in ("HI", "TIMER", "NET_TX", "NET_RX", "BLOCK", "IRQ_POLL", "TASKLET", "SCHED",
-                 "HRTIMER", "RCU"):
+    for name in (
+        "HI",
+        "TIMER",
+        "NET_TX",
+        "NET_RX",
+        "BLOCK",
+        "IRQ_POLL",
+        "TASKLET",
+        "SCHED",
+        "HRTIMER",
+        "RCU",
+    ):
         counts = net_rx if name == "NET_RX" else [c * 3 + 7 for c in range(ncpu)]
         rows.append(f"{name + ':':>12}" + "".join(f"{n:>11}" for n in counts))
     return "\n".join(rows) + "\n"
@@ -95,11 +108,21 @@ def add_queues(t: TreeWriter, netdir: str, queues: int) -> None:
         t.write(f"{netdir}/queues/tx-{k}/xps_cpus", "00")
 
 
-def add_pci_nic(t: TreeWriter, ifname: str, slot: str, msi: Sequence[int] | None,
-                driver: str, *, queues: int | None = None) -> None:
+def add_pci_nic(
+    t: TreeWriter,
+    ifname: str,
+    slot: str,
+    msi: Sequence[int] | None,
+    driver: str,
+    *,
+    queues: int | None = None,
+) -> None:
     dev = f"sys/devices/pci0000:00/0000:00:02.0/{slot}"
-    t.write(f"{dev}/uevent", f"DRIVER={driver}\nPCI_CLASS=20000\nPCI_SLOT_NAME={slot}\n"
-                             f"MODALIAS=pci:v000015B3d0000101Dsv*")
+    t.write(
+        f"{dev}/uevent",
+        f"DRIVER={driver}\nPCI_CLASS=20000\nPCI_SLOT_NAME={slot}\n"
+        f"MODALIAS=pci:v000015B3d0000101Dsv*",
+    )
     if msi is not None:
         for irq in msi:
             t.write(f"{dev}/msi_irqs/{irq}", "msix")
@@ -110,8 +133,9 @@ def add_pci_nic(t: TreeWriter, ifname: str, slot: str, msi: Sequence[int] | None
     t.link(f"{dev}/net/{ifname}/device", "../../../" + slot)
 
 
-def add_virtio_nic(t: TreeWriter, ifname: str, slot: str, virtio: str,
-                   msi: Sequence[int], *, queues: int = 1) -> None:
+def add_virtio_nic(
+    t: TreeWriter, ifname: str, slot: str, virtio: str, msi: Sequence[int], *, queues: int = 1
+) -> None:
     pci = f"sys/devices/pci0000:00/{slot}"
     t.write(f"{pci}/uevent", f"DRIVER=virtio-pci\nPCI_CLASS=20000\nPCI_SLOT_NAME={slot}")
     for irq in msi:
@@ -134,17 +158,31 @@ def add_irq(t: TreeWriter, irq: int, affinity: str, effective: str | None) -> No
         t.write(f"proc/irq/{irq}/effective_affinity_list", effective)
 
 
-def add_cpu(t: TreeWriter, cpu: int, *, states: Sequence[tuple[str, int, bool, int, int]] = (),
-            governor: str | None = None, resume: str = "0",
-            caches: Sequence[tuple[int, str, str]] = ()) -> None:
+def add_cpu(
+    t: TreeWriter,
+    cpu: int,
+    *,
+    states: Sequence[tuple[str, int, bool, int, int]] = (),
+    governor: str | None = None,
+    resume: str = "0",
+    caches: Sequence[tuple[int, str, str]] = (),
+) -> None:
     """states: (name, latency_us, disabled, time_us, usage); caches: (level, type, shared)."""
     base = f"sys/devices/system/cpu/cpu{cpu}"
     t.write(f"{base}/power/pm_qos_resume_latency_us", resume)
     for i, (name, lat, disabled, time_us, usage) in enumerate(states):
         d = f"{base}/cpuidle/state{i}"
-        for f, v in (("name", name), ("desc", name), ("latency", lat),
-                     ("residency", lat * 3), ("disable", int(disabled)), ("time", time_us),
-                     ("usage", usage), ("above", 0), ("below", 0)):
+        for f, v in (
+            ("name", name),
+            ("desc", name),
+            ("latency", lat),
+            ("residency", lat * 3),
+            ("disable", int(disabled)),
+            ("time", time_us),
+            ("usage", usage),
+            ("above", 0),
+            ("below", 0),
+        ):
             t.write(f"{d}/{f}", str(v))
     if governor:
         t.write(f"{base}/cpufreq/scaling_governor", governor)
@@ -161,8 +199,12 @@ def pm_qos(t: TreeWriter, us: int) -> None:
 
 # ------------------------------------------------------------------------------ the trees
 
-X86_STATES = [("POLL", 0, False, 1_000, 10), ("C1", 2, False, 5_000_000, 900_000),
-              ("C1E", 10, False, 2_000_000, 300_000), ("C6", 133, True, 0, 0)]
+X86_STATES = [
+    ("POLL", 0, False, 1_000, 10),
+    ("C1", 2, False, 5_000_000, 900_000),
+    ("C1E", 10, False, 2_000_000, 300_000),
+    ("C6", 133, True, 0, 0),
+]
 
 
 def build_x86(root: Path) -> None:
@@ -189,8 +231,9 @@ def build_x86(root: Path) -> None:
     # eth1: ixgbe, every queue effectively on CPU 0.
     eth1 = [45, 46, 47, 48]
     for k, irq in enumerate(eth1):
-        rows.append((str(irq), [100_000 + k] + [0] * 7,
-                     f"PCI-MSI 1574912{k}-edge      eth1-TxRx-{k}"))
+        rows.append(
+            (str(irq), [100_000 + k] + [0] * 7, f"PCI-MSI 1574912{k}-edge      eth1-TxRx-{k}")
+        )
     rows.append(("49", [2] + [0] * 7, "PCI-MSI 15749124-edge      eth1"))
     # ens1f0np0: mlx5, comp k on CPU 4+k, with a few interrupts left on CPU 0 from boot.
     mlx0 = [60, 61, 62, 63, 64]
@@ -199,19 +242,24 @@ def build_x86(root: Path) -> None:
         counts = [0] * ncpu
         counts[0] = 5
         counts[4 + k] = 700_000 + 1000 * k
-        rows.append((str(irq), counts,
-                     f"PCI-MSI 419430{5 + k}-edge      mlx5_comp{k}@pci:0000:08:00.0"))
+        rows.append(
+            (str(irq), counts, f"PCI-MSI 419430{5 + k}-edge      mlx5_comp{k}@pci:0000:08:00.0")
+        )
     # ens1f1np1: mlx5, no msi_irqs in sysfs; comp k on CPU k.
     rows.append(("70", [4] + [0] * 7, "PCI-MSI 4196352-edge      mlx5_async0@pci:0000:08:00.1"))
     for k in range(2):
         counts = [0] * ncpu
         counts[k] = 55_000 + k
-        rows.append((str(71 + k), counts,
-                     f"PCI-MSI 419635{3 + k}-edge      mlx5_comp{k}@pci:0000:08:00.1"))
-    arch = [("NMI", [1] * ncpu, "Non-maskable interrupts"),
-            ("LOC", [100_000 + c for c in range(ncpu)], "Local timer interrupts"),
-            ("RES", [500 + c for c in range(ncpu)], "Rescheduling interrupts"),
-            ("ERR", [0], ""), ("MIS", [0], "")]
+        rows.append(
+            (str(71 + k), counts, f"PCI-MSI 419635{3 + k}-edge      mlx5_comp{k}@pci:0000:08:00.1")
+        )
+    arch = [
+        ("NMI", [1] * ncpu, "Non-maskable interrupts"),
+        ("LOC", [100_000 + c for c in range(ncpu)], "Local timer interrupts"),
+        ("RES", [500 + c for c in range(ncpu)], "Rescheduling interrupts"),
+        ("ERR", [0], ""),
+        ("MIS", [0], ""),
+    ]
     t.write("proc/interrupts", interrupts_text(ncpu, rows, arch))
     for k, irq in enumerate(eth0):
         add_irq(t, irq, str(k), str(k))
@@ -224,9 +272,13 @@ def build_x86(root: Path) -> None:
         add_irq(t, irq, str(4 + k), str(4 + k))
     add_irq(t, 70, "0-7", "0")
     for k in range(2):
-        add_irq(t, 71 + k, f"{k}", None)   # a kernel without effective_affinity_list
-    t.write("proc/softirqs", softirqs_text(ncpu, [9_100_000, 420_000, 380_000, 430_000,
-                                                  700_100, 701_200, 702_300, 703_400]))
+        add_irq(t, 71 + k, f"{k}", None)  # a kernel without effective_affinity_list
+    t.write(
+        "proc/softirqs",
+        softirqs_text(
+            ncpu, [9_100_000, 420_000, 380_000, 430_000, 700_100, 701_200, 702_300, 703_400]
+        ),
+    )
     add_pci_nic(t, "eth0", "0000:03:00.0", [*eth0, 44], "ixgbe", queues=4)
     add_pci_nic(t, "eth1", "0000:03:00.1", [*eth1, 49], "ixgbe", queues=4)
     add_pci_nic(t, "ens1f0np0", "0000:08:00.0", mlx0, "mlx5_core", queues=4)
@@ -234,8 +286,7 @@ def build_x86(root: Path) -> None:
     for name in ("lo", "bond0", "bond1"):
         add_virtual_if(t, name)
     # Bonds: bond0 from /proc, bond1 from /proc (802.3ad mismatch).
-    shutil.copy(FIXTURES / "shared" / "bonding" / "active-backup-one-down.txt",
-                _mk(root, "bond0"))
+    shutil.copy(FIXTURES / "shared" / "bonding" / "active-backup-one-down.txt", _mk(root, "bond0"))
     shutil.copy(FIXTURES / "bonding" / "lacp-aggregator-mismatch.txt", _mk(root, "bond1"))
     t.write("sys/class/net/bonding_masters", "bond0 bond1")
     add_process(t, 1, "systemd")
@@ -248,9 +299,18 @@ def build_x86(root: Path) -> None:
     for cpu in range(ncpu):
         pair = f"{cpu & ~1}-{cpu | 1}"
         half = "0-3" if cpu < 4 else "4-7"
-        add_cpu(t, cpu, states=X86_STATES, governor="performance",
-                caches=[(1, "Data", pair), (1, "Instruction", pair), (2, "Unified", pair),
-                        (3, "Unified", half)])
+        add_cpu(
+            t,
+            cpu,
+            states=X86_STATES,
+            governor="performance",
+            caches=[
+                (1, "Data", pair),
+                (1, "Instruction", pair),
+                (2, "Unified", pair),
+                (3, "Unified", half),
+            ],
+        )
     t.write("sys/devices/system/cpu/online", "0-7")
     t.write("sys/devices/system/cpu/cpuidle/current_driver", "intel_idle")
     t.write("sys/devices/system/cpu/cpuidle/current_governor", "menu")
@@ -278,8 +338,11 @@ def build_acpi_virtio(root: Path) -> None:
     # intel_idle built in, but acpi_idle does the work in this VM.
     t.write("sys/module/intel_idle/parameters/max_cstate", "9")
     add_virtual_if(t, "lo")
-    for name, src in (("bond0", "arp-monitored.txt"), ("bond1", "all-slaves-down.txt"),
-                      ("bond2", "no-monitoring.txt")):
+    for name, src in (
+        ("bond0", "arp-monitored.txt"),
+        ("bond1", "all-slaves-down.txt"),
+        ("bond2", "no-monitoring.txt"),
+    ):
         shutil.copy(FIXTURES / "bonding" / src, _mk(root, name))
     t.write("sys/class/net/bonding_masters", "bond0 bond1 bond2 dmz int bondx")
     for line in (FIXTURES / "shared" / "bonding" / "sysfs-tree.txt").read_text().splitlines():
@@ -295,18 +358,36 @@ def build_acpi_virtio(root: Path) -> None:
     add_process(t, 1, "systemd")
     add_process(t, 455, "irqbalance")
     add_process(t, 700, "named", [1, 1, 0])
-    c3 = {k.strip(): v.strip() for k, v in (
-        ln.split(":", 1) for ln in (FIXTURES / "shared" / "cpuidle" / "state3-acpi.txt")
-        .read_text().splitlines() if not ln.startswith("#") and "/" not in ln.split(":")[0])}
-    states = [("POLL", 0, False, 40_000, 900), ("C1", 1, False, 90_000_000, 4_000_000),
-              ("C2", 100, False, 20_000_000, 300_000),
-              (c3["name"], int(c3["latency"]), c3["disable"] != "0", int(c3["time"]),
-               int(c3["usage"]))]
-    add_cpu(t, 0, states=states, governor="schedutil", caches=[(2, "Unified", "0"),
-                                                               (3, "Unified", "0-1")])
+    c3 = {
+        k.strip(): v.strip()
+        for k, v in (
+            ln.split(":", 1)
+            for ln in (FIXTURES / "shared" / "cpuidle" / "state3-acpi.txt").read_text().splitlines()
+            if not ln.startswith("#") and "/" not in ln.split(":")[0]
+        )
+    }
+    states = [
+        ("POLL", 0, False, 40_000, 900),
+        ("C1", 1, False, 90_000_000, 4_000_000),
+        ("C2", 100, False, 20_000_000, 300_000),
+        (c3["name"], int(c3["latency"]), c3["disable"] != "0", int(c3["time"]), int(c3["usage"])),
+    ]
+    add_cpu(
+        t,
+        0,
+        states=states,
+        governor="schedutil",
+        caches=[(2, "Unified", "0"), (3, "Unified", "0-1")],
+    )
     # cpu1 has a per-CPU resume latency constraint that keeps it out of C3.
-    add_cpu(t, 1, states=states, governor="powersave", resume="150",
-            caches=[(2, "Unified", "1"), (3, "Unified", "0-1")])
+    add_cpu(
+        t,
+        1,
+        states=states,
+        governor="powersave",
+        resume="150",
+        caches=[(2, "Unified", "1"), (3, "Unified", "0-1")],
+    )
     t.write("sys/devices/system/cpu/online", "0-1")
     t.write("sys/devices/system/cpu/cpuidle/current_driver", "acpi_idle")
     t.write("sys/devices/system/cpu/cpuidle/current_governor_ro", "menu")
@@ -327,8 +408,7 @@ def build_arm_ena(root: Path) -> None:
         add_irq(t, irq, str(k), str(k))
     t.write("proc/softirqs", softirqs_text(8, [10 * c for c in range(8)]))
     add_pci_nic(t, "eth0", "0000:00:05.0", None, "ena", queues=8)
-    shutil.copy(FIXTURES / "shared" / "bonding" / "lacp-partner-churned.txt",
-                _mk(root, "bond0"))
+    shutil.copy(FIXTURES / "shared" / "bonding" / "lacp-partner-churned.txt", _mk(root, "bond0"))
     add_process(t, 1, "systemd")
     for cpu in range(8):
         add_cpu(t, cpu)

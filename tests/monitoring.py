@@ -33,8 +33,12 @@ def http_get(url: str, timeout: float = 10) -> Any:
 
 
 def http_post(url: str, body: Any, timeout: float = 10) -> int:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         return int(resp.status)
 
@@ -81,13 +85,19 @@ class Prometheus:
         cfg.write_text(yaml.safe_dump(self.config, sort_keys=False))
         log = self.workdir / "prometheus.log"
         self.proc = subprocess.Popen(
-            [binary("prometheus"), f"--config.file={cfg}",
-             f"--storage.tsdb.path={self.workdir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}",
-             # Send a firing alert again soon after Alertmanager restarts or a test starts
-             # late; the default 1m resend delay is production's business.
-             "--rules.alert.resend-delay=1s", "--log.level=warn"],
-            stdout=log.open("ab"), stderr=subprocess.STDOUT)
+            [
+                binary("prometheus"),
+                f"--config.file={cfg}",
+                f"--storage.tsdb.path={self.workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                # Send a firing alert again soon after Alertmanager restarts or a test starts
+                # late; the default 1m resend delay is production's business.
+                "--rules.alert.resend-delay=1s",
+                "--log.level=warn",
+            ],
+            stdout=log.open("ab"),
+            stderr=subprocess.STDOUT,
+        )
         _wait_ready(self.url + "/-/ready", self.proc, log, "prometheus")
         return self
 
@@ -108,8 +118,9 @@ class Prometheus:
 
     def query_range(self, expr: str, *, seconds: float, step: float) -> dict[str, Any]:
         now = time.time()
-        q = urllib.parse.urlencode({"query": expr, "start": now - seconds, "end": now,
-                                    "step": step})
+        q = urllib.parse.urlencode(
+            {"query": expr, "start": now - seconds, "end": now, "step": step}
+        )
         return dict(http_get(f"{self.url}/api/v1/query_range?{q}"))
 
     def wait(self, expr: str, *, timeout: float, what: str = "") -> list[dict[str, Any]]:
@@ -139,11 +150,17 @@ class Alertmanager:
         cfg.write_text(yaml.safe_dump(self.config, sort_keys=False))
         log = self.workdir / "alertmanager.log"
         self.proc = subprocess.Popen(
-            [binary("prometheus-alertmanager"), f"--config.file={cfg}",
-             f"--storage.path={self.workdir / 'am-data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}",
-             "--cluster.listen-address=", "--log.level=warn"],
-            stdout=log.open("ab"), stderr=subprocess.STDOUT)
+            [
+                binary("prometheus-alertmanager"),
+                f"--config.file={cfg}",
+                f"--storage.path={self.workdir / 'am-data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--cluster.listen-address=",
+                "--log.level=warn",
+            ],
+            stdout=log.open("ab"),
+            stderr=subprocess.STDOUT,
+        )
         _wait_ready(self.url + "/-/ready", self.proc, log, "alertmanager")
         return self
 
@@ -160,8 +177,8 @@ class Alertmanager:
 
 @dataclass(frozen=True)
 class Notification:
-    received: float             # time.time() on arrival
-    receiver: str               # the URL path: pager, ticket, heartbeat
+    received: float  # time.time() on arrival
+    receiver: str  # the URL path: pager, ticket, heartbeat
     body: dict[str, Any]
 
     def alerts(self, status: str = "firing") -> list[dict[str, Any]]:
@@ -185,8 +202,7 @@ class Webhook:
                 n = int(self.headers.get("Content-Length", "0"))
                 body = json.loads(self.rfile.read(n) or b"{}")
                 with hook._lock:
-                    hook.notifications.append(
-                        Notification(time.time(), self.path.strip("/"), body))
+                    hook.notifications.append(Notification(time.time(), self.path.strip("/"), body))
                 self.send_response(200)
                 self.end_headers()
 
@@ -211,21 +227,31 @@ class Webhook:
         """(arrival, receiver, alert) for every firing alert delivered so far."""
         with self._lock:
             got = list(self.notifications)
-        return [(n.received, n.receiver, a) for n in got
-                if receiver is None or n.receiver == receiver for a in n.alerts()]
+        return [
+            (n.received, n.receiver, a)
+            for n in got
+            if receiver is None or n.receiver == receiver
+            for a in n.alerts()
+        ]
 
-    def wait_for(self, *, timeout: float, receiver: str | None = None,
-                 **labels: str) -> tuple[float, str, dict[str, Any]]:
+    def wait_for(
+        self, *, timeout: float, receiver: str | None = None, **labels: str
+    ) -> tuple[float, str, dict[str, Any]]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for hit in self.firing(receiver):
                 if all(hit[2]["labels"].get(k) == v for k, v in labels.items()):
                     return hit
             time.sleep(0.1)
-        seen = sorted({(r, a["labels"].get("alertname", "?"), a["labels"].get("severity", ""))
-                       for _, r, a in self.firing()})
-        raise AssertionError(f"no notification {labels} to {receiver} in {timeout}s; "
-                             f"delivered: {seen}")
+        seen = sorted(
+            {
+                (r, a["labels"].get("alertname", "?"), a["labels"].get("severity", ""))
+                for _, r, a in self.firing()
+            }
+        )
+        raise AssertionError(
+            f"no notification {labels} to {receiver} in {timeout}s; delivered: {seen}"
+        )
 
 
 # ---------------------------------------------------------------- test copies of the configs
@@ -259,8 +285,9 @@ def scaled_rules(dest: Path, divisor: int) -> list[Path]:
     return out
 
 
-def alertmanager_config(webhook: Webhook, *, group_wait: str = "1s",
-                        group_interval: str = "2s") -> dict[str, Any]:
+def alertmanager_config(
+    webhook: Webhook, *, group_wait: str = "1s", group_interval: str = "2s"
+) -> dict[str, Any]:
     """alerts/alertmanager.yml with the receivers' relay replaced by ``webhook`` and the
     root route's group_wait/group_interval shortened; routes and inhibitions unchanged."""
     cfg: dict[str, Any] = yaml.safe_load(ALERTMANAGER_YML.read_text())
@@ -273,9 +300,14 @@ def alertmanager_config(webhook: Webhook, *, group_wait: str = "1s",
     return cfg
 
 
-def prometheus_config(*, rule_files: list[Path], targets_file: Path,
-                      alertmanager_port: int | None, scrape_interval: str = "2s",
-                      evaluation_interval: str = "1s") -> dict[str, Any]:
+def prometheus_config(
+    *,
+    rule_files: list[Path],
+    targets_file: Path,
+    alertmanager_port: int | None,
+    scrape_interval: str = "2s",
+    evaluation_interval: str = "1s",
+) -> dict[str, Any]:
     """compose/prometheus/prometheus.yml with the intervals shortened, the dnsfleet job's
     file_sd pointed at ``targets_file`` and Alertmanager at ``alertmanager_port``; the
     relabeling and job options are the shipped ones."""
@@ -288,7 +320,8 @@ def prometheus_config(*, rule_files: list[Path], targets_file: Path,
         cfg.pop("alerting", None)
     else:
         cfg["alerting"]["alertmanagers"] = [
-            {"static_configs": [{"targets": [f"127.0.0.1:{alertmanager_port}"]}]}]
+            {"static_configs": [{"targets": [f"127.0.0.1:{alertmanager_port}"]}]}
+        ]
     jobs = [j for j in cfg["scrape_configs"] if j["job_name"] == "dnsfleet"]
     assert jobs, "compose/prometheus/prometheus.yml has no job dnsfleet"
     job = jobs[0]

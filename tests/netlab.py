@@ -75,12 +75,15 @@ class NetLab:
         and DNS as the only hosts source. Prints ``<start> <end> <rc>`` (wall clock from
         just before to just after the command) as its last line."""
         nss = self.workdir / "nsswitch.conf"
-        script = (f"mount --bind {shlex.quote(str(resolv_conf))} /etc/resolv.conf && "
-                  f"mount --bind {shlex.quote(str(nss))} /etc/nsswitch.conf && "
-                  f"s=$(date +%s.%N); {command}; rc=$?; e=$(date +%s.%N); "
-                  'echo "TIMING $s $e $rc"')
-        return self.exec_args(binary("unshare"), "-m", "--propagation", "private",
-                              "sh", "-c", script)
+        script = (
+            f"mount --bind {shlex.quote(str(resolv_conf))} /etc/resolv.conf && "
+            f"mount --bind {shlex.quote(str(nss))} /etc/nsswitch.conf && "
+            f"s=$(date +%s.%N); {command}; rc=$?; e=$(date +%s.%N); "
+            'echo "TIMING $s $e $rc"'
+        )
+        return self.exec_args(
+            binary("unshare"), "-m", "--propagation", "private", "sh", "-c", script
+        )
 
     def start(self) -> NetLab:
         subprocess.run(["ip", "netns", "add", self.name], check=True)
@@ -88,20 +91,31 @@ class NetLab:
         # getaddrinfo's AI_ADDRCONFIG (getent ahosts sets it) skips IPv4 lookups when the
         # host has no IPv4 address besides 127/8: give the namespace one (TEST-NET-1, on
         # its own loopback, reachable from nowhere).
-        subprocess.run(self.exec_args("ip", "addr", "add", "192.0.2.254/32", "dev", "lo"),
-                       check=True)
+        subprocess.run(
+            self.exec_args("ip", "addr", "add", "192.0.2.254/32", "dev", "lo"), check=True
+        )
         (self.workdir / "nsswitch.conf").write_text("hosts: dns\n")
-        for host, extra in ((ANSWERING, ""),
-                            (RCODE_REFUSED, "  access-control: 127.0.0.0/8 refuse")):
-            u = Unbound(self.workdir / f"unbound-{host}", host=host, port=53,
-                        local_data=["a.local.test. 300 IN A 192.0.2.1"], extra_server=extra)
+        for host, extra in (
+            (ANSWERING, ""),
+            (RCODE_REFUSED, "  access-control: 127.0.0.0/8 refuse"),
+        ):
+            u = Unbound(
+                self.workdir / f"unbound-{host}",
+                host=host,
+                port=53,
+                local_data=["a.local.test. 300 IN A 192.0.2.1"],
+                extra_server=extra,
+            )
             conf = u.write_config()
             log = open(u.workdir / "unbound.stderr", "ab")  # noqa: SIM115
-            self.procs.append(subprocess.Popen(
-                self.exec_args(binary("unbound"), "-d", "-c", str(conf)),
-                stdout=log, stderr=log))
-        bh = subprocess.Popen(self.exec_args(sys.executable, "-c", BLACKHOLE_SCRIPT, SILENT),
-                              stdout=subprocess.PIPE)
+            self.procs.append(
+                subprocess.Popen(
+                    self.exec_args(binary("unbound"), "-d", "-c", str(conf)), stdout=log, stderr=log
+                )
+            )
+        bh = subprocess.Popen(
+            self.exec_args(sys.executable, "-c", BLACKHOLE_SCRIPT, SILENT), stdout=subprocess.PIPE
+        )
         self.procs.append(bh)
         assert bh.stdout is not None
         if bh.stdout.readline().strip() != b"ready":
@@ -114,13 +128,18 @@ class NetLab:
         rc.write_text(f"nameserver {ANSWERING}\noptions timeout:1 attempts:1\n")
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            r = subprocess.run(self.client_command(rc, f"getent ahostsv4 {QUERY_NAME}"),
-                               capture_output=True, text=True, timeout=30)
+            r = subprocess.run(
+                self.client_command(rc, f"getent ahostsv4 {QUERY_NAME}"),
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
             if "192.0.2.1" in r.stdout:
                 return
             time.sleep(0.1)
-        logs = "".join(p.read_text()[-1500:] for p in self.workdir.glob("*/unbound*")
-                       if p.is_file())
+        logs = "".join(
+            p.read_text()[-1500:] for p in self.workdir.glob("*/unbound*") if p.is_file()
+        )
         raise RuntimeError(f"unbound in namespace {self.name} never answered:\n{logs}")
 
     def stop(self) -> None:

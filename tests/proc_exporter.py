@@ -59,7 +59,10 @@ def running_exporter(tmp: Path, *args: str) -> Iterator[ExporterProc]:
     with open(log, "wb") as fh:
         proc = subprocess.Popen(
             [*EXPORTER, "--web.listen-address", f"127.0.0.1:{port}", *args],
-            stdout=fh, stderr=fh, env=env)
+            stdout=fh,
+            stderr=fh,
+            env=env,
+        )
     try:
         _wait_listening(port, proc, log)
         yield ExporterProc(proc=proc, port=port, log=log)

@@ -16,8 +16,7 @@ from tests.servers import _stop, wait_dns
 from tests.tools import binary, free_port
 
 
-def wait_http(url: str, *, headers: dict[str, str] | None = None,
-              timeout: float = 15) -> str:
+def wait_http(url: str, *, headers: dict[str, str] | None = None, timeout: float = 15) -> str:
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     while time.monotonic() < deadline:
@@ -58,7 +57,7 @@ class Daemon:
 
 @dataclass
 class PdnsRecursor(Daemon):
-    forwards: dict[str, str] = field(default_factory=dict)   # zone -> "127.0.0.1:port"
+    forwards: dict[str, str] = field(default_factory=dict)  # zone -> "127.0.0.1:port"
     api_key: str = "dnsfleet-test"
 
     @property
@@ -67,8 +66,9 @@ class PdnsRecursor(Daemon):
 
     def start(self) -> PdnsRecursor:
         hints = self.workdir / "root.hints"
-        hints.write_text(".  3600000 IN NS loopback-root.\n"
-                         "loopback-root. 3600000 IN A 127.0.0.254\n")
+        hints.write_text(
+            ".  3600000 IN NS loopback-root.\nloopback-root. 3600000 IN A 127.0.0.254\n"
+        )
         fwd = ",".join(f"{z}={a}" for z, a in self.forwards.items())
         (self.workdir / "recursor.conf").write_text(f"""
 local-address=127.0.0.1
@@ -93,9 +93,9 @@ api-key={self.api_key}
 
 @dataclass
 class Dnsdist(Daemon):
-    backends: dict[str, str] = field(default_factory=dict)   # name -> "127.0.0.1:port"
-    check_name: str = "local.test."    # health checks: a name the backends serve
-    extra: str = ""                    # more Lua configuration (rules, actions)
+    backends: dict[str, str] = field(default_factory=dict)  # name -> "127.0.0.1:port"
+    check_name: str = "local.test."  # health checks: a name the backends serve
+    extra: str = ""  # more Lua configuration (rules, actions)
 
     @property
     def metrics_url(self) -> str:
@@ -104,7 +104,9 @@ class Dnsdist(Daemon):
     def start(self) -> Dnsdist:
         servers = "\n".join(
             f'newServer({{address="{a}", name="{n}", checkName="{self.check_name}", '
-            f'checkType="SOA"}})' for n, a in self.backends.items())
+            f'checkType="SOA"}})'
+            for n, a in self.backends.items()
+        )
         conf = self.workdir / "dnsdist.conf"
         conf.write_text(f"""
 setSecurityPollSuffix("")
@@ -124,7 +126,7 @@ setWebserverConfig({{apiKey="dnsfleet-test", acl="127.0.0.0/8",
 
 @dataclass
 class Kresd(Daemon):
-    upstream: str = ""      # "127.0.0.1@port": every query is forwarded there (STUB)
+    upstream: str = ""  # "127.0.0.1@port": every query is forwarded there (STUB)
 
     @property
     def metrics_url(self) -> str:

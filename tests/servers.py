@@ -24,8 +24,15 @@ import dns.rrset
 from tests.tools import binary, free_port
 
 
-def wait_dns(host: str, port: int, name: str = ".", qtype: str = "SOA", *,
-             timeout: float = 15.0, tcp: bool = False) -> None:
+def wait_dns(
+    host: str,
+    port: int,
+    name: str = ".",
+    qtype: str = "SOA",
+    *,
+    timeout: float = 15.0,
+    tcp: bool = False,
+) -> None:
     """Wait until the server answers anything at all."""
     deadline = time.monotonic() + timeout
     last: Exception | None = None
@@ -67,13 +74,13 @@ class Named:
     """BIND 9, authoritative for test zones, with the statistics channel on."""
 
     workdir: Path
-    zones: dict[str, str] = field(default_factory=dict)   # zone -> extra records
+    zones: dict[str, str] = field(default_factory=dict)  # zone -> extra records
     ttl: int = 60
     host: str = "127.0.0.1"
     port: int = 0
     stats_port: int = 0
     extra_options: str = ""
-    recursion: bool = False     # a resolver (with `forwarders` in extra_options) when True
+    recursion: bool = False  # a resolver (with `forwarders` in extra_options) when True
     proc: subprocess.Popen[bytes] | None = None
 
     def __post_init__(self) -> None:
@@ -93,8 +100,11 @@ class Named:
         zone_stanzas = []
         for zone, records in self.zones.items():
             zf = self.workdir / f"{zone}.zone"
-            zf.write_text(ZONE_TEMPLATE.format(zone=zone, ttl=self.ttl, records=records,
-                                               serial=int(time.time())))
+            zf.write_text(
+                ZONE_TEMPLATE.format(
+                    zone=zone, ttl=self.ttl, records=records, serial=int(time.time())
+                )
+            )
             zone_stanzas.append(f'zone "{zone}" {{ type primary; file "{zf}"; }};')
         conf = self.workdir / "named.conf"
         conf.write_text(f"""
@@ -119,15 +129,17 @@ statistics-channels {{ inet 127.0.0.1 port {self.stats_port} allow {{ 127.0.0.1;
     def start(self) -> Named:
         conf = self.write_config()
         log = open(self.workdir / "named.log", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen([binary("named"), "-g", "-c", str(conf), "-n", "1"],
-                                     stdout=log, stderr=log)
+        self.proc = subprocess.Popen(
+            [binary("named"), "-g", "-c", str(conf), "-n", "1"], stdout=log, stderr=log
+        )
         first_zone = next(iter(self.zones), "version.bind")
         try:
             wait_dns(self.host, self.port, first_zone, "SOA" if self.zones else "TXT")
         except RuntimeError:
             _stop(self.proc)
-            raise RuntimeError("named did not start:\n" +
-                               (self.workdir / "named.log").read_text()[-3000:]) from None
+            raise RuntimeError(
+                "named did not start:\n" + (self.workdir / "named.log").read_text()[-3000:]
+            ) from None
         return self
 
     def stop(self) -> None:
@@ -173,7 +185,8 @@ class Unbound:
         local = "\n".join(f'  local-data: "{d}"' for d in self.local_data)
         stubs = "\n".join(
             f'stub-zone:\n  name: "{name}"\n  stub-addr: {addr}\n'
-            for name, addr in self.stubs.items())
+            for name, addr in self.stubs.items()
+        )
         self.conf_path.write_text(f"""
 server:
   interface: {self.host}
@@ -206,8 +219,9 @@ remote-control:
     def start(self) -> Unbound:
         conf = self.write_config()
         log = open(self.workdir / "unbound.stderr", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen([binary("unbound"), "-d", "-c", str(conf)],
-                                     stdout=log, stderr=log)
+        self.proc = subprocess.Popen(
+            [binary("unbound"), "-d", "-c", str(conf)], stdout=log, stderr=log
+        )
         try:
             wait_dns(self.host, self.port, "local.test.", "SOA")
         except RuntimeError:
@@ -228,8 +242,13 @@ remote-control:
         self.start()
 
     def control(self, *args: str) -> str:
-        out = subprocess.run([binary("unbound-control"), "-c", str(self.conf_path), *args],
-                             capture_output=True, text=True, timeout=20, check=True)
+        out = subprocess.run(
+            [binary("unbound-control"), "-c", str(self.conf_path), *args],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        )
         return out.stdout
 
 
@@ -274,8 +293,7 @@ class ScriptedServer:
     returned bytes object is sent as is (over TCP ``tcp_raw`` decides whether the handler
     writes its own framing). For garbage, wrong IDs, truncation, wrong answers."""
 
-    def __init__(self, handler: Handler, *, host: str = "127.0.0.1",
-                 tcp_raw: bool = False) -> None:
+    def __init__(self, handler: Handler, *, host: str = "127.0.0.1", tcp_raw: bool = False) -> None:
         self.handler = handler
         self.tcp_raw = tcp_raw
         self.port = free_port()
@@ -290,8 +308,10 @@ class ScriptedServer:
         self.tcp.settimeout(0.2)
         self.received = 0
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._serve_udp, daemon=True),
-                         threading.Thread(target=self._serve_tcp, daemon=True)]
+        self._threads = [
+            threading.Thread(target=self._serve_udp, daemon=True),
+            threading.Thread(target=self._serve_tcp, daemon=True),
+        ]
         for t in self._threads:
             t.start()
 
@@ -352,8 +372,9 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
     return buf
 
 
-def answer(query_wire: bytes, *records: str, rcode: int = 0, tc: bool = False,
-           qid: int | None = None) -> bytes:
+def answer(
+    query_wire: bytes, *records: str, rcode: int = 0, tc: bool = False, qid: int | None = None
+) -> bytes:
     """Build a reply to ``query_wire`` with ``records`` ("name ttl IN A 1.2.3.4")."""
     q = dns.message.from_wire(query_wire)
     r = dns.message.make_response(q)
@@ -382,5 +403,14 @@ def is_root() -> bool:
     return os.geteuid() == 0
 
 
-__all__ = ["Blackhole", "Named", "ScriptedServer", "Unbound", "answer", "dns", "is_root",
-           "scripted", "wait_dns"]
+__all__ = [
+    "Blackhole",
+    "Named",
+    "ScriptedServer",
+    "Unbound",
+    "answer",
+    "dns",
+    "is_root",
+    "scripted",
+    "wait_dns",
+]

@@ -44,10 +44,12 @@ class Relay(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
         for a in body.get("alerts", []):
             lab = a["labels"]
-            print(f"[{time.strftime('%H:%M:%S')}] -> {self.path.strip('/'):9} "
-                  f"{a['status']:8} {lab.get('alertname')} severity={lab.get('severity')} "
-                  f"site={lab.get('site', '')} {a['annotations'].get('summary', '')}",
-                  flush=True)
+            print(
+                f"[{time.strftime('%H:%M:%S')}] -> {self.path.strip('/'):9} "
+                f"{a['status']:8} {lab.get('alertname')} severity={lab.get('severity')} "
+                f"site={lab.get('site', '')} {a['annotations'].get('summary', '')}",
+                flush=True,
+            )
         self.send_response(200)
         self.end_headers()
 
@@ -78,40 +80,72 @@ def main(argv: list[str] | None = None) -> int:
         spec = json.loads((COMPOSE / "consul" / "web-nearest.json").read_text())
         consul.create_query(spec["Name"], spec["Service"]["Service"])
 
-        procs.append(start([binary("unbound"), "-d", "-c",
-                            str(COMPOSE / "unbound" / "unbound.conf")], run / "unbound.log"))
+        procs.append(
+            start(
+                [binary("unbound"), "-d", "-c", str(COMPOSE / "unbound" / "unbound.conf")],
+                run / "unbound.log",
+            )
+        )
         wait_dns("127.0.0.1", 5353, "www.dnsfleet.test.", "A")
 
         cfg: dict[str, Any] = yaml.safe_load((COMPOSE / "dnsfleet" / "dnsfleet.yml").read_text())
         cfg["resolv_conf"] = []
         cfg["resolver"]["capacity_file"] = str(run / "capacity.json")
         (run / "dnsfleet.yml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-        procs.append(start([sys.executable, "-m", "dnsfleet",
-                            f"--config.file={run / 'dnsfleet.yml'}",
-                            "--web.listen-address=127.0.0.1:9853"], run / "exporter.log"))
-        _wait_ready("http://127.0.0.1:9853/-/healthy", procs[-1], run / "exporter.log",
-                    "exporter")
+        procs.append(
+            start(
+                [
+                    sys.executable,
+                    "-m",
+                    "dnsfleet",
+                    f"--config.file={run / 'dnsfleet.yml'}",
+                    "--web.listen-address=127.0.0.1:9853",
+                ],
+                run / "exporter.log",
+            )
+        )
+        _wait_ready("http://127.0.0.1:9853/-/healthy", procs[-1], run / "exporter.log", "exporter")
 
-        procs.append(start([binary("prometheus-alertmanager"),
-                            f"--config.file={ALERTMANAGER_YML}",
-                            f"--storage.path={run / 'alertmanager'}",
-                            "--web.listen-address=127.0.0.1:9093",
-                            "--cluster.listen-address="], run / "alertmanager.log"))
-        _wait_ready("http://127.0.0.1:9093/-/ready", procs[-1], run / "alertmanager.log",
-                    "alertmanager")
+        procs.append(
+            start(
+                [
+                    binary("prometheus-alertmanager"),
+                    f"--config.file={ALERTMANAGER_YML}",
+                    f"--storage.path={run / 'alertmanager'}",
+                    "--web.listen-address=127.0.0.1:9093",
+                    "--cluster.listen-address=",
+                ],
+                run / "alertmanager.log",
+            )
+        )
+        _wait_ready(
+            "http://127.0.0.1:9093/-/ready", procs[-1], run / "alertmanager.log", "alertmanager"
+        )
         # Started in compose/prometheus so the relative rules/ and targets/ resolve as in
         # the container.
-        procs.append(start([binary("prometheus"), f"--config.file={PROMETHEUS_YML}",
-                            f"--storage.tsdb.path={run / 'prometheus'}",
-                            "--web.listen-address=127.0.0.1:9090"], run / "prometheus.log",
-                           cwd=PROMETHEUS_YML.parent))
-        _wait_ready("http://127.0.0.1:9090/-/ready", procs[-1], run / "prometheus.log",
-                    "prometheus")
-        print(f"dnsfleet stack up (logs in {run}):\n"
-              "  exporter     http://127.0.0.1:9853/\n"
-              "  prometheus   http://127.0.0.1:9090/alerts\n"
-              "  alertmanager http://127.0.0.1:9093/\n"
-              "  notifications are printed below; Ctrl-C stops everything", flush=True)
+        procs.append(
+            start(
+                [
+                    binary("prometheus"),
+                    f"--config.file={PROMETHEUS_YML}",
+                    f"--storage.tsdb.path={run / 'prometheus'}",
+                    "--web.listen-address=127.0.0.1:9090",
+                ],
+                run / "prometheus.log",
+                cwd=PROMETHEUS_YML.parent,
+            )
+        )
+        _wait_ready(
+            "http://127.0.0.1:9090/-/ready", procs[-1], run / "prometheus.log", "prometheus"
+        )
+        print(
+            f"dnsfleet stack up (logs in {run}):\n"
+            "  exporter     http://127.0.0.1:9853/\n"
+            "  prometheus   http://127.0.0.1:9090/alerts\n"
+            "  alertmanager http://127.0.0.1:9093/\n"
+            "  notifications are printed below; Ctrl-C stops everything",
+            flush=True,
+        )
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         with contextlib.suppress(KeyboardInterrupt):

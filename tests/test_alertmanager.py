@@ -24,8 +24,7 @@ pytestmark = pytest.mark.integration
 
 
 def amtool(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([binary("amtool"), *args], capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run([binary("amtool"), *args], capture_output=True, text=True, timeout=60)
 
 
 def test_check_config() -> None:
@@ -47,11 +46,18 @@ ROUTES = [
 ]
 
 
-@pytest.mark.parametrize(("labels", "receiver"), ROUTES,
-                         ids=[f'{r[0]["alertname"]}-{r[1]}' for r in ROUTES])
+@pytest.mark.parametrize(
+    ("labels", "receiver"), ROUTES, ids=[f"{r[0]['alertname']}-{r[1]}" for r in ROUTES]
+)
 def test_routes(labels: dict[str, str], receiver: str) -> None:
-    out = amtool("config", "routes", "test", f"--config.file={ALERTMANAGER_YML}",
-                 f"--verify.receivers={receiver}", *(f"{k}={v}" for k, v in labels.items()))
+    out = amtool(
+        "config",
+        "routes",
+        "test",
+        f"--config.file={ALERTMANAGER_YML}",
+        f"--verify.receivers={receiver}",
+        *(f"{k}={v}" for k, v in labels.items()),
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.strip() == receiver
 
@@ -68,77 +74,211 @@ def am(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Alertmanager]:
 
 def test_grouping_is_by_alertname_and_site(am: Alertmanager) -> None:
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    alerts = [("DNSResolverDown", "grp-ams", "h1"), ("DNSResolverDown", "grp-ams", "h2"),
-              ("DNSResolverDown", "grp-fra", "h3"), ("DNSResolverLatencyHigh", "grp-ams", "h1")]
-    am.post([{"labels": {"alertname": a, "severity": "critical", "site": s,
-                         "instance": f"{i}:9853"}, "startsAt": now} for a, s, i in alerts])
+    alerts = [
+        ("DNSResolverDown", "grp-ams", "h1"),
+        ("DNSResolverDown", "grp-ams", "h2"),
+        ("DNSResolverDown", "grp-fra", "h3"),
+        ("DNSResolverLatencyHigh", "grp-ams", "h1"),
+    ]
+    am.post(
+        [
+            {
+                "labels": {
+                    "alertname": a,
+                    "severity": "critical",
+                    "site": s,
+                    "instance": f"{i}:9853",
+                },
+                "startsAt": now,
+            }
+            for a, s, i in alerts
+        ]
+    )
     groups: dict[tuple[str, str], int] = {}
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
-        groups = {(g["labels"].get("alertname", ""), g["labels"].get("site", "")):
-                  len(g["alerts"])
-                  for g in http_get(am.url + "/api/v2/alerts/groups")
-                  if g["receiver"]["name"] == "pager"
-                  and g["labels"].get("site", "").startswith("grp-")}
+        groups = {
+            (g["labels"].get("alertname", ""), g["labels"].get("site", "")): len(g["alerts"])
+            for g in http_get(am.url + "/api/v2/alerts/groups")
+            if g["receiver"]["name"] == "pager" and g["labels"].get("site", "").startswith("grp-")
+        }
         if sum(groups.values()) == len(alerts):
             break
         time.sleep(0.2)
-    assert groups == {("DNSResolverDown", "grp-ams"): 2, ("DNSResolverDown", "grp-fra"): 1,
-                      ("DNSResolverLatencyHigh", "grp-ams"): 1}
+    assert groups == {
+        ("DNSResolverDown", "grp-ams"): 2,
+        ("DNSResolverDown", "grp-fra"): 1,
+        ("DNSResolverLatencyHigh", "grp-ams"): 1,
+    }
 
 
 # Each case: alerts posted together; which of them must end up inhibited. Every case uses
 # its own alertname suffix-free labels in a fresh `case` label so cases do not interact.
 INHIBITION = {
     "site down mutes that site's resolver, stub and host alerts": (
-        [{"alertname": "DNSSiteDown", "severity": "critical", "site": "ams"},
-         {"alertname": "DNSResolverDown", "severity": "critical", "site": "ams",
-          "instance": "h1:9853", "target": "192.0.2.1:53"},
-         {"alertname": "DNSStubResolutionFailing", "severity": "critical", "site": "ams",
-          "instance": "h1:9853", "resolv_conf": "/etc/resolv.conf", "libc": "glibc"},
-         {"alertname": "DNSBondDegraded", "severity": "warning", "site": "ams",
-          "instance": "h1:9853", "bond": "bond0"},
-         {"alertname": "DNSCpuLatencyDrift", "severity": "warning", "site": "ams",
-          "instance": "h1:9853"},
-         # other site, and not a per-resolver/per-host alert: not muted
-         {"alertname": "DNSResolverDown", "severity": "critical", "site": "fra",
-          "instance": "h2:9853", "target": "198.51.100.1:53"},
-         {"alertname": "DNSConsulNoLeader", "severity": "critical", "site": "ams",
-          "instance": "h1:9853", "agent": "local"}],
-        {1, 2, 3, 4}),
+        [
+            {"alertname": "DNSSiteDown", "severity": "critical", "site": "ams"},
+            {
+                "alertname": "DNSResolverDown",
+                "severity": "critical",
+                "site": "ams",
+                "instance": "h1:9853",
+                "target": "192.0.2.1:53",
+            },
+            {
+                "alertname": "DNSStubResolutionFailing",
+                "severity": "critical",
+                "site": "ams",
+                "instance": "h1:9853",
+                "resolv_conf": "/etc/resolv.conf",
+                "libc": "glibc",
+            },
+            {
+                "alertname": "DNSBondDegraded",
+                "severity": "warning",
+                "site": "ams",
+                "instance": "h1:9853",
+                "bond": "bond0",
+            },
+            {
+                "alertname": "DNSCpuLatencyDrift",
+                "severity": "warning",
+                "site": "ams",
+                "instance": "h1:9853",
+            },
+            # other site, and not a per-resolver/per-host alert: not muted
+            {
+                "alertname": "DNSResolverDown",
+                "severity": "critical",
+                "site": "fra",
+                "instance": "h2:9853",
+                "target": "198.51.100.1:53",
+            },
+            {
+                "alertname": "DNSConsulNoLeader",
+                "severity": "critical",
+                "site": "ams",
+                "instance": "h1:9853",
+                "agent": "local",
+            },
+        ],
+        {1, 2, 3, 4},
+    ),
     "a site-down without a site mutes nothing (equal on an absent label)": (
-        [{"alertname": "DNSSiteDown", "severity": "critical"},
-         {"alertname": "DNSResolverDown", "severity": "critical", "instance": "h1:9853",
-          "target": "192.0.2.1:53"}],
-        set()),
+        [
+            {"alertname": "DNSSiteDown", "severity": "critical"},
+            {
+                "alertname": "DNSResolverDown",
+                "severity": "critical",
+                "instance": "h1:9853",
+                "target": "192.0.2.1:53",
+            },
+        ],
+        set(),
+    ),
     "exporter down mutes the alerts of that instance only": (
-        [{"alertname": "DNSFleetExporterDown", "severity": "critical", "site": "ams",
-          "instance": "h1:9853", "job": "dnsfleet"},
-         {"alertname": "DNSFleetCollectorFailing", "severity": "warning", "site": "ams",
-          "instance": "h1:9853", "collector": "stub"},
-         {"alertname": "DNSStubFailoverDelay", "severity": "warning", "site": "ams",
-          "instance": "h1:9853", "resolv_conf": "/etc/resolv.conf", "libc": "glibc"},
-         {"alertname": "DNSStubFailoverDelay", "severity": "warning", "site": "ams",
-          "instance": "h2:9853", "resolv_conf": "/etc/resolv.conf", "libc": "glibc"},
-         {"alertname": "DNSFleetExporterDown", "severity": "critical", "site": "ams",
-          "instance": "h3:9853", "job": "dnsfleet"}],
-        {1, 2}),
+        [
+            {
+                "alertname": "DNSFleetExporterDown",
+                "severity": "critical",
+                "site": "ams",
+                "instance": "h1:9853",
+                "job": "dnsfleet",
+            },
+            {
+                "alertname": "DNSFleetCollectorFailing",
+                "severity": "warning",
+                "site": "ams",
+                "instance": "h1:9853",
+                "collector": "stub",
+            },
+            {
+                "alertname": "DNSStubFailoverDelay",
+                "severity": "warning",
+                "site": "ams",
+                "instance": "h1:9853",
+                "resolv_conf": "/etc/resolv.conf",
+                "libc": "glibc",
+            },
+            {
+                "alertname": "DNSStubFailoverDelay",
+                "severity": "warning",
+                "site": "ams",
+                "instance": "h2:9853",
+                "resolv_conf": "/etc/resolv.conf",
+                "libc": "glibc",
+            },
+            {
+                "alertname": "DNSFleetExporterDown",
+                "severity": "critical",
+                "site": "ams",
+                "instance": "h3:9853",
+                "job": "dnsfleet",
+            },
+        ],
+        {1, 2},
+    ),
     "critical mutes the warning of the same alert and target, not of another": (
-        [{"alertname": "DNSStubFailoverDelay", "severity": "critical", "site": "ams",
-          "instance": "h1:9853", "resolv_conf": "/etc/resolv.conf", "libc": "glibc"},
-         {"alertname": "DNSStubFailoverDelay", "severity": "warning", "site": "ams",
-          "instance": "h1:9853", "resolv_conf": "/etc/resolv.conf", "libc": "glibc"},
-         {"alertname": "DNSStubFailoverDelay", "severity": "warning", "site": "ams",
-          "instance": "h1:9853", "resolv_conf": "/pods/a/resolv.conf", "libc": "glibc"},
-         {"alertname": "DNSResolverServfailHigh", "severity": "critical", "site": "ams",
-          "instance": "h1:9853", "target": "192.0.2.1:53", "module": "recursive"},
-         {"alertname": "DNSResolverServfailHigh", "severity": "warning", "site": "ams",
-          "instance": "h1:9853", "target": "192.0.2.1:53", "module": "recursive"},
-         {"alertname": "DNSResolverServfailHigh", "severity": "warning", "site": "ams",
-          "instance": "h1:9853", "target": "192.0.2.2:53", "module": "recursive"},
-         {"alertname": "DNSResolverLatencyHigh", "severity": "warning", "site": "ams",
-          "instance": "h1:9853", "target": "192.0.2.1:53", "module": "recursive"}],
-        {1, 4}),
+        [
+            {
+                "alertname": "DNSStubFailoverDelay",
+                "severity": "critical",
+                "site": "ams",
+                "instance": "h1:9853",
+                "resolv_conf": "/etc/resolv.conf",
+                "libc": "glibc",
+            },
+            {
+                "alertname": "DNSStubFailoverDelay",
+                "severity": "warning",
+                "site": "ams",
+                "instance": "h1:9853",
+                "resolv_conf": "/etc/resolv.conf",
+                "libc": "glibc",
+            },
+            {
+                "alertname": "DNSStubFailoverDelay",
+                "severity": "warning",
+                "site": "ams",
+                "instance": "h1:9853",
+                "resolv_conf": "/pods/a/resolv.conf",
+                "libc": "glibc",
+            },
+            {
+                "alertname": "DNSResolverServfailHigh",
+                "severity": "critical",
+                "site": "ams",
+                "instance": "h1:9853",
+                "target": "192.0.2.1:53",
+                "module": "recursive",
+            },
+            {
+                "alertname": "DNSResolverServfailHigh",
+                "severity": "warning",
+                "site": "ams",
+                "instance": "h1:9853",
+                "target": "192.0.2.1:53",
+                "module": "recursive",
+            },
+            {
+                "alertname": "DNSResolverServfailHigh",
+                "severity": "warning",
+                "site": "ams",
+                "instance": "h1:9853",
+                "target": "192.0.2.2:53",
+                "module": "recursive",
+            },
+            {
+                "alertname": "DNSResolverLatencyHigh",
+                "severity": "warning",
+                "site": "ams",
+                "instance": "h1:9853",
+                "target": "192.0.2.1:53",
+                "module": "recursive",
+            },
+        ],
+        {1, 4},
+    ),
 }
 
 
@@ -156,21 +296,32 @@ def test_inhibition(am: Alertmanager, case: str) -> None:
         if "instance" in labels:
             labels["instance"] = f"{labels['instance']}-{tag}"
         labels["case"] = tag
-        posted.append({"labels": labels,
-                       "annotations": {"summary": "test"},
-                       "startsAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        posted.append(
+            {
+                "labels": labels,
+                "annotations": {"summary": "test"},
+                "startsAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
+        )
     am.post(posted)
     want = {i for i in range(len(posted))}
     got: dict[int, bool] = {}
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
-        active = {frozenset(a["labels"].items()): bool(a["status"]["inhibitedBy"])
-                  for a in am.alerts() if a["labels"].get("case") == tag}
-        got = {i: active[frozenset(p["labels"].items())] for i, p in enumerate(posted)
-               if frozenset(p["labels"].items()) in active}
+        active = {
+            frozenset(a["labels"].items()): bool(a["status"]["inhibitedBy"])
+            for a in am.alerts()
+            if a["labels"].get("case") == tag
+        }
+        got = {
+            i: active[frozenset(p["labels"].items())]
+            for i, p in enumerate(posted)
+            if frozenset(p["labels"].items()) in active
+        }
         if set(got) == want and {i for i, m in got.items() if m} == muted:
             break
         time.sleep(0.2)
     assert set(got) == want, f"not all alerts active in Alertmanager: {got}"
     assert {i for i, m in got.items() if m} == muted, (
-        f"inhibited {sorted(i for i, m in got.items() if m)}, want {sorted(muted)}")
+        f"inhibited {sorted(i for i, m in got.items() if m)}, want {sorted(muted)}"
+    )

@@ -39,15 +39,24 @@ def test_rule_files_exist() -> None:
 
 @pytest.mark.parametrize("path", RULES, ids=lambda p: p.name)
 def test_promtool_check_rules(path: Path) -> None:
-    out = subprocess.run([binary("promtool"), "check", "rules", str(path)],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [binary("promtool"), "check", "rules", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
 @pytest.mark.parametrize("path", RULE_TESTS, ids=lambda p: p.name)
 def test_promtool_test_rules(path: Path) -> None:
-    out = subprocess.run([binary("promtool"), "test", "rules", path.name],
-                         capture_output=True, text=True, timeout=120, cwd=path.parent)
+    out = subprocess.run(
+        [binary("promtool"), "test", "rules", path.name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=path.parent,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -55,8 +64,9 @@ def test_rules_reading_a_recorded_series_share_its_group() -> None:
     """Groups are evaluated concurrently; only rules within one group run in order. A rule
     that reads a recorded series from another group races it (values flip between runs)."""
     home: dict[str, str] = {}
-    groups = [(g["name"], g["rules"]) for f in RULES
-              for g in yaml.safe_load(f.read_text())["groups"]]
+    groups = [
+        (g["name"], g["rules"]) for f in RULES for g in yaml.safe_load(f.read_text())["groups"]
+    ]
     for name, rules in groups:
         for r in rules:
             if "record" in r:
@@ -66,8 +76,10 @@ def test_rules_reading_a_recorded_series_share_its_group() -> None:
         for r in rules:
             for used in re.findall(r"[a-zA-Z_][a-zA-Z0-9_]*:[a-zA-Z0-9_:]+", r["expr"]):
                 if used in home and home[used] != name:
-                    problems.append(f"{r.get('alert') or r.get('record')} in {name} reads "
-                                    f"{used} from {home[used]}")
+                    problems.append(
+                        f"{r.get('alert') or r.get('record')} in {name} reads "
+                        f"{used} from {home[used]}"
+                    )
     assert not problems, "\n".join(problems)
 
 
@@ -110,32 +122,62 @@ def test_every_alert_has_firing_and_quiet_tests() -> None:
     # The Watchdog fires by design at every evaluation: it has no quiet case.
     quiet_needed = names - ALWAYS_FIRING
     assert not quiet_needed - quiet, (
-        f"alerts never tested quiet/pending: {sorted(quiet_needed - quiet)}")
+        f"alerts never tested quiet/pending: {sorted(quiet_needed - quiet)}"
+    )
 
 
 # The catalog fixed by issue 7 (names are an interface), plus DNSSiteDown (the site-wide
 # inhibition source), DNSConsulAPIDown (issue 6) and DNSBondLacpNotAggregating (issue 5).
 CATALOG = (
-    "DNSResolverDown", "DNSResolverLatencyHigh", "DNSResolverServfailHigh",
-    "DNSResolverRestarted", "DNSResolverRestartLoop", "DNSResolverBackendFlapping",
-    "DNSStubFailoverDelay", "DNSStubResolutionFailing", "DNSNicQueueImbalance",
-    "DNSNicIrqAffinityCollapsed", "DNSBondDegraded", "DNSBondFailover", "DNSBondLinkFlapping",
-    "DNSBondNoLinkMonitoring", "DNSCpuLatencyDrift", "DNSConsulDNSDown",
-    "DNSConsulDNSMismatch", "DNSConsulNoLeader", "DNSConsulRaftDbLarge",
-    "DNSFleetExporterDown", "DNSFleetCollectorFailing", "Watchdog",
-    "DNSSiteDown", "DNSConsulAPIDown", "DNSBondLacpNotAggregating",
+    "DNSResolverDown",
+    "DNSResolverLatencyHigh",
+    "DNSResolverServfailHigh",
+    "DNSResolverRestarted",
+    "DNSResolverRestartLoop",
+    "DNSResolverBackendFlapping",
+    "DNSStubFailoverDelay",
+    "DNSStubResolutionFailing",
+    "DNSNicQueueImbalance",
+    "DNSNicIrqAffinityCollapsed",
+    "DNSBondDegraded",
+    "DNSBondFailover",
+    "DNSBondLinkFlapping",
+    "DNSBondNoLinkMonitoring",
+    "DNSCpuLatencyDrift",
+    "DNSConsulDNSDown",
+    "DNSConsulDNSMismatch",
+    "DNSConsulNoLeader",
+    "DNSConsulRaftDbLarge",
+    "DNSFleetExporterDown",
+    "DNSFleetCollectorFailing",
+    "Watchdog",
+    "DNSSiteDown",
+    "DNSConsulAPIDown",
+    "DNSBondLacpNotAggregating",
     # Issue 13: the ways the monitoring itself goes blind, and partial loss.
-    "DNSResolverProbeFailuresHigh", "DNSResolverStatsUnreadable", "DNSResolverCanaryUnusable",
-    "DNSFleetConfigReloadFailed", "DNSFleetTargetsDropped", "DNSFleetSeriesVanished",
+    "DNSResolverProbeFailuresHigh",
+    "DNSResolverStatsUnreadable",
+    "DNSResolverCanaryUnusable",
+    "DNSFleetConfigReloadFailed",
+    "DNSFleetTargetsDropped",
+    "DNSFleetSeriesVanished",
     "DNSFleetExportersAbsent",
     # Issue 14: capacity headroom and trend, Kubernetes cluster DNS sizing.
-    "DNSResolverCapacityHeadroomLow", "DNSResolverCapacityExhaustionNear",
+    "DNSResolverCapacityHeadroomLow",
+    "DNSResolverCapacityExhaustionNear",
     "DNSClusterDNSReplicasShort",
 )
 # Host alerts come with issue 5's alerts/rules/host.rules.yml.
-HOST_ALERTS = {"DNSNicQueueImbalance", "DNSNicIrqAffinityCollapsed", "DNSBondDegraded",
-               "DNSBondFailover", "DNSBondLinkFlapping", "DNSBondNoLinkMonitoring",
-               "DNSCpuLatencyDrift", "DNSBondLacpNotAggregating"}
+HOST_ALERTS = {
+    "DNSNicQueueImbalance",
+    "DNSNicIrqAffinityCollapsed",
+    "DNSBondDegraded",
+    "DNSBondFailover",
+    "DNSBondLinkFlapping",
+    "DNSBondNoLinkMonitoring",
+    "DNSCpuLatencyDrift",
+    "DNSBondLacpNotAggregating",
+}
 HOST_RULES_MERGED = (ROOT / "alerts" / "rules" / "host.rules.yml").exists()
 ALWAYS_FIRING = {"Watchdog"}
 # absent() has no series to take `instance` or `site` from; cluster DNS sizing is cluster-wide.
@@ -167,10 +209,16 @@ def test_firing_alerts_carry_inhibition_labels() -> None:
                 for exp in at.get("exp_alerts") or []:
                     name = at["alertname"]
                     labels = exp.get("exp_labels", {})
-                    need = (() if name in UNSCOPED else ("site",) if name in SITE_SCOPED
-                            else ("site", "instance"))
-                    problems.extend(f"{f.name}: {name} fires without {k!r}"
-                                    for k in need if not labels.get(k))
+                    need = (
+                        ()
+                        if name in UNSCOPED
+                        else ("site",)
+                        if name in SITE_SCOPED
+                        else ("site", "instance")
+                    )
+                    problems.extend(
+                        f"{f.name}: {name} fires without {k!r}" for k in need if not labels.get(k)
+                    )
     assert not problems, "\n".join(problems)
 
 
@@ -181,10 +229,12 @@ def test_readme_table_matches_rules() -> None:
     for line in (ROOT / "alerts" / "README.md").read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 6 and cells[0].startswith("[") and "](runbooks/" in cells[0]:
-            name = cells[0][1:cells[0].index("]")]
+            name = cells[0][1 : cells[0].index("]")]
             rows.add((name, cells[1], cells[4].strip("`"), cells[5]))
-    rules = {(r["alert"], r["annotations"]["summary"], str(r.get("for", "0s")),
-              r["labels"]["severity"]) for r in alerting_rules()}
+    rules = {
+        (r["alert"], r["annotations"]["summary"], str(r.get("for", "0s")), r["labels"]["severity"])
+        for r in alerting_rules()
+    }
     assert rules - rows == set(), f"rules missing from alerts/README.md: {sorted(rules - rows)}"
     extra = {r for r in rows - rules if HOST_RULES_MERGED or r[0] not in HOST_ALERTS}
     assert extra == set(), f"README rows matching no rule: {sorted(extra)}"

@@ -37,21 +37,35 @@ def previous_model_resets(seen: Seen, tolerance: float) -> int:
     for now, ttl in seen:
         if ttl is None:
             continue
-        if prev is not None and is_cache_reset(prev_ttl=prev, elapsed=now - prev_at, ttl=ttl,
-                                               tolerance=tolerance, longest_ttl=longest):
+        if prev is not None and is_cache_reset(
+            prev_ttl=prev, elapsed=now - prev_at, ttl=ttl, tolerance=tolerance, longest_ttl=longest
+        ):
             resets += 1
         prev, prev_at, longest = ttl, now, max(longest, ttl)
     return resets
 
 
-def exporter(tmp_path: Path, address: str, canary: str, query: str = "www.example.test",
-             **target: Any) -> Exporter:
+def exporter(
+    tmp_path: Path, address: str, canary: str, query: str = "www.example.test", **target: Any
+) -> Exporter:
     path = tmp_path / "dnsfleet.yml"
-    path.write_text(yaml.safe_dump({
-        "resolv_conf": [],
-        "modules": {"m": {"query_name": query, "query_type": "A", "timeout": "1s",
-                          "canary": canary, "canary_tolerance": "500ms"}},
-        "targets": [{"address": address, "module": "m", **target}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "resolv_conf": [],
+                "modules": {
+                    "m": {
+                        "query_name": query,
+                        "query_type": "A",
+                        "timeout": "1s",
+                        "canary": canary,
+                        "canary_tolerance": "500ms",
+                    }
+                },
+                "targets": [{"address": address, "module": "m", **target}],
+            }
+        )
+    )
     return Exporter(fs=HostFS(), config_file=str(path))
 
 
@@ -73,11 +87,15 @@ def tracker(exp: Exporter) -> Any:
 
 @pytest.fixture
 def stale_pair(tmp_path: Path) -> Iterator[tuple[Named, Unbound]]:
-    n = Named(tmp_path / "n", zones={"stale.test": "canary IN A 192.0.2.7\nwww IN A 192.0.2.8\n"},
-              ttl=10)
+    n = Named(
+        tmp_path / "n", zones={"stale.test": "canary IN A 192.0.2.7\nwww IN A 192.0.2.8\n"}, ttl=10
+    )
     n.start()
-    u = Unbound(tmp_path / "u", stubs={"stale.test.": f"127.0.0.1@{n.port}"},
-                extra_server="  serve-expired: yes\n  serve-expired-reply-ttl: 5\n")
+    u = Unbound(
+        tmp_path / "u",
+        stubs={"stale.test.": f"127.0.0.1@{n.port}"},
+        extra_server="  serve-expired: yes\n  serve-expired-reply-ttl: 5\n",
+    )
     u.start()
     yield n, u
     u.stop()
@@ -100,19 +118,21 @@ def test_unbound_serve_expired(tmp_path: Path, stale_pair: tuple[Named, Unbound]
     assert c.resets == 0, ttls
     assert previous_model_resets(healthy, 0.5) >= 1, ttls
     n.stop()
-    down = watch(exp, 9, every=2.0)       # the record runs out, then only stale answers
+    down = watch(exp, 9, every=2.0)  # the record runs out, then only stale answers
     assert c.resets == 0, down
     assert c.unusable is not None and c.unusable.value == "ttl_static", down
     assert previous_model_resets(healthy + down, 0.5) >= 3, healthy + down
-    print(f"\nserve-expired: previous model {previous_model_resets(healthy, 0.5)} resets "
-          f"(healthy upstream), {previous_model_resets(healthy + down, 0.5)} with the "
-          f"upstream down; now {c.resets}; real resets 0")
+    print(
+        f"\nserve-expired: previous model {previous_model_resets(healthy, 0.5)} resets "
+        f"(healthy upstream), {previous_model_resets(healthy + down, 0.5)} with the "
+        f"upstream down; now {c.resets}; real resets 0"
+    )
     # A real flush is still seen once the upstream is back and the record counts down.
     n.start()
     back = watch(exp, 4, every=2.0)
     assert c.resets == 0, str([t for _, t in down + back])
     u.control("flush", "canary.stale.test")
-    after = watch(exp, 2, every=2.0)      # the jump, then the countdown that confirms it
+    after = watch(exp, 2, every=2.0)  # the jump, then the countdown that confirms it
     assert c.resets == 1 and c.unusable is None, [t for _, t in down + back + after]
 
 
@@ -120,13 +140,21 @@ def test_bind_stale_answer_enable(tmp_path: Path) -> None:
     """BIND 9.18 as a forwarding resolver with stale-answer-enable: with the upstream
     down every answer is stale with TTL stale-answer-ttl (5 here): the previous model
     counted a reset on every scrape."""
-    auth = Named(tmp_path / "auth", zones={"stale.test": "canary IN A 192.0.2.7\n"
-                                                          "www IN A 192.0.2.8\n"}, ttl=6)
+    auth = Named(
+        tmp_path / "auth",
+        zones={"stale.test": "canary IN A 192.0.2.7\nwww IN A 192.0.2.8\n"},
+        ttl=6,
+    )
     auth.start()
-    res = Named(tmp_path / "res", recursion=True, extra_options=(
-        f"forward only; forwarders {{ 127.0.0.1 port {auth.port}; }};\n"
-        "    stale-answer-enable yes; stale-answer-ttl 5; stale-cache-enable yes;\n"
-        "    max-stale-ttl 3600; stale-refresh-time 0;"))
+    res = Named(
+        tmp_path / "res",
+        recursion=True,
+        extra_options=(
+            f"forward only; forwarders {{ 127.0.0.1 port {auth.port}; }};\n"
+            "    stale-answer-enable yes; stale-answer-ttl 5; stale-cache-enable yes;\n"
+            "    max-stale-ttl 3600; stale-refresh-time 0;"
+        ),
+    )
     res.start()
     try:
         exp = exporter(tmp_path, res.address, "canary.stale.test", query="www.stale.test")
@@ -140,8 +168,10 @@ def test_bind_stale_answer_enable(tmp_path: Path) -> None:
         assert c.unusable.value == "ttl_static"
         before = previous_model_resets(up + down, 0.5)
         assert before >= 2, ttls
-        print(f"\nBIND stale-answer-enable: previous model {before} resets in "
-              f"{len(ttls)} scrapes; now {c.resets}; real resets 0")
+        print(
+            f"\nBIND stale-answer-enable: previous model {before} resets in "
+            f"{len(ttls)} scrapes; now {c.resets}; real resets 0"
+        )
     finally:
         res.stop()
         auth.stop()
@@ -159,12 +189,14 @@ def test_knot_resolver_stub_mode_static_ttl(tmp_path: Path, named: Named) -> Non
         seen = watch(exp, 5, every=7.0)
         c = tracker(exp)
         ttls = [t for _, t in seen]
-        assert all(t is not None and t >= 3594 for t in ttls), ttls   # never counts down
+        assert all(t is not None and t >= 3594 for t in ttls), ttls  # never counts down
         assert c.resets == 0 and c.unusable is not None
         assert c.unusable.value == "ttl_static"
         assert previous_model_resets(seen, 0.5) >= 3
-        print(f"\nkresd STUB: previous model {previous_model_resets(seen, 0.5)} resets in "
-              f"{len(seen)} scrapes; now {c.resets}; real resets 0")
+        print(
+            f"\nkresd STUB: previous model {previous_model_resets(seen, 0.5)} resets in "
+            f"{len(seen)} scrapes; now {c.resets}; real resets 0"
+        )
     finally:
         k.stop()
 
@@ -187,19 +219,23 @@ def test_two_caches_behind_one_address_without_nsid(tmp_path: Path, named: Named
         watch(exp0, 1)
         time.sleep(4)
         b.start()
-        for _ in range(20):      # some of these land on b
-            subprocess.run([binary("dig"), "+short", "-p", str(port), "@127.0.0.1",
-                            "canary.example.test"], capture_output=True, timeout=10)
+        for _ in range(20):  # some of these land on b
+            subprocess.run(
+                [binary("dig"), "+short", "-p", str(port), "@127.0.0.1", "canary.example.test"],
+                capture_output=True,
+                timeout=10,
+            )
         single = exporter(tmp_path, f"127.0.0.1:{port}", "canary.example.test")
         seen = watch(single, 24, every=0.25)
         assert len({t for _, t in seen}) >= 2
         c = tracker(single)
         assert c.resets <= 1 and c.unusable is not None
         assert c.unusable.value == "several_caches"
-        print(f"\nSO_REUSEPORT pair: previous model {previous_model_resets(seen, 0.5)} resets "
-              f"in {len(seen)} scrapes; now {c.resets}; real resets 0")
-        pool = exporter(tmp_path, f"127.0.0.1:{port}", "canary.example.test",
-                        backends="pool")
+        print(
+            f"\nSO_REUSEPORT pair: previous model {previous_model_resets(seen, 0.5)} resets "
+            f"in {len(seen)} scrapes; now {c.resets}; real resets 0"
+        )
+        pool = exporter(tmp_path, f"127.0.0.1:{port}", "canary.example.test", backends="pool")
         watch(pool, 6, every=0.25)
         assert tracker(pool).resets == 0
         assert tracker(pool).unusable.value == "several_caches"

@@ -44,8 +44,9 @@ def file_collector(name: str, *parts: str) -> Collector:
         text = fs.read_optional(fs.proc(*parts))
         if text is None:
             return []  # subsystem absent: not a failure
-        return [Family(f"test_{name}_value", "Value read from a fixture.").add(
-            parse_counter_file(text))]
+        return [
+            Family(f"test_{name}_value", "Value read from a fixture.").add(parse_counter_file(text))
+        ]
 
     return host_collector(name, collect)
 
@@ -64,18 +65,21 @@ def raising(fs: HostFS, cfg: Config) -> list[Family]:
     raise CollectorError("bond0: slave count 3 but 2 slave sections")
 
 
-COLLECTORS = {c.name: c for c in (
-    file_collector("healthy", "healthy"),
-    file_collector("denied", "denied"),
-    file_collector("missing", "no", "such", "file"),
-    file_collector("garbage", "garbage"),
-    file_collector("binary", "binary"),
-    file_collector("huge", "huge"),
-    file_collector("directory", "adir"),
-    host_collector("buggy", buggy),
-    host_collector("slow", slow),
-    host_collector("raising", raising),
-)}
+COLLECTORS = {
+    c.name: c
+    for c in (
+        file_collector("healthy", "healthy"),
+        file_collector("denied", "denied"),
+        file_collector("missing", "no", "such", "file"),
+        file_collector("garbage", "garbage"),
+        file_collector("binary", "binary"),
+        file_collector("huge", "huge"),
+        file_collector("directory", "adir"),
+        host_collector("buggy", buggy),
+        host_collector("slow", slow),
+        host_collector("raising", raising),
+    )
+}
 
 
 def make_tree(root: Path) -> None:
@@ -95,8 +99,12 @@ def scenario(root: str) -> dict[str, object]:
     """Run every collector once against the tree at ``root``; JSON-able outcome."""
     fs = HostFS(procfs=Path(root) / "proc", sysfs=Path(root) / "sys", rootfs=Path(root))
     cfg = builtin_default([])
-    cfg = Config(source=cfg.source, modules=cfg.modules, targets=(),
-                 host=HostConfig(collectors=tuple(COLLECTORS)))
+    cfg = Config(
+        source=cfg.source,
+        modules=cfg.modules,
+        targets=(),
+        host=HostConfig(collectors=tuple(COLLECTORS)),
+    )
     records: list[str] = []
 
     class Grab(logging.Handler):
@@ -111,11 +119,21 @@ def scenario(root: str) -> dict[str, object]:
         return await run_collectors(ctx, COLLECTORS)
 
     fams = asyncio.run(go())
-    success = {s[1]["collector"]: s[0] for s in
-               ((v, lab) for f in fams if f.name == "dnsfleet_collector_success"
-                for v, lab in _samples(f))}
-    return {"success": success, "names": sorted(f.name for f in fams),
-            "logs": records, "text": render(fams)}
+    success = {
+        s[1]["collector"]: s[0]
+        for s in (
+            (v, lab)
+            for f in fams
+            if f.name == "dnsfleet_collector_success"
+            for v, lab in _samples(f)
+        )
+    }
+    return {
+        "success": success,
+        "names": sorted(f.name for f in fams),
+        "logs": records,
+        "text": render(fams),
+    }
 
 
 def _samples(f: Family) -> Iterator[tuple[float, dict[str, str]]]:
@@ -124,8 +142,9 @@ def _samples(f: Family) -> Iterator[tuple[float, dict[str, str]]]:
         if line.startswith("#"):
             continue
         name_labels, value = line.rsplit(" ", 1)
-        labels = dict(kv.split("=", 1) for kv in name_labels.split("{", 1)[1].rstrip("}")
-                      .split(","))
+        labels = dict(
+            kv.split("=", 1) for kv in name_labels.split("{", 1)[1].rstrip("}").split(",")
+        )
         yield float(value), {k: v.strip('"') for k, v in labels.items()}
 
 
@@ -143,16 +162,19 @@ def run_unprivileged(tree: Path) -> dict[str, object]:
     """Root reads a mode-000 file anyway (CAP_DAC_OVERRIDE): run the scenario in a child
     without the DAC capabilities, so permission-denied is real, as for an exporter
     running as a dedicated user."""
-    code = ("import json, sys; "
-            f"sys.path.insert(0, {str(ROOT)!r}); "
-            "from tests.test_collector_faults import scenario; "
-            f"print(json.dumps(scenario({str(tree)!r})))")
+    code = (
+        "import json, sys; "
+        f"sys.path.insert(0, {str(ROOT)!r}); "
+        "from tests.test_collector_faults import scenario; "
+        f"print(json.dumps(scenario({str(tree)!r})))"
+    )
     prefix: list[str] = []
     if os.geteuid() == 0:
         drop = "-dac_override,-dac_read_search"
         prefix = [binary("setpriv"), f"--bounding-set={drop}", f"--inh-caps={drop}", "--"]
-    out = subprocess.run([*prefix, sys.executable, "-c", code], capture_output=True,
-                         text=True, timeout=60, cwd="/")
+    out = subprocess.run(
+        [*prefix, sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd="/"
+    )
     assert out.returncode == 0, out.stderr
     result: dict[str, object] = json.loads(out.stdout)
     return result
@@ -162,14 +184,14 @@ def test_each_fault_fails_only_its_collector(tree: Path) -> None:
     r = run_unprivileged(tree)
     assert r["success"] == {
         "healthy": 1.0,
-        "missing": 1.0,      # an absent subsystem is not a failure
+        "missing": 1.0,  # an absent subsystem is not a failure
         "denied": 0.0,
         "garbage": 0.0,
         "binary": 0.0,
         "huge": 0.0,
         "directory": 0.0,
         "buggy": 0.0,
-        "slow": 0.0,         # cut at the scrape deadline
+        "slow": 0.0,  # cut at the scrape deadline
         "raising": 0.0,
     }
     names = r["names"]
@@ -221,7 +243,7 @@ def test_fifo_where_a_file_should_be_does_not_hang(tmp_path: Path) -> None:
         _os.close(fd)
 
     fs = HostFS(procfs=tmp_path)
-    assert fs.read_bytes(fifo) == b""          # no writer: EOF at once
+    assert fs.read_bytes(fifo) == b""  # no writer: EOF at once
     t = threading.Thread(target=writer, daemon=True)
     t.start()
     # The writer's open() blocks until a reader opens; read in a loop until it is there.

@@ -42,8 +42,14 @@ def run(*cmd: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_services() -> None:
-    assert set(SERVICES) >= {"exporter", "unbound", "consul", "prometheus", "alertmanager",
-                             "grafana"}
+    assert set(SERVICES) >= {
+        "exporter",
+        "unbound",
+        "consul",
+        "prometheus",
+        "alertmanager",
+        "grafana",
+    }
     for name, svc in SERVICES.items():
         assert svc.get("network_mode") == "host", name
 
@@ -65,7 +71,7 @@ def test_least_privilege() -> None:
     escalation. The PM QoS override runs it as uid 0, the device's owner, still with no
     capabilities, and lets its device cgroup open that one device read-only."""
     text = (ROOT / "exporter" / "Dockerfile").read_text()
-    final = text[text.rindex("\nFROM "):]
+    final = text[text.rindex("\nFROM ") :]
     users = re.findall(r"^USER (\S+)", final, re.MULTILINE)
     assert users == ["10001:10001"], users
     assert "useradd --system --uid 10001" in final
@@ -88,7 +94,7 @@ def test_dockerfile_default_command_is_valid() -> None:
     cmd = next(line for line in text.splitlines() if line.startswith("CMD "))
     args = exporter_parser().parse_args(json.loads(cmd.removeprefix("CMD ")))
     assert args.rootfs == "/host"
-    assert "ENTRYPOINT [\"dnsfleet-exporter\"]" in text
+    assert 'ENTRYPOINT ["dnsfleet-exporter"]' in text
 
 
 def test_every_bind_mount_exists() -> None:
@@ -111,8 +117,9 @@ def test_prometheus_config() -> None:
     # In the repository compose/prometheus/rules is a symlink to alerts/rules: promtool
     # checks the config with the very rules the container mounts.
     assert (COMPOSE_DIR / "prometheus" / "rules").resolve() == (ROOT / "alerts" / "rules")
-    out = run(binary("promtool"), "check", "config", str(COMPOSE_DIR / "prometheus" /
-                                                         "prometheus.yml"))
+    out = run(
+        binary("promtool"), "check", "config", str(COMPOSE_DIR / "prometheus" / "prometheus.yml")
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     n = len(list((ROOT / "alerts" / "rules").glob("*.rules.yml")))
     assert f"SUCCESS: {n} rule files found" in out.stdout
@@ -120,8 +127,9 @@ def test_prometheus_config() -> None:
 
 @pytest.mark.parametrize("name", ["file_sd.yml", "sharded.yml"])
 def test_prometheus_examples(name: str) -> None:
-    out = run(binary("promtool"), "check", "config",
-              str(COMPOSE_DIR / "prometheus" / "examples" / name))
+    out = run(
+        binary("promtool"), "check", "config", str(COMPOSE_DIR / "prometheus" / "examples" / name)
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -132,8 +140,18 @@ def test_prometheus_consul_sd_example(tmp_path: Path) -> None:
     replaced by an equivalent static one."""
     src = COMPOSE_DIR / "prometheus" / "examples" / "consul_sd.yml"
     cfg = yaml.safe_load(src.read_text())
-    documented = {"server", "services", "tags", "datacenter", "token", "scheme",
-                  "node_meta", "allow_stale", "refresh_interval", "tag_separator"}
+    documented = {
+        "server",
+        "services",
+        "tags",
+        "datacenter",
+        "token",
+        "scheme",
+        "node_meta",
+        "allow_stale",
+        "refresh_interval",
+        "tag_separator",
+    }
     for job in cfg["scrape_configs"]:
         for sd in job.pop("consul_sd_configs"):
             assert set(sd) <= documented, sd
@@ -184,16 +202,15 @@ def test_exporter_config() -> None:
 
 def test_grafana_provisioning() -> None:
     m = mounts("grafana")
-    ds = yaml.safe_load((m["/etc/grafana/provisioning/datasources"] /
-                         "prometheus.yml").read_text())
+    ds = yaml.safe_load((m["/etc/grafana/provisioning/datasources"] / "prometheus.yml").read_text())
     assert ds["apiVersion"] == 1
     (source,) = ds["datasources"]
     assert source["type"] == "prometheus" and source["access"] == "proxy"
-    listen = next(a for a in SERVICES["prometheus"]["command"]
-                  if a.startswith("--web.listen-address="))
+    listen = next(
+        a for a in SERVICES["prometheus"]["command"] if a.startswith("--web.listen-address=")
+    )
     assert source["url"] == "http://" + listen.split("=", 1)[1]
-    prov = yaml.safe_load((m["/etc/grafana/provisioning/dashboards"] /
-                           "dnsfleet.yml").read_text())
+    prov = yaml.safe_load((m["/etc/grafana/provisioning/dashboards"] / "dnsfleet.yml").read_text())
     assert prov["apiVersion"] == 1
     (provider,) = prov["providers"]
     assert provider["type"] == "file"

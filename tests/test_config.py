@@ -32,8 +32,13 @@ def test_invalid_config_exact_message(path: Path) -> None:
 
 def test_invalid_cases_cover_the_issue() -> None:
     names = {p.stem for p in INVALID}
-    assert {"unknown-top-key", "unknown-module-key", "bad-duration", "unknown-query-type",
-            "missing-module"} <= names
+    assert {
+        "unknown-top-key",
+        "unknown-module-key",
+        "bad-duration",
+        "unknown-query-type",
+        "missing-module",
+    } <= names
 
 
 def test_unreadable_file(tmp_path: Path) -> None:
@@ -76,15 +81,17 @@ def test_valid_config_defaults_and_values() -> None:
     assert "max_concurrent_probes: 64" in text and "www.example.test" in text
 
 
-@pytest.mark.parametrize(("text", "problem"), [
-    ("", "the file is empty"),
-    ("# all commented out\n", "the file is empty"),
-    ("targets:\n", "nothing to monitor"),              # cut short after the key
-    ("modules:\n  m: {}\n", "nothing to monitor"),
-    ("limits: {max_targets: 10}\nresolv_conf:\n", "nothing to monitor"),
-])
-def test_config_that_monitors_nothing_is_refused(tmp_path: Path, text: str,
-                                                 problem: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("", "the file is empty"),
+        ("# all commented out\n", "the file is empty"),
+        ("targets:\n", "nothing to monitor"),  # cut short after the key
+        ("modules:\n  m: {}\n", "nothing to monitor"),
+        ("limits: {max_targets: 10}\nresolv_conf:\n", "nothing to monitor"),
+    ],
+)
+def test_config_that_monitors_nothing_is_refused(tmp_path: Path, text: str, problem: str) -> None:
     """An empty or truncated file would make every probe series vanish, and with them every
     alert that could say so: it is refused, naming the file."""
     p = tmp_path / "empty.yml"
@@ -93,11 +100,11 @@ def test_config_that_monitors_nothing_is_refused(tmp_path: Path, text: str,
         config.load(p)
     assert str(exc.value) == (
         f"{p}: {problem}: it has no targets, resolv_conf or consul section (write "
-        "`targets: []` to run only the host collectors on purpose)")
+        "`targets: []` to run only the host collectors on purpose)"
+    )
 
 
-@pytest.mark.parametrize("text", ["targets: []\n", "resolv_conf: []\n",
-                                  "consul: {agents: []}\n"])
+@pytest.mark.parametrize("text", ["targets: []\n", "resolv_conf: []\n", "consul: {agents: []}\n"])
 def test_explicitly_empty_config_is_accepted(tmp_path: Path, text: str) -> None:
     p = tmp_path / "hostonly.yml"
     p.write_text(text)
@@ -105,28 +112,55 @@ def test_explicitly_empty_config_is_accepted(tmp_path: Path, text: str) -> None:
     assert cfg.targets == ()
 
 
-@pytest.mark.parametrize(("text", "want"), [
-    ("127.0.0.1", ("127.0.0.1", 53, 0)),
-    ("127.0.0.1:5353", ("127.0.0.1", 5353, 0)),
-    ("::1", ("::1", 53, 0)),
-    ("[::1]:5353", ("::1", 5353, 0)),
-    ("[fe80::1%1]:53", ("fe80::1", 53, 1)),
-    ("2001:db8::1", ("2001:db8::1", 53, 0)),
-])
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("127.0.0.1", ("127.0.0.1", 53, 0)),
+        ("127.0.0.1:5353", ("127.0.0.1", 5353, 0)),
+        ("::1", ("::1", 53, 0)),
+        ("[::1]:5353", ("::1", 5353, 0)),
+        ("[fe80::1%1]:53", ("fe80::1", 53, 1)),
+        ("2001:db8::1", ("2001:db8::1", 53, 0)),
+    ],
+)
 def test_parse_address(text: str, want: tuple[str, int, int]) -> None:
     assert parse_address(text) == want
 
 
-@pytest.mark.parametrize("text", ["", "localhost", "[::1", "[::1]x", "1.2.3.4:0", "1.2.3.4:x",
-                                  "1.2.3.4%eth0", "1.2.3.4:5\u00b3", "1.2.3.4:\u0665\u0663"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "localhost",
+        "[::1",
+        "[::1]x",
+        "1.2.3.4:0",
+        "1.2.3.4:x",
+        "1.2.3.4%eth0",
+        "1.2.3.4:5\u00b3",
+        "1.2.3.4:\u0665\u0663",
+    ],
+)
 def test_parse_address_rejects(text: str) -> None:
     with pytest.raises(ValueError):
         parse_address(text)
 
 
-@pytest.mark.parametrize(("value", "seconds"), [
-    ("500ms", 0.5), ("2s", 2.0), ("1.5m", 90.0), ("1h", 3600.0), (3, 3.0), ("x", None),
-    ("2", None), (True, None), (None, None), ("-1s", None)])
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("500ms", 0.5),
+        ("2s", 2.0),
+        ("1.5m", 90.0),
+        ("1h", 3600.0),
+        (3, 3.0),
+        ("x", None),
+        ("2", None),
+        (True, None),
+        (None, None),
+        ("-1s", None),
+    ],
+)
 def test_parse_duration(value: object, seconds: float | None) -> None:
     assert parse_duration(value) == seconds
 

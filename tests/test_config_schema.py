@@ -95,8 +95,11 @@ def readme_configs() -> list[tuple[str, dict[str, Any]]]:
                     doc["targets"] = []
                 # A fragment about targets names modules defined in another fragment.
                 if "modules" not in doc and isinstance(doc.get("targets"), list):
-                    doc["modules"] = {t["module"]: {"query_name": "www.example.com"}
-                                      for t in doc["targets"] if "module" in t}
+                    doc["modules"] = {
+                        t["module"]: {"query_name": "www.example.com"}
+                        for t in doc["targets"]
+                        if "module" in t
+                    }
                 line = text[: m.start()].count("\n") + 1
                 out.append((f"{path.relative_to(ROOT)}:{line}", doc))
     return out

@@ -29,25 +29,44 @@ def load_text(tmp_path: Path, text: str) -> config.Config:
     return config.load(p)
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    (BASE + 'targets: [{address: 127.0.0.1, module: m, labels: {"site\\n": x}}]\n',
-     "targets[0].labels.site\n: invalid label name"),
-    (BASE + "targets: [{address: 127.0.0.1, module: m, labels: {backend: x}}]\n",
-     'targets[0].labels.backend: label "backend" is set by the exporter'),
-    (BASE + "targets: [{address: 127.0.0.1, module: m, capacity_qps: .nan}]\n",
-     "targets[0].capacity_qps: expected a finite number, got nan"),
-    (BASE + "targets: [{address: 127.0.0.1, module: m, capacity_qps: .inf}]\n",
-     "targets[0].capacity_qps: expected a finite number, got inf"),
-    ("modules:\n  m: {query_name: example.test, timeout: .nan}\ntargets: []\n",
-     "modules.m.timeout: invalid duration"),
-    ("targets: []\ntargets: [{address: 127.0.0.1}]\n", "duplicate key 'targets'"),
-    ("modules:\n  m: {query_name: a.test}\n  m: {query_name: b.test}\ntargets: []\n",
-     "duplicate key 'm'"),
-    ("modules:\n  m: {valid_rcodes: [\"5000\"]}\ntargets: []\n",
-     'modules.m.valid_rcodes[0]: unknown rcode "5000"'),
-    (BASE + 'targets: [{address: "[fe80::1%99999999999]:53", module: m}]\n',
-     "zone id \"99999999999\" out of range"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            BASE + 'targets: [{address: 127.0.0.1, module: m, labels: {"site\\n": x}}]\n',
+            "targets[0].labels.site\n: invalid label name",
+        ),
+        (
+            BASE + "targets: [{address: 127.0.0.1, module: m, labels: {backend: x}}]\n",
+            'targets[0].labels.backend: label "backend" is set by the exporter',
+        ),
+        (
+            BASE + "targets: [{address: 127.0.0.1, module: m, capacity_qps: .nan}]\n",
+            "targets[0].capacity_qps: expected a finite number, got nan",
+        ),
+        (
+            BASE + "targets: [{address: 127.0.0.1, module: m, capacity_qps: .inf}]\n",
+            "targets[0].capacity_qps: expected a finite number, got inf",
+        ),
+        (
+            "modules:\n  m: {query_name: example.test, timeout: .nan}\ntargets: []\n",
+            "modules.m.timeout: invalid duration",
+        ),
+        ("targets: []\ntargets: [{address: 127.0.0.1}]\n", "duplicate key 'targets'"),
+        (
+            "modules:\n  m: {query_name: a.test}\n  m: {query_name: b.test}\ntargets: []\n",
+            "duplicate key 'm'",
+        ),
+        (
+            'modules:\n  m: {valid_rcodes: ["5000"]}\ntargets: []\n',
+            'modules.m.valid_rcodes[0]: unknown rcode "5000"',
+        ),
+        (
+            BASE + 'targets: [{address: "[fe80::1%99999999999]:53", module: m}]\n',
+            'zone id "99999999999" out of range',
+        ),
+    ],
+)
 def test_refused_with_key_path(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError) as exc:
         load_text(tmp_path, text)
@@ -58,8 +77,10 @@ def test_refused_with_key_path(tmp_path: Path, text: str, message: str) -> None:
 @pytest.mark.parametrize("label", sorted(RESERVED_LABELS))
 def test_every_label_the_exporter_sets_is_reserved(tmp_path: Path, label: str) -> None:
     with pytest.raises(ConfigError, match=r"set by the exporter|invalid label name"):
-        load_text(tmp_path, BASE + f"targets: [{{address: 127.0.0.1, module: m, "
-                                   f"labels: {{{label}: x}}}}]\n")
+        load_text(
+            tmp_path,
+            BASE + f"targets: [{{address: 127.0.0.1, module: m, labels: {{{label}: x}}}}]\n",
+        )
 
 
 def test_emitted_label_names_are_all_reserved() -> None:
@@ -74,18 +95,27 @@ def test_emitted_label_names_are_all_reserved() -> None:
 
     fixtures = Path(__file__).parent / "fixtures"
     texts = [(fixtures / "host" / "x86.golden.prom").read_text()]
-    stats = [parse_unbound_stats((fixtures / "resolver" / "unbound_stats_noreset.txt")
-                                 .read_text()),
-             parse_resolver_metrics("dnsdist", (fixtures / "resolver" /
-                                                "dnsdist-1.7.metrics.txt").read_text())]
+    stats = [
+        parse_unbound_stats((fixtures / "resolver" / "unbound_stats_noreset.txt").read_text()),
+        parse_resolver_metrics(
+            "dnsdist", (fixtures / "resolver" / "dnsdist-1.7.metrics.txt").read_text()
+        ),
+    ]
     texts.append(render(stats_families([('target="t"', st) for st in stats])))
-    names = {k for text in texts for fam in text_string_to_metric_families(text)
-             for sample in fam.samples for k in sample.labels}
+    names = {
+        k
+        for text in texts
+        for fam in text_string_to_metric_families(text)
+        for sample in fam.samples
+        for k in sample.labels
+    }
     assert names - RESERVED_LABELS == set(), sorted(names - RESERVED_LABELS)
 
 
-@pytest.mark.parametrize(("text", "seconds"), [
-    ("1m30s", 90.0), ("500us", 0.0005), ("1h2m3.5s", 3723.5), ("250ms", 0.25), ("2s", 2.0)])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("1m30s", 90.0), ("500us", 0.0005), ("1h2m3.5s", 3723.5), ("250ms", 0.25), ("2s", 2.0)],
+)
 def test_go_durations(text: str, seconds: float) -> None:
     assert config.parse_duration(text) == pytest.approx(seconds)
 
@@ -98,8 +128,12 @@ def test_go_duration_in_a_file(tmp_path: Path) -> None:
 def test_config_check_prints_no_traceback(tmp_path: Path) -> None:
     p = tmp_path / "c.yml"
     p.write_text("targets: []\ntargets: []\n")
-    out = subprocess.run([sys.executable, "-m", "dnsfleet", "--config.check",
-                          f"--config.file={p}"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "dnsfleet", "--config.check", f"--config.file={p}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 1
     assert "Traceback" not in out.stderr + out.stdout
     assert f"{p}: invalid YAML" in out.stderr + out.stdout
@@ -108,26 +142,79 @@ def test_config_check_prints_no_traceback(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------------ fuzzing
 
-KEYS = ["modules", "targets", "limits", "host", "resolver", "probe_allowlist", "consul",
-        "resolv_conf", "address", "module", "labels", "stats", "type", "control", "url",
-        "query_name", "query_type", "timeout", "valid_rcodes", "canary", "capacity_qps",
-        "backends", "max_targets", "agents", "services", "path", "fail_if_matches", "m"]
+KEYS = [
+    "modules",
+    "targets",
+    "limits",
+    "host",
+    "resolver",
+    "probe_allowlist",
+    "consul",
+    "resolv_conf",
+    "address",
+    "module",
+    "labels",
+    "stats",
+    "type",
+    "control",
+    "url",
+    "query_name",
+    "query_type",
+    "timeout",
+    "valid_rcodes",
+    "canary",
+    "capacity_qps",
+    "backends",
+    "max_targets",
+    "agents",
+    "services",
+    "path",
+    "fail_if_matches",
+    "m",
+]
 SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True),
-    st.sampled_from(["127.0.0.1", "::1", "[fe80::1%1]:53", "m", "udp", "tcp", "A",
-                     "NOERROR", "unbound", "bind", "dnsdist", "unix:///x", "1s", "(a+)+$",
-                     "http://127.0.0.1:1/metrics", "pool", "", "%", "[::1]:99999"]),
-    st.text(max_size=12))
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True),
+    st.sampled_from(
+        [
+            "127.0.0.1",
+            "::1",
+            "[fe80::1%1]:53",
+            "m",
+            "udp",
+            "tcp",
+            "A",
+            "NOERROR",
+            "unbound",
+            "bind",
+            "dnsdist",
+            "unix:///x",
+            "1s",
+            "(a+)+$",
+            "http://127.0.0.1:1/metrics",
+            "pool",
+            "",
+            "%",
+            "[::1]:99999",
+        ]
+    ),
+    st.text(max_size=12),
+)
 TREES = st.recursive(
     SCALARS,
-    lambda kids: st.one_of(st.lists(kids, max_size=4),
-                           st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=6),
-                                           kids, max_size=5)),
-    max_leaves=25)
+    lambda kids: st.one_of(
+        st.lists(kids, max_size=4),
+        st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=6), kids, max_size=5),
+    ),
+    max_leaves=25,
+)
 
 
-@settings(derandomize=True, max_examples=1500, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    derandomize=True, max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(st.dictionaries(st.sampled_from(KEYS), TREES, max_size=6))
 def test_fuzz_any_document_gives_config_or_error(doc: dict[str, object]) -> None:
     with contextlib.suppress(ConfigError):
@@ -138,6 +225,7 @@ def test_fuzz_any_document_gives_config_or_error(doc: dict[str, object]) -> None
 @given(st.text(max_size=200))
 def test_fuzz_any_text_gives_config_or_error(text: str) -> None:
     import tempfile
+
     with tempfile.NamedTemporaryFile("w", suffix=".yml", encoding="utf-8") as f:
         f.write(text)
         f.flush()

@@ -38,14 +38,19 @@ def load(tmp_path: Path, doc: object) -> Config:
 
 
 def test_config_defaults_and_forms(tmp_path: Path) -> None:
-    cfg = load(tmp_path, {"consul": {
-        "agents": [{"name": "local"}],
-        "services": ["web", {"name": "db", "tag": "primary"}],
-        "prepared_queries": ["web-nearest"]}})
+    cfg = load(
+        tmp_path,
+        {
+            "consul": {
+                "agents": [{"name": "local"}],
+                "services": ["web", {"name": "db", "tag": "primary"}],
+                "prepared_queries": ["web-nearest"],
+            }
+        },
+    )
     c = cfg.consul
     a = c.agents[0]
-    assert (a.dns_host, a.dns_port, a.http_address) == ("127.0.0.1", 8600,
-                                                        "http://127.0.0.1:8500")
+    assert (a.dns_host, a.dns_port, a.http_address) == ("127.0.0.1", 8600, "http://127.0.0.1:8500")
     assert [s.label for s in c.services] == ["web", "primary.db"]
     assert c.timeout == 2.0
     out = config_mod.to_yaml(cfg)
@@ -53,36 +58,68 @@ def test_config_defaults_and_forms(tmp_path: Path) -> None:
 
 
 INVALID = [
-    ({"consul": {"agents": [{"name": "a", "colour": 1}], "services": ["web"]}},
-     "consul.agents[0].colour: unknown key (valid keys: a_record_limit, data_dir, "
-     "dns_address, dns_only_passing, http_address, name, token_file)"),
-    ({"consul": {"agents": [{"dns_address": "127.0.0.1"}], "services": ["web"]}},
-     'consul.agents[0]: missing required key "name"'),
-    ({"consul": {"agents": [{"name": "a", "dns_address": "consul.local:8600"}],
-                 "services": ["web"]}},
-     'consul.agents[0].dns_address: "consul.local" is not an IP address (names are not '
-     'resolved)'),
-    ({"consul": {"agents": [{"name": "a", "http_address": "127.0.0.1:8500"}],
-                 "services": ["web"]}},
-     'consul.agents[0].http_address: "127.0.0.1:8500" is not an http:// or https:// '
-     'address with host and optional port, and no path'),
-    ({"consul": {"agents": [{"name": "a"}, {"name": "a"}], "services": ["web"]}},
-     'consul.agents[1]: duplicate agent name "a"'),
-    ({"consul": {"agents": [{"name": "a"}]}},
-     "consul: agents are configured but no services or prepared_queries to watch"),
-    ({"consul": {"agents": [{"name": "a"}], "services": ["web.prod"]}},
-     'consul.services[0]: "web.prod" is not usable as a DNS label in a service name '
-     '(letters, digits, - and _; at most 63)'),
-    ({"consul": {"agents": [{"name": "a"}], "services": [{"name": "web", "tags": ["x"]}]}},
-     "consul.services[0].tags: unknown key (valid keys: name, tag)"),
-    ({"consul": {"agents": [{"name": "a"}], "services": ["web", {"name": "web"}]}},
-     'consul.services[1]: service "web" is listed twice'),
-    ({"consul": {"agents": [{"name": "a"}], "services": ["web"], "timeout": "2x"}},
-     'consul.timeout: invalid duration "2x" (use a number and a unit: 500ms, 2s, 1m)'),
-    ({"consul": {"agents": [{"name": "a", "a_record_limit": 0}], "services": ["web"]}},
-     "consul.agents[0].a_record_limit: must be at least 1, got 0"),
-    ({"consul": {"agent": []}},
-     "consul.agent: unknown key (valid keys: agents, prepared_queries, services, timeout)"),
+    (
+        {"consul": {"agents": [{"name": "a", "colour": 1}], "services": ["web"]}},
+        "consul.agents[0].colour: unknown key (valid keys: a_record_limit, data_dir, "
+        "dns_address, dns_only_passing, http_address, name, token_file)",
+    ),
+    (
+        {"consul": {"agents": [{"dns_address": "127.0.0.1"}], "services": ["web"]}},
+        'consul.agents[0]: missing required key "name"',
+    ),
+    (
+        {
+            "consul": {
+                "agents": [{"name": "a", "dns_address": "consul.local:8600"}],
+                "services": ["web"],
+            }
+        },
+        'consul.agents[0].dns_address: "consul.local" is not an IP address (names are not '
+        "resolved)",
+    ),
+    (
+        {
+            "consul": {
+                "agents": [{"name": "a", "http_address": "127.0.0.1:8500"}],
+                "services": ["web"],
+            }
+        },
+        'consul.agents[0].http_address: "127.0.0.1:8500" is not an http:// or https:// '
+        "address with host and optional port, and no path",
+    ),
+    (
+        {"consul": {"agents": [{"name": "a"}, {"name": "a"}], "services": ["web"]}},
+        'consul.agents[1]: duplicate agent name "a"',
+    ),
+    (
+        {"consul": {"agents": [{"name": "a"}]}},
+        "consul: agents are configured but no services or prepared_queries to watch",
+    ),
+    (
+        {"consul": {"agents": [{"name": "a"}], "services": ["web.prod"]}},
+        'consul.services[0]: "web.prod" is not usable as a DNS label in a service name '
+        "(letters, digits, - and _; at most 63)",
+    ),
+    (
+        {"consul": {"agents": [{"name": "a"}], "services": [{"name": "web", "tags": ["x"]}]}},
+        "consul.services[0].tags: unknown key (valid keys: name, tag)",
+    ),
+    (
+        {"consul": {"agents": [{"name": "a"}], "services": ["web", {"name": "web"}]}},
+        'consul.services[1]: service "web" is listed twice',
+    ),
+    (
+        {"consul": {"agents": [{"name": "a"}], "services": ["web"], "timeout": "2x"}},
+        'consul.timeout: invalid duration "2x" (use a number and a unit: 500ms, 2s, 1m)',
+    ),
+    (
+        {"consul": {"agents": [{"name": "a", "a_record_limit": 0}], "services": ["web"]}},
+        "consul.agents[0].a_record_limit: must be at least 1, got 0",
+    ),
+    (
+        {"consul": {"agent": []}},
+        "consul.agent: unknown key (valid keys: agents, prepared_queries, services, timeout)",
+    ),
 ]
 
 
@@ -103,7 +140,8 @@ def test_compare_stale_missing_and_limits() -> None:
         '{"Node":{"Node":"b","Address":"192.0.2.2"},"Service":{"Address":"","Port":1},'
         '"Checks":[{"Status":"warning"}]},'
         '{"Node":{"Node":"c","Address":"192.0.2.3"},"Service":{"Address":"192.0.2.99",'
-        '"Port":1},"Checks":[{"Status":"passing"},{"Status":"critical"}]}]')
+        '"Port":1},"Checks":[{"Status":"passing"},{"Status":"critical"}]}]'
+    )
     assert len(health.passing) == 1
     ok = frozenset({"192.0.2.1", "192.0.2.2"})
     c = compare(ok, health, only_passing=False, a_record_limit=None)
@@ -111,7 +149,7 @@ def test_compare_stale_missing_and_limits() -> None:
     c = compare(ok | {"192.0.2.99"}, health, only_passing=False, a_record_limit=None)
     assert (c.stale, c.missing) == (1, 0)
     c = compare(ok, health, only_passing=True, a_record_limit=None)
-    assert (c.stale, c.missing) == (1, 0)            # warning served despite only_passing
+    assert (c.stale, c.missing) == (1, 0)  # warning served despite only_passing
     c = compare(frozenset({"192.0.2.1"}), health, only_passing=False, a_record_limit=None)
     assert (c.stale, c.missing) == (0, 1)
     c = compare(frozenset({"192.0.2.1"}), health, only_passing=False, a_record_limit=1)
@@ -139,23 +177,28 @@ def consul() -> Iterator[ConsulDouble]:
         yield c
 
 
-def make_config(c: ConsulDouble, *, services: list[object] | None = None,
-                **agent: object) -> Config:
-    doc = {"consul": {
-        "agents": [{"name": "local", "dns_address": c.dns_address,
-                    "http_address": c.http_url, **agent}],
-        "services": services if services is not None else ["web", {"name": "web",
-                                                                    "tag": "primary"}],
-        "prepared_queries": ["db-q", "web-q"],
-        "timeout": "1s"}}
+def make_config(
+    c: ConsulDouble, *, services: list[object] | None = None, **agent: object
+) -> Config:
+    doc = {
+        "consul": {
+            "agents": [
+                {"name": "local", "dns_address": c.dns_address, "http_address": c.http_url, **agent}
+            ],
+            "services": services
+            if services is not None
+            else ["web", {"name": "web", "tag": "primary"}],
+            "prepared_queries": ["db-q", "web-q"],
+            "timeout": "1s",
+        }
+    }
     return config_mod.parse(doc, source="test.yml")
 
 
 def collect(cfg: Config, fs: HostFS | None = None) -> dict[tuple[str, tuple[Any, ...]], float]:
     async def run() -> list[Family]:
         loop = asyncio.get_running_loop()
-        ctx = CollectContext(fs=fs or HostFS(), config=cfg, deadline=loop.time() + 5,
-                             state={})
+        ctx = CollectContext(fs=fs or HostFS(), config=cfg, deadline=loop.time() + 5, state={})
         return await run_collectors(ctx, {"consul": COLLECTORS["consul"]})
 
     fams = asyncio.run(run())
@@ -174,8 +217,13 @@ def test_healthy_cluster(consul: ConsulDouble) -> None:
     m = collect(make_config(consul))
     assert m[("dnsfleet_collector_success", (("collector", "consul"),))] == 1
     assert v(m, "dnsfleet_consul_up") == 1
-    for q in ("web.service.consul A", "web.service.consul SRV",
-              "primary.web.service.consul A", "db-q.query.consul A", "web-q.query.consul A"):
+    for q in (
+        "web.service.consul A",
+        "web.service.consul SRV",
+        "primary.web.service.consul A",
+        "db-q.query.consul A",
+        "web-q.query.consul A",
+    ):
         assert v(m, "dnsfleet_consul_dns_probe_success", query=q) == 1, q
         assert v(m, "dnsfleet_consul_dns_latency_seconds", query=q) is not None
     assert v(m, "dnsfleet_consul_dns_answers", service="web") == 3
@@ -189,9 +237,18 @@ def test_healthy_cluster(consul: ConsulDouble) -> None:
     assert v(m, "dnsfleet_consul_prepared_queries") == 2
     assert v(m, "dnsfleet_consul_leader_present") == 1
     assert v(m, "dnsfleet_consul_raft_peers") == 3
-    assert v(m, "dnsfleet_consul_agent_info", version="1.20.1", datacenter="dc1",
-             node="double", server="true") == 1
-    assert v(m, "dnsfleet_consul_raft_db_bytes") is None        # no data_dir configured
+    assert (
+        v(
+            m,
+            "dnsfleet_consul_agent_info",
+            version="1.20.1",
+            datacenter="dc1",
+            node="double",
+            server="true",
+        )
+        == 1
+    )
+    assert v(m, "dnsfleet_consul_raft_db_bytes") is None  # no data_dir configured
 
 
 def test_critical_instance_leaves_dns_and_catalog_together(consul: ConsulDouble) -> None:
@@ -244,9 +301,9 @@ def test_leader_loss(consul: ConsulDouble) -> None:
 def test_large_raft_db(consul: ConsulDouble, tmp_path: Path) -> None:
     data = tmp_path / "host" / "opt" / "consul"
     (data / "raft").mkdir(parents=True)
-    size = 3 * 1024 ** 3
+    size = 3 * 1024**3
     with open(data / "raft" / "raft.db", "wb") as f:
-        f.truncate(size)                        # sparse: 3 GiB apparent, no blocks
+        f.truncate(size)  # sparse: 3 GiB apparent, no blocks
     fs = HostFS(rootfs=tmp_path / "host")
     m = collect(make_config(consul, data_dir="/opt/consul"), fs)
     assert v(m, "dnsfleet_consul_raft_db_bytes") == size
@@ -289,15 +346,23 @@ def test_garbage_dns_is_malformed(consul: ConsulDouble) -> None:
         # Header of a valid response to the query, then an answer RR whose A rdata has
         # 3 octets: the core walker accepts the framing, dnspython refuses the record.
         head = q[:2] + b"\x84\x00" + b"\x00\x01\x00\x01\x00\x00\x00\x00"
-        question = q[12:12 + q[12:].index(b"\x00") + 5]
+        question = q[12 : 12 + q[12:].index(b"\x00") + 5]
         rr = b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x00\x00\x03\x0a\x00\x00"
         return [head + question + rr]
 
     with scripted(handler) as s:
-        cfg = config_mod.parse({"consul": {
-            "agents": [{"name": "local", "dns_address": s.address,
-                        "http_address": consul.http_url}],
-            "services": ["web"], "timeout": "1s"}}, source="t")
+        cfg = config_mod.parse(
+            {
+                "consul": {
+                    "agents": [
+                        {"name": "local", "dns_address": s.address, "http_address": consul.http_url}
+                    ],
+                    "services": ["web"],
+                    "timeout": "1s",
+                }
+            },
+            source="t",
+        )
         m = collect(cfg)
     q = "web.service.consul A"
     assert v(m, "dnsfleet_consul_dns_probe_success", query=q) == 0
@@ -318,8 +383,17 @@ def test_acl_token_from_file(tmp_path: Path) -> None:
         m = collect(make_config(c, services=["web"], token_file=str(token)))
         assert v(m, "dnsfleet_consul_healthy_instances", service="web") == 1
         assert v(m, "dnsfleet_consul_dns_stale_answers", service="web") == 0
-        assert v(m, "dnsfleet_consul_agent_info", version="1.20.1", datacenter="dc1",
-                 node="double", server="true") == 1
+        assert (
+            v(
+                m,
+                "dnsfleet_consul_agent_info",
+                version="1.20.1",
+                datacenter="dc1",
+                node="double",
+                server="true",
+            )
+            == 1
+        )
         m = collect(make_config(c, services=["web"], token_file=str(tmp_path / "absent")))
         assert v(m, "dnsfleet_consul_up") == 0
 
@@ -337,11 +411,23 @@ def test_token_never_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) ->
 
 
 def test_deadline_bounds_a_silent_agent(blackhole: object) -> None:
-    port = free_port()   # nothing listens for HTTP; DNS goes to a blackhole
-    cfg = config_mod.parse({"consul": {
-        "agents": [{"name": "local", "dns_address": blackhole.address,  # type: ignore[attr-defined]
-                    "http_address": f"http://127.0.0.1:{port}"}],
-        "services": ["web"], "timeout": "0.3s"}}, source="t")
+    port = free_port()  # nothing listens for HTTP; DNS goes to a blackhole
+    cfg = config_mod.parse(
+        {
+            "consul": {
+                "agents": [
+                    {
+                        "name": "local",
+                        "dns_address": blackhole.address,  # type: ignore[attr-defined]
+                        "http_address": f"http://127.0.0.1:{port}",
+                    }
+                ],
+                "services": ["web"],
+                "timeout": "0.3s",
+            }
+        },
+        source="t",
+    )
     m = collect(cfg)
     assert m[("dnsfleet_collector_success", (("collector", "consul"),))] == 1
     q = "web.service.consul A"
@@ -351,13 +437,32 @@ def test_deadline_bounds_a_silent_agent(blackhole: object) -> None:
 
 def test_exporter_scrape_passes_promtool(consul: ConsulDouble, tmp_path: Path) -> None:
     p = tmp_path / "dnsfleet.yml"
-    p.write_text(yaml.safe_dump({"resolv_conf": [], "consul": {
-        "agents": [{"name": "local", "dns_address": consul.dns_address,
-                    "http_address": consul.http_url}],
-        "services": ["web"], "prepared_queries": ["web-q"]}}))
+    p.write_text(
+        yaml.safe_dump(
+            {
+                "resolv_conf": [],
+                "consul": {
+                    "agents": [
+                        {
+                            "name": "local",
+                            "dns_address": consul.dns_address,
+                            "http_address": consul.http_url,
+                        }
+                    ],
+                    "services": ["web"],
+                    "prepared_queries": ["web-q"],
+                },
+            }
+        )
+    )
     exp = Exporter(fs=HostFS(), config_file=str(p))
     text = asyncio.run(exp.scrape(5.0)).decode()
     assert 'dnsfleet_consul_up{agent="local"} 1' in text
-    out = subprocess.run([binary("promtool"), "check", "metrics"], input=text,
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [binary("promtool"), "check", "metrics"],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stdout + out.stderr

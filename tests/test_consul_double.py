@@ -36,8 +36,9 @@ def consul() -> Iterator[ConsulDouble]:
         yield c
 
 
-def ask(c: ConsulDouble, name: str, qtype: str = "A", *, tcp: bool = False,
-        edns: bool = True) -> dns.message.Message:
+def ask(
+    c: ConsulDouble, name: str, qtype: str = "A", *, tcp: bool = False, edns: bool = True
+) -> dns.message.Message:
     q = dns.message.make_query(name, qtype, use_edns=0 if edns else False)
     if tcp:
         return dns.query.tcp(q, "127.0.0.1", port=c.dns_port, timeout=2)
@@ -59,10 +60,11 @@ def get(c: ConsulDouble, path: str, token: str | None = None) -> tuple[int, Any,
         return e.code, e.read().decode(), dict(e.headers)
 
 
-def test_service_a_answers_only_healthy_instances_with_ttl_0_and_flags(consul: ConsulDouble
-                                                                        ) -> None:
+def test_service_a_answers_only_healthy_instances_with_ttl_0_and_flags(
+    consul: ConsulDouble,
+) -> None:
     m = ask(consul, "web.service.consul")
-    assert addrs(m) == {"192.0.2.1", "192.0.2.2"}          # n3 is critical
+    assert addrs(m) == {"192.0.2.1", "192.0.2.2"}  # n3 is critical
     assert all(rs.ttl == 0 for rs in m.answer)
     assert m.flags & dns.flags.QR and m.flags & dns.flags.AA and m.flags & dns.flags.RD
     assert not m.flags & dns.flags.RA
@@ -83,37 +85,42 @@ def test_answers_are_shuffled() -> None:
         for i in range(8):
             c.add_node(f"n{i}", f"10.0.0.{i + 1}")
             c.register("web", f"n{i}", 80)
-        orders = {tuple(rd.address for rs in ask(c, "web.service.consul").answer for rd in rs)
-                  for _ in range(10)}
+        orders = {
+            tuple(rd.address for rs in ask(c, "web.service.consul").answer for rd in rs)
+            for _ in range(10)
+        }
         assert len(orders) > 1
 
 
 def test_tag_and_rfc2782_forms(consul: ConsulDouble) -> None:
     assert addrs(ask(consul, "primary.web.service.consul")) == {"192.0.2.1"}
-    srv = ask(consul, "_web._tcp.service.consul", "SRV")   # _tcp: no tag filter
+    srv = ask(consul, "_web._tcp.service.consul", "SRV")  # _tcp: no tag filter
     assert {rd.target.to_text() for rs in srv.answer for rd in rs} == {
-        "n1.node.dc1.consul.", "n2.node.dc1.consul."}
+        "n1.node.dc1.consul.",
+        "n2.node.dc1.consul.",
+    }
     srv = ask(consul, "_web._primary.service.consul", "SRV")
     assert {rd.target.to_text() for rs in srv.answer for rd in rs} == {"n1.node.dc1.consul."}
 
 
 def test_srv_has_the_address_in_additional_and_addr_form_for_own_address(
-        consul: ConsulDouble) -> None:
+    consul: ConsulDouble,
+) -> None:
     m = ask(consul, "web.service.consul", "SRV")
     srv = [rd for rs in m.answer for rd in rs]
     assert {(rd.priority, rd.weight, rd.port) for rd in srv} == {(1, 1, 8080)}
-    extra = {rs.name.to_text(): rs[0].address for rs in m.additional
-             if rs.rdtype == dns.rdatatype.A}
+    extra = {
+        rs.name.to_text(): rs[0].address for rs in m.additional if rs.rdtype == dns.rdatatype.A
+    }
     assert extra == {"n1.node.dc1.consul.": "192.0.2.1", "n2.node.dc1.consul.": "192.0.2.2"}
     m = ask(consul, "api.service.consul", "SRV")
     target = m.answer[0][0].target.to_text()
-    assert target == "c0000241.addr.dc1.consul."           # 192.0.2.65 in hex
+    assert target == "c0000241.addr.dc1.consul."  # 192.0.2.65 in hex
     assert addrs(ask(consul, target)) == {"192.0.2.65"}
 
 
 def test_nxdomain_carries_the_consul_soa(consul: ConsulDouble) -> None:
-    for name in ("nope.service.consul", "nope.node.consul", "nope.query.consul",
-                 "junk.consul"):
+    for name in ("nope.service.consul", "nope.node.consul", "nope.query.consul", "junk.consul"):
         m = ask(consul, name)
         assert m.rcode() == dns.rcode.NXDOMAIN, name
         soa = m.authority[0]
@@ -121,7 +128,11 @@ def test_nxdomain_carries_the_consul_soa(consul: ConsulDouble) -> None:
         assert soa[0].mname.to_text() == "ns.consul."
         assert soa[0].rname.to_text() == "postmaster.consul."
         assert (soa[0].refresh, soa[0].retry, soa[0].expire, soa[0].minimum) == (
-            3600, 600, 86400, 0)
+            3600,
+            600,
+            86400,
+            0,
+        )
 
 
 def test_node_lookup_and_datacenter_forms(consul: ConsulDouble) -> None:
@@ -186,11 +197,11 @@ def test_acl_filters_lists_and_denies_agent_self() -> None:
         assert headers.get("X-Consul-Results-Filtered-By-ACLs") == "true"
         assert get(c, "/v1/agent/self")[0] == 403
         assert len(get(c, "/v1/health/service/web", token="s3cret")[1]) == 1
-        assert get(c, "/v1/status/leader")[0] == 200           # status needs no ACL
+        assert get(c, "/v1/status/leader")[0] == 200  # status needs no ACL
 
 
 def test_fault_switch_serves_failed_instances(consul: ConsulDouble) -> None:
     consul.serve_failed = True
     assert addrs(ask(consul, "web.service.consul")) == {"192.0.2.1", "192.0.2.2", "192.0.2.3"}
     _, body, _ = get(consul, "/v1/health/service/web?passing")
-    assert len(body) == 2                                     # the catalog is not fooled
+    assert len(body) == 2  # the catalog is not fooled

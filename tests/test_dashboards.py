@@ -27,9 +27,12 @@ def load(name: str) -> dict[str, Any]:
 
 
 def test_committed_json_is_fresh() -> None:
-    stale = [n for n in generate.DASHBOARDS
-             if not (JSON_DIR / f"{n}.json").exists()
-             or (JSON_DIR / f"{n}.json").read_text() != generate.render(n)]
+    stale = [
+        n
+        for n in generate.DASHBOARDS
+        if not (JSON_DIR / f"{n}.json").exists()
+        or (JSON_DIR / f"{n}.json").read_text() != generate.render(n)
+    ]
     assert not stale, f"regenerate with `.venv/bin/python -m dashboards.generate`: {stale}"
     on_disk = {p.stem for p in JSON_DIR.glob("*.json")}
     assert on_disk == set(generate.DASHBOARDS), "JSON files without a generator"
@@ -81,16 +84,35 @@ def test_variables_and_panels(name: str) -> None:
 
 def test_required_panels_exist() -> None:
     titles = {n: {p["title"] for p in load(n)["panels"]} for n in generate.DASHBOARDS}
-    assert {"Probe success per resolver", "Probe latency p90 per resolver",
-            "Stub failover delay per host"} <= titles["fleet-overview"]
-    assert {"Queries per second", "Cache-hit ratio", "SERVFAIL share", "Backend identity",
-            "Canary TTL"} <= titles["resolver-detail"]
-    assert {"NIC interrupts per CPU", "Interrupt imbalance", "CPUs serving NIC interrupts",
-            "CPU wake-up latency", "Scaling governor", "Bond slaves up"} <= titles[
-        "host-latency"]
-    assert {"QPS against capacity", "Headroom", "Days to capacity", "Cache-hit trend",
-            "Load and capacity per site", "Lowest headroom per site",
-            "Cluster DNS replicas"} <= titles["capacity-trend"]
+    assert {
+        "Probe success per resolver",
+        "Probe latency p90 per resolver",
+        "Stub failover delay per host",
+    } <= titles["fleet-overview"]
+    assert {
+        "Queries per second",
+        "Cache-hit ratio",
+        "SERVFAIL share",
+        "Backend identity",
+        "Canary TTL",
+    } <= titles["resolver-detail"]
+    assert {
+        "NIC interrupts per CPU",
+        "Interrupt imbalance",
+        "CPUs serving NIC interrupts",
+        "CPU wake-up latency",
+        "Scaling governor",
+        "Bond slaves up",
+    } <= titles["host-latency"]
+    assert {
+        "QPS against capacity",
+        "Headroom",
+        "Days to capacity",
+        "Cache-hit trend",
+        "Load and capacity per site",
+        "Lowest headroom per site",
+        "Cluster DNS replicas",
+    } <= titles["capacity-trend"]
     heat = [p for p in load("host-latency")["panels"] if p["title"] == "NIC interrupts per CPU"]
     assert heat[0]["type"] == "heatmap"
     days = [p for p in load("capacity-trend")["panels"] if p["title"] == "Days to capacity"]
@@ -108,11 +130,16 @@ def test_every_query_is_valid_promql(tmp_path: Path) -> None:
     rules = []
     for name in generate.DASHBOARDS:
         for i, (_, expr) in enumerate(generate.panel_queries(load(name))):
-            rules.append({"record": f"dashboard:check_{name.replace('-', '_')}:{i}",
-                          "expr": generate.concrete(expr)})
+            rules.append(
+                {
+                    "record": f"dashboard:check_{name.replace('-', '_')}:{i}",
+                    "expr": generate.concrete(expr),
+                }
+            )
     f = tmp_path / "dashboard-queries.yml"
     f.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}))
-    out = subprocess.run([binary("promtool"), "check", "rules", str(f)],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [binary("promtool"), "check", "rules", str(f)], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"{len(rules)} rules found" in out.stdout

@@ -17,15 +17,23 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(os.geteuid() != 0, reason="needs root (unshare, chroot)")]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (unshare, chroot)"),
+]
 
 
 @pytest.fixture(scope="module")
 def deb() -> Path:
-    out = subprocess.run([str(ROOT / "packaging" / "deb" / "build.sh")], cwd=ROOT,
-                         env={**os.environ, "PYTHON": sys.executable}, capture_output=True,
-                         text=True, timeout=600, check=False)
+    out = subprocess.run(
+        [str(ROOT / "packaging" / "deb" / "build.sh")],
+        cwd=ROOT,
+        env={**os.environ, "PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     path = ROOT / out.stdout.strip().splitlines()[-1]
     assert path.is_file()
@@ -33,8 +41,9 @@ def deb() -> Path:
 
 
 def dpkg_deb(*args: str) -> str:
-    return subprocess.run(["dpkg-deb", *args], capture_output=True, text=True, check=True,
-                          timeout=60).stdout
+    return subprocess.run(
+        ["dpkg-deb", *args], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
 
 
 def test_package_metadata(deb: Path) -> None:
@@ -42,12 +51,18 @@ def test_package_metadata(deb: Path) -> None:
     assert "Package: dnsfleet" in info and "Depends: python3 (>= 3.11)" in info
     assert "adduser" in info
     assert dpkg_deb("--info", str(deb), "conffiles").split() == [
-        "/etc/dnsfleet/dnsfleet.yml", "/etc/default/dnsfleet-exporter"]
+        "/etc/dnsfleet/dnsfleet.yml",
+        "/etc/default/dnsfleet-exporter",
+    ]
     contents = dpkg_deb("--contents", str(deb))
-    for path in ("./usr/bin/dnsfleet-exporter", "./usr/bin/dnsfleet",
-                 "./lib/systemd/system/dnsfleet-exporter.service",
-                 "./etc/dnsfleet/dnsfleet.yml", "./etc/default/dnsfleet-exporter",
-                 "./usr/lib/dnsfleet/site-packages/dnsfleet/cli.py"):
+    for path in (
+        "./usr/bin/dnsfleet-exporter",
+        "./usr/bin/dnsfleet",
+        "./lib/systemd/system/dnsfleet-exporter.service",
+        "./etc/dnsfleet/dnsfleet.yml",
+        "./etc/default/dnsfleet-exporter",
+        "./usr/lib/dnsfleet/site-packages/dnsfleet/cli.py",
+    ):
         assert path in contents, path
     # Every file root-owned (dpkg-deb --root-owner-group).
     assert all(" root/root " in line for line in contents.splitlines())
@@ -99,11 +114,19 @@ dpkg -P dnsfleet > $out/dpkg-purge.log 2>&1
 test -e /etc/dnsfleet/dnsfleet.yml || echo gone > $out/conffile-after-purge
 '
 """
-    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                           script], capture_output=True, text=True, timeout=180, check=False)
+    proc = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
     out = upper / "tmp" / "dnsfleet-deb"
-    logs = "".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(out.glob("*"))
-                   ) if out.is_dir() else ""
+    logs = (
+        "".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(out.glob("*")))
+        if out.is_dir()
+        else ""
+    )
     assert proc.returncode == 0, proc.stderr[-2000:] + logs
     yield out
 
@@ -115,9 +138,9 @@ def test_installs_runs_as_its_user_and_is_scraped(installed: Path) -> None:
     assert "configuration valid" in installed.joinpath("config-check").read_text()
     assert installed.joinpath("user").read_text().strip() == "dnsfleet"
     metrics = installed.joinpath("metrics").read_text()
-    assert 'dnsfleet_build_info{' in metrics
+    assert "dnsfleet_build_info{" in metrics
     # The packaged default: this host's resolv.conf (loopback here) and host collectors.
-    assert 'dnsfleet_stub_nameservers{' in metrics
+    assert "dnsfleet_stub_nameservers{" in metrics
     assert 'dnsfleet_collector_success{collector="nic"} 1' in metrics
 
 

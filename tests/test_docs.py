@@ -31,6 +31,7 @@ TYPE_LINE = re.compile(r"^# TYPE (dnsfleet_[a-z0-9_]+) ([a-z]+)$", re.MULTILINE)
 # [text](target): a target without a scheme is a path relative to the document.
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
+
 def emitted_families() -> set[str]:
     names: set[str] = set()
     for f in (ROOT / "exporter" / "dnsfleet").rglob("*.py"):
@@ -65,7 +66,9 @@ def test_documented_types_match_golden_expositions() -> None:
     problems = sorted(
         f"{name}: {kind} in {f.relative_to(ROOT)}, {documented.get(name)} in docs/metrics.md"
         for f in (ROOT / "tests").rglob("*.golden.prom")
-        for name, kind in TYPE_LINE.findall(f.read_text()) if documented.get(name) != kind)
+        for name, kind in TYPE_LINE.findall(f.read_text())
+        if documented.get(name) != kind
+    )
     assert not problems, "\n".join(problems)
 
 
@@ -100,20 +103,24 @@ def test_relative_links_resolve(doc: Path) -> None:
     for target in relative_links(doc):
         path = (doc.parent / target).resolve()
         if not path.exists():
-            broken.append(path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT)
-                          else str(path))
+            broken.append(
+                path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
+            )
     assert not broken, f"{doc.relative_to(ROOT)}: links to missing files: {broken}"
 
 
 def test_readme_is_a_front_door() -> None:
     lines = (ROOT / "README.md").read_text().count("\n")
     assert lines <= README_MAX_LINES, (
-        f"README.md has {lines} lines; keep it under {README_MAX_LINES} and move detail "
-        "to docs/")
+        f"README.md has {lines} lines; keep it under {README_MAX_LINES} and move detail to docs/"
+    )
 
 
 def test_docs_do_not_point_outside_the_repository() -> None:
     """Documentation cites public sources, never a file kept outside the repository."""
-    problems = [f"{d.relative_to(ROOT)}: {m}" for d in LINKED_DOCS
-                for m in re.findall(r"shared/[A-Z]+\.md", d.read_text())]
+    problems = [
+        f"{d.relative_to(ROOT)}: {m}"
+        for d in LINKED_DOCS
+        for m in re.findall(r"shared/[A-Z]+\.md", d.read_text())
+    ]
     assert not problems, problems

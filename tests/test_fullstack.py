@@ -54,7 +54,7 @@ from tests.tools import free_port
 
 pytestmark = pytest.mark.integration
 
-SCALE = 30          # 2m -> 4s, 1m -> 2s, 5m -> 10s
+SCALE = 30  # 2m -> 4s, 1m -> 2s, 5m -> 10s
 MEASURED: dict[str, float] = {}
 
 
@@ -94,8 +94,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[St
     stubs = {"example.test.": f"127.0.0.1@{named.port}"}
     # NSID so the backend-identity panels have something to show.
     u1 = Unbound(work / "u1", stubs=stubs, extra_server='  nsid: "ascii_u1"\n')
-    u2 = Unbound(work / "u2", host=u2_addr, port=53, stubs=stubs,
-                 extra_server='  nsid: "ascii_u2"\n')
+    u2 = Unbound(
+        work / "u2", host=u2_addr, port=53, stubs=stubs, extra_server='  nsid: "ascii_u2"\n'
+    )
     consul = ConsulDouble()
     blackhole = Blackhole(host=silent_addr, port=53)
     seen = [0]
@@ -126,44 +127,88 @@ def stack(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[St
         (root / "consul" / "raft").mkdir(parents=True)
         (root / "consul" / "raft" / "raft.db").write_bytes(b"\0" * 65536)
         (root / "var" / "lib" / "dnsfleet").mkdir(parents=True)
-        (root / "var" / "lib" / "dnsfleet" / "capacity.json").write_text(format_state(
-            {Endpoint(u2.host, u2.port).key(): {kind: Measurement(
-                kind=kind, capacity_qps=qps, lower_bound=False, limit="loss",
-                measured_at=time.time() - 86400, lost_percent=0.5, max_loss_percent=1,
-                max_qps_offered=5000, ramp_seconds=60) for kind, qps in
-                (("hit", 3000), ("miss", 900))}}))
+        (root / "var" / "lib" / "dnsfleet" / "capacity.json").write_text(
+            format_state(
+                {
+                    Endpoint(u2.host, u2.port).key(): {
+                        kind: Measurement(
+                            kind=kind,
+                            capacity_qps=qps,
+                            lower_bound=False,
+                            limit="loss",
+                            measured_at=time.time() - 86400,
+                            lost_percent=0.5,
+                            max_loss_percent=1,
+                            max_qps_offered=5000,
+                            ramp_seconds=60,
+                        )
+                        for kind, qps in (("hit", 3000), ("miss", 900))
+                    }
+                }
+            )
+        )
         (root / "etc" / "resolv.conf").write_text(
-            f"nameserver {silent_addr}\nnameserver {u2_addr}\noptions timeout:2 attempts:1\n")
-        module = {"query_name": "www.example.test", "query_type": "A", "timeout": "500ms",
-                  "canary": "canary.example.test"}
+            f"nameserver {silent_addr}\nnameserver {u2_addr}\noptions timeout:2 attempts:1\n"
+        )
+        module = {
+            "query_name": "www.example.test",
+            "query_type": "A",
+            "timeout": "500ms",
+            "canary": "canary.example.test",
+        }
 
         def resolver(u: Unbound) -> dict[str, Any]:
-            return {"address": u.address, "module": "lab", "labels": {"site": "lab"},
-                    "stats": {"type": "unbound", "control": f"unix://{u.control_socket}"}}
+            return {
+                "address": u.address,
+                "module": "lab",
+                "labels": {"site": "lab"},
+                "stats": {"type": "unbound", "control": f"unix://{u.control_socket}"},
+            }
 
         config = {
-            "modules": {"lab": module,
-                        "lossy": {"query_name": "www.example.test", "query_type": "A",
-                                  "timeout": "300ms"}},
-            "targets": [{**resolver(u1), "capacity_qps": 2000}, resolver(u2),
-                        *({"address": f"127.0.0.1:{p}", "module": "lab",
-                           "labels": {"site": "lab2"}} for p in dead),
-                        {"address": lossy.address, "module": "lossy",
-                         "labels": {"site": "lab4"}}],
-            "resolv_conf": [{"path": "/etc/resolv.conf", "query_name": "www.example.test",
-                             "query_type": "A", "probe_timeout": "500ms"}],
+            "modules": {
+                "lab": module,
+                "lossy": {"query_name": "www.example.test", "query_type": "A", "timeout": "300ms"},
+            },
+            "targets": [
+                {**resolver(u1), "capacity_qps": 2000},
+                resolver(u2),
+                *(
+                    {"address": f"127.0.0.1:{p}", "module": "lab", "labels": {"site": "lab2"}}
+                    for p in dead
+                ),
+                {"address": lossy.address, "module": "lossy", "labels": {"site": "lab4"}},
+            ],
+            "resolv_conf": [
+                {
+                    "path": "/etc/resolv.conf",
+                    "query_name": "www.example.test",
+                    "query_type": "A",
+                    "probe_timeout": "500ms",
+                }
+            ],
             "limits": {"scrape_timeout_offset": "300ms"},
             # A host path, read under --path.rootfs like every host file.
             "resolver": {"capacity_file": "/var/lib/dnsfleet/capacity.json"},
-            "consul": {"agents": [{"name": "local", "dns_address": consul.dns_address,
-                                   "http_address": consul.http_url,
-                                   "data_dir": "/consul"}],
-                       "services": ["web"], "prepared_queries": ["web-q"], "timeout": "500ms"},
+            "consul": {
+                "agents": [
+                    {
+                        "name": "local",
+                        "dns_address": consul.dns_address,
+                        "http_address": consul.http_url,
+                        "data_dir": "/consul",
+                    }
+                ],
+                "services": ["web"],
+                "prepared_queries": ["web-q"],
+                "timeout": "500ms",
+            },
         }
         cfg = work / "dnsfleet.yml"
         cfg.write_text(yaml.safe_dump(config))
-        exporter = ExporterProcess(f"--config.file={cfg}", f"--path.rootfs={root}",
-                                   "--web.enable-lifecycle", cwd=work)
+        exporter = ExporterProcess(
+            f"--config.file={cfg}", f"--path.rootfs={root}", "--web.enable-lifecycle", cwd=work
+        )
         started.append(exporter)
 
         hook = Webhook().start()
@@ -173,13 +218,19 @@ def stack(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[St
         am.start()
         started.append(am)
         targets = work / "targets.yml"
-        targets.write_text(yaml.safe_dump([
-            {"targets": [f"127.0.0.1:{exporter.port}"], "labels": {"site": "lab"}},
-            {"targets": [f"127.0.0.1:{dead_exporter}"], "labels": {"site": "lab3"}},
-        ]))
+        targets.write_text(
+            yaml.safe_dump(
+                [
+                    {"targets": [f"127.0.0.1:{exporter.port}"], "labels": {"site": "lab"}},
+                    {"targets": [f"127.0.0.1:{dead_exporter}"], "labels": {"site": "lab3"}},
+                ]
+            )
+        )
         rules = scaled_rules(work / "rules", SCALE)
-        prom = Prometheus(work / "prom", prometheus_config(
-            rule_files=rules, targets_file=targets, alertmanager_port=am.port))
+        prom = Prometheus(
+            work / "prom",
+            prometheus_config(rule_files=rules, targets_file=targets, alertmanager_port=am.port),
+        )
         (work / "prom").mkdir()
         prom.start()
         started.append(prom)
@@ -209,22 +260,22 @@ def test_standing_faults_are_delivered_and_inhibited(stack: Stack) -> None:
     wait_scraped(stack)
     hook = stack.hook
 
-    crit = hook.wait_for(timeout=60, receiver="pager", alertname="DNSStubFailoverDelay",
-                         severity="critical")
+    crit = hook.wait_for(
+        timeout=60, receiver="pager", alertname="DNSStubFailoverDelay", severity="critical"
+    )
     assert crit[2]["labels"]["resolv_conf"] == "/etc/resolv.conf"
     assert crit[2]["labels"]["libc"] == "glibc"
     assert crit[2]["labels"]["site"] == "lab"
-    fault = first_sample_time(stack.prom,
-                              'dnsfleet_stub_expected_delay_seconds{libc="glibc"}')
-    MEASURED["DNSStubFailoverDelay (first scrape showing the delay -> pager)"] = (
-        crit[0] - fault)
+    fault = first_sample_time(stack.prom, 'dnsfleet_stub_expected_delay_seconds{libc="glibc"}')
+    MEASURED["DNSStubFailoverDelay (first scrape showing the delay -> pager)"] = crit[0] - fault
 
     site = hook.wait_for(timeout=60, receiver="pager", alertname="DNSSiteDown", site="lab2")
     fault = first_sample_time(stack.prom, 'dnsfleet_probe_success{site="lab2"}')
     MEASURED["DNSSiteDown (first failed probe -> pager)"] = site[0] - fault
 
-    down = hook.wait_for(timeout=60, receiver="pager", alertname="DNSFleetExporterDown",
-                         site="lab3")
+    down = hook.wait_for(
+        timeout=60, receiver="pager", alertname="DNSFleetExporterDown", site="lab3"
+    )
     fault = first_sample_time(stack.prom, 'up{site="lab3"}')
     MEASURED["DNSFleetExporterDown (first failed scrape -> pager)"] = down[0] - fault
 
@@ -239,21 +290,24 @@ def test_standing_faults_are_delivered_and_inhibited(stack: Stack) -> None:
         muted = {}
         for a in active:
             lab = a["labels"]
-            key = f'{lab["alertname"]}/{lab.get("severity")}/{lab.get("site")}'
+            key = f"{lab['alertname']}/{lab.get('severity')}/{lab.get('site')}"
             muted.setdefault(key, []).extend(a["status"]["inhibitedBy"])
         if muted.get("DNSResolverDown/critical/lab2") and muted.get(
-                "DNSStubFailoverDelay/warning/lab"):
+            "DNSStubFailoverDelay/warning/lab"
+        ):
             break
         time.sleep(0.5)
-    assert len(muted["DNSResolverDown/critical/lab2"]) == 2, muted   # both dead resolvers
+    assert len(muted["DNSResolverDown/critical/lab2"]) == 2, muted  # both dead resolvers
     assert muted["DNSStubFailoverDelay/warning/lab"], muted
     # ... and the ones that page are not muted.
     assert not muted["DNSSiteDown/critical/lab2"]
     assert not muted["DNSStubFailoverDelay/critical/lab"]
 
-    time.sleep(3)   # past one more group_interval: still nothing delivered for the muted
-    delivered = {(r, a["labels"]["alertname"], a["labels"].get("severity"),
-                  a["labels"].get("site")) for _, r, a in hook.firing()}
+    time.sleep(3)  # past one more group_interval: still nothing delivered for the muted
+    delivered = {
+        (r, a["labels"]["alertname"], a["labels"].get("severity"), a["labels"].get("site"))
+        for _, r, a in hook.firing()
+    }
     assert ("pager", "DNSResolverDown", "critical", "lab2") not in delivered
     assert ("ticket", "DNSStubFailoverDelay", "warning", "lab") not in delivered
     assert not any(a == "DNSSiteDown" and s == "lab" for _, a, _, s in delivered)
@@ -270,8 +324,9 @@ def test_resolver_stop_and_restart_are_delivered(stack: Stack) -> None:
 
     stopped = time.time()
     u1.stop()
-    down = hook.wait_for(timeout=60, receiver="pager", alertname="DNSResolverDown",
-                         target=u1.address)
+    down = hook.wait_for(
+        timeout=60, receiver="pager", alertname="DNSResolverDown", target=u1.address
+    )
     assert down[2]["labels"]["site"] == "lab"
     MEASURED["DNSResolverDown (unbound stopped -> pager)"] = down[0] - stopped
     # One of two resolvers of lab is down: not a site outage.
@@ -279,8 +334,9 @@ def test_resolver_stop_and_restart_are_delivered(stack: Stack) -> None:
 
     restarted = time.time()
     u1.start()
-    again = hook.wait_for(timeout=60, receiver="ticket", alertname="DNSResolverRestarted",
-                          target=u1.address)
+    again = hook.wait_for(
+        timeout=60, receiver="ticket", alertname="DNSResolverRestarted", target=u1.address
+    )
     assert again[2]["labels"]["cause"].startswith("the resolver process restarted")
     MEASURED["DNSResolverRestarted (unbound started -> ticket)"] = again[0] - restarted
 
@@ -289,21 +345,29 @@ def test_partial_loss_pages_where_resolver_down_cannot(stack: Stack) -> None:
     """Half of the probes of lab4's resolver time out: the ratio alert pages, and
     DNSResolverDown (every probe failed) never fires for it."""
     wait_scraped(stack)
-    crit = stack.hook.wait_for(timeout=90, receiver="pager",
-                               alertname="DNSResolverProbeFailuresHigh", severity="critical",
-                               site="lab4")
+    crit = stack.hook.wait_for(
+        timeout=90,
+        receiver="pager",
+        alertname="DNSResolverProbeFailuresHigh",
+        severity="critical",
+        site="lab4",
+    )
     assert crit[2]["labels"]["target"] == stack.lossy.address
-    fault = first_sample_time(stack.prom,
-                              f'dnsfleet_probe_success{{target="{stack.lossy.address}"}}')
+    fault = first_sample_time(
+        stack.prom, f'dnsfleet_probe_success{{target="{stack.lossy.address}"}}'
+    )
     MEASURED["DNSResolverProbeFailuresHigh (first probe of a 50%-loss resolver -> pager)"] = (
-        crit[0] - fault)
+        crit[0] - fault
+    )
     ratio = stack.prom.query(
-        f'target:dnsfleet_probe_failures:ratio_rate10m{{target="{stack.lossy.address}"}}')
+        f'target:dnsfleet_probe_failures:ratio_rate10m{{target="{stack.lossy.address}"}}'
+    )
     assert 0.3 < float(ratio[0]["value"][1]) < 0.7, ratio
     # Pending now and then (any failed scrape), never firing.
     assert not stack.prom.query(
         f'max_over_time(ALERTS{{alertname="DNSResolverDown",alertstate="firing",'
-        f'target="{stack.lossy.address}"}}[10m])')
+        f'target="{stack.lossy.address}"}}[10m])'
+    )
 
 
 def test_truncated_config_is_refused_and_reaches_the_webhook(stack: Stack) -> None:
@@ -317,10 +381,10 @@ def test_truncated_config_is_refused_and_reaches_the_webhook(stack: Stack) -> No
         truncated = time.time()
         status, body = stack.exporter.request("/-/reload", method="POST")
         assert status == 500 and "the file is empty" in body
-        alert = stack.hook.wait_for(timeout=60, receiver="ticket",
-                                    alertname="DNSFleetConfigReloadFailed", site="lab")
-        MEASURED["DNSFleetConfigReloadFailed (config truncated -> ticket)"] = (
-            alert[0] - truncated)
+        alert = stack.hook.wait_for(
+            timeout=60, receiver="ticket", alertname="DNSFleetConfigReloadFailed", site="lab"
+        )
+        MEASURED["DNSFleetConfigReloadFailed (config truncated -> ticket)"] = alert[0] - truncated
         # Still probing every target of the old configuration.
         after = stack.prom.query('dnsfleet_targets{site="lab"}')
         assert after[0]["value"][1] == before[0]["value"][1]
@@ -344,19 +408,19 @@ def test_effective_capacity_in_prometheus(stack: Stack) -> None:
     hit = f'target:dnsfleet_resolver_cache_hit:ratio_rate5m{{target="{u2}"}}'
     (gap,) = stack.prom.query(
         f'abs({eff}{{target="{u2}"}} - on (instance, site, target) '
-        f"(1 / ({hit} / 3000 + (1 - {hit}) / 900)))")
+        f"(1 / ({hit} / 3000 + (1 - {hit}) / 900)))"
+    )
     assert float(gap["value"][1]) < 1e-6
-    (head,) = stack.prom.query(
-        f'target:dnsfleet_resolver_capacity_headroom:ratio{{target="{u2}"}}')
+    (head,) = stack.prom.query(f'target:dnsfleet_resolver_capacity_headroom:ratio{{target="{u2}"}}')
     assert head["metric"]["basis"] == "mix" and 0 < float(head["value"][1]) <= 1
 
 
 # Queries whose metrics all exist yet may return nothing in a short run, and why.
 MAY_BE_EMPTY = {
     "Days to capacity": "the projection needs a week of history and growing load; the "
-                        "rule is proven in alerts/tests/capacity_trend.test.yml",
+    "rule is proven in alerts/tests/capacity_trend.test.yml",
     "Firing alerts by site": "only alerts with a site that fire right now; the scenarios "
-                             "above restore the stack, and the Watchdog carries no site",
+    "above restore the stack, and the Watchdog carries no site",
 }
 
 
@@ -383,21 +447,25 @@ def test_dashboard_queries_against_prometheus(stack: Stack) -> None:
     missing = {k: v for k, v in NO_DATA.items() if v}
     # Nor Kubernetes (kube-state-metrics, CoreDNS) for the cluster DNS panel, whose rules
     # are proven with recorded series in alerts/tests/capacity.test.yml.
-    outside_host = {k: v for k, v in missing.items() if not k.startswith("host-latency /")
-                    and k != "capacity-trend / Cluster DNS replicas"
-                    and k.split(" / ", 1)[1] not in MAY_BE_EMPTY}
+    outside_host = {
+        k: v
+        for k, v in missing.items()
+        if not k.startswith("host-latency /")
+        and k != "capacity-trend / Cluster DNS replicas"
+        and k.split(" / ", 1)[1] not in MAY_BE_EMPTY
+    }
     assert not outside_host, outside_host
 
 
 METRIC = re.compile(
-    r"\b((?:dnsfleet_|target:|instance_agent:|cluster:|kube_|coredns_)[a-zA-Z0-9_:]+)")
+    r"\b((?:dnsfleet_|target:|instance_agent:|cluster:|kube_|coredns_)[a-zA-Z0-9_:]+)"
+)
 NO_DATA: dict[str, list[str]] = {}
 
 
 def test_report_fault_to_notification() -> None:
     assert MEASURED, "the scenarios above did not run"
-    print(f"\nfault-to-notification (rules' `for` / {SCALE}, scrape 2s, eval 1s, "
-          "group_wait 1s):")
+    print(f"\nfault-to-notification (rules' `for` / {SCALE}, scrape 2s, eval 1s, group_wait 1s):")
     for what, secs in MEASURED.items():
         print(f"  {secs:6.1f} s  {what}")
     assert all(s > 0 for s in MEASURED.values())

@@ -32,31 +32,48 @@ from dnsfleet.probes.result import REASONS, Exchange, judge
 pytestmark = pytest.mark.integration
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "3000"))
-FUZZ = settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 QID = 0x1234
 QUERY = build_query("www.example.test.", 1)
 MODULES = (
     Module(name="plain", query_name="www.example.test.", query_type="A"),
-    Module(name="strict", query_name="www.example.test.", query_type="A", min_answers=1,
-           fail_if_not_matches=(r"192\.0\.2\.",), fail_if_matches=(r"203\.0\.113\.",)),
-    Module(name="tcp", query_name="www.example.test.", query_type="A", transport="tcp",
-           valid_rcodes=("NOERROR", "NXDOMAIN")),
+    Module(
+        name="strict",
+        query_name="www.example.test.",
+        query_type="A",
+        min_answers=1,
+        fail_if_not_matches=(r"192\.0\.2\.",),
+        fail_if_matches=(r"203\.0\.113\.",),
+    ),
+    Module(
+        name="tcp",
+        query_name="www.example.test.",
+        query_type="A",
+        transport="tcp",
+        valid_rcodes=("NOERROR", "NXDOMAIN"),
+    ),
 )
 
 
 def valid_response(n_answers: int, *, nsid: bytes, tc: bool, rcode: int) -> bytes:
-    q = dns.message.make_query("www.example.test.", "A", use_edns=0,
-                               options=[dns.edns.GenericOption(dns.edns.NSID, b"")])
+    q = dns.message.make_query(
+        "www.example.test.", "A", use_edns=0, options=[dns.edns.GenericOption(dns.edns.NSID, b"")]
+    )
     q.id = QID
     r = dns.message.make_response(q)
     r.set_rcode(rcode)  # type: ignore[arg-type]
     for i in range(n_answers):
-        r.answer.append(dns.rrset.from_text("www.example.test.", 60 + i, "IN", "A",
-                                            f"192.0.2.{i + 1}"))
-    r.authority.append(dns.rrset.from_text("example.test.", 300, "IN", "NS",
-                                           "ns1.example.test."))
+        r.answer.append(
+            dns.rrset.from_text("www.example.test.", 60 + i, "IN", "A", f"192.0.2.{i + 1}")
+        )
+    r.authority.append(dns.rrset.from_text("example.test.", 300, "IN", "NS", "ns1.example.test."))
     r.use_edns(0, payload=1232, options=[dns.edns.GenericOption(dns.edns.NSID, nsid)])
     if tc:
         r.flags |= dns.flags.TC
@@ -72,8 +89,7 @@ def check(data: bytes) -> None:
         return
     assert isinstance(resp, Response)
     assert resp.id == QID
-    assert data[12:12 + len(QUERY.question)].lower() == QUERY.question or \
-        data[4:6] == b"\x00\x00"
+    assert data[12 : 12 + len(QUERY.question)].lower() == QUERY.question or data[4:6] == b"\x00\x00"
     assert 0 <= resp.matching_answers <= resp.answer_rrs <= int.from_bytes(data[6:8], "big")
     assert 0 <= resp.rcode <= 4095
     assert resp.min_ttl is None or 0 <= resp.min_ttl <= 0x7FFFFFFF
@@ -100,36 +116,42 @@ def test_random_bytes(data: bytes) -> None:
 
 @st.composite
 def mutated(draw: st.DrawFn) -> bytes:
-    wire = bytearray(valid_response(
-        draw(st.integers(0, 6)), nsid=draw(st.binary(max_size=40)), tc=draw(st.booleans()),
-        rcode=draw(st.sampled_from([0, 2, 3, 5]))))
+    wire = bytearray(
+        valid_response(
+            draw(st.integers(0, 6)),
+            nsid=draw(st.binary(max_size=40)),
+            tc=draw(st.booleans()),
+            rcode=draw(st.sampled_from([0, 2, 3, 5])),
+        )
+    )
     for _ in range(draw(st.integers(1, 4))):
-        kind = draw(st.sampled_from(
-            ["flip", "truncate", "count", "pointer", "length", "splice", "byte", "extend"]))
+        kind = draw(
+            st.sampled_from(
+                ["flip", "truncate", "count", "pointer", "length", "splice", "byte", "extend"]
+            )
+        )
         n = len(wire)
         if kind == "flip" and n > 0:
             i = draw(st.integers(0, n - 1))
             wire[i] ^= 1 << draw(st.integers(0, 7))
         elif kind == "truncate" and n > 1:
-            del wire[draw(st.integers(0, n - 1)):]
+            del wire[draw(st.integers(0, n - 1)) :]
         elif kind == "count" and n >= 12:
             i = draw(st.sampled_from([4, 6, 8, 10]))
-            wire[i:i + 2] = draw(st.integers(0, 0xFFFF)).to_bytes(2, "big")
+            wire[i : i + 2] = draw(st.integers(0, 0xFFFF)).to_bytes(2, "big")
         elif kind == "pointer" and n > 13:
             i = draw(st.integers(12, n - 2))
             target = draw(st.one_of(st.integers(0, n + 4), st.just(i)))
-            wire[i:i + 2] = (0xC000 | (target & 0x3FFF)).to_bytes(2, "big")
+            wire[i : i + 2] = (0xC000 | (target & 0x3FFF)).to_bytes(2, "big")
         elif kind == "length" and n > 13:
             i = draw(st.integers(12, n - 2))
-            wire[i:i + 2] = draw(st.sampled_from([0, 1, 255, 0x3FFF, 0xFFFF])).to_bytes(
-                2, "big")
+            wire[i : i + 2] = draw(st.sampled_from([0, 1, 255, 0x3FFF, 0xFFFF])).to_bytes(2, "big")
         elif kind == "splice" and n > 4:
             a = draw(st.integers(0, n - 1))
             b = draw(st.integers(a, n))
             wire[a:a] = wire[a:b]
         elif kind == "byte" and n > 0:
-            wire[draw(st.integers(0, n - 1))] = draw(st.sampled_from([0, 0x3F, 0x40, 0xC0,
-                                                                     0xFF]))
+            wire[draw(st.integers(0, n - 1))] = draw(st.sampled_from([0, 0x3F, 0x40, 0xC0, 0xFF]))
         elif kind == "extend":
             wire += draw(st.binary(min_size=1, max_size=64))
     return bytes(wire)

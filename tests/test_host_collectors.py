@@ -28,14 +28,17 @@ HOST = ("bonding", "nic", "cpu_latency")
 
 
 def collect(fs: HostFS, *, resolver: str | None = "unbound") -> list[Family]:
-    cfg = parse({"targets": [], "host": {"resolver_process": resolver}} if resolver
-                else {"targets": []}, source="test")
+    cfg = parse(
+        {"targets": [], "host": {"resolver_process": resolver}} if resolver else {"targets": []},
+        source="test",
+    )
     return asyncio.run(_run(fs, cfg))
 
 
 async def _run(fs: HostFS, cfg: Config) -> list[Family]:
-    ctx = CollectContext(fs=fs, config=cfg, deadline=asyncio.get_running_loop().time() + 30,
-                         state={})
+    ctx = CollectContext(
+        fs=fs, config=cfg, deadline=asyncio.get_running_loop().time() + 30, state={}
+    )
     return await run_collectors(ctx, {n: COLLECTORS[n] for n in HOST})
 
 
@@ -79,8 +82,13 @@ def test_golden_exposition_of_x86_tree(tmp_path: Path) -> None:
     if os.environ.get("UPDATE_GOLDEN"):
         GOLDEN.write_text(text)
     assert text == GOLDEN.read_text(), "rerun with UPDATE_GOLDEN=1 after an intended change"
-    out = subprocess.run([binary("promtool"), "check", "metrics"], input=text,
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [binary("promtool"), "check", "metrics"],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -104,24 +112,34 @@ def test_x86_tree_values() -> None:
     assert v("dnsfleet_softirq_net_rx_total", cpu="7") == 703400
     assert v("dnsfleet_irqbalance_running") == 0
     # unbound's 4 threads ran on CPUs 0, 1, 5, 6; mlx5 port 0 interrupts go to CPUs 4-7.
-    assert v("dnsfleet_resolver_threads", process="unbound") == 4   # not 5: two processes
+    assert v("dnsfleet_resolver_threads", process="unbound") == 4  # not 5: two processes
     assert v("dnsfleet_resolver_processes", process="unbound") == 2
     assert v("dnsfleet_resolver_cpus", process="unbound") == 4
     assert v("dnsfleet_nic_resolver_shared_cpus", device="ens1f0np0", process="unbound") == 2
     assert v("dnsfleet_nic_resolver_shared_cpus", device="eth1", process="unbound") == 1
     for level, n in (("1", 2), ("2", 2), ("3", 2)):
-        assert v("dnsfleet_nic_resolver_cache_local_threads", device="ens1f0np0",
-                 process="unbound", level=level) == n
-    assert v("dnsfleet_nic_resolver_cache_local_threads", device="eth1", process="unbound",
-             level="2") == 2      # CPUs 0 and 1 share L2 with CPU 0
-    assert v("dnsfleet_nic_resolver_cache_local_threads", device="eth1", process="unbound",
-             level="3") == 2
+        assert (
+            v(
+                "dnsfleet_nic_resolver_cache_local_threads",
+                device="ens1f0np0",
+                process="unbound",
+                level=level,
+            )
+            == n
+        )
+    assert (
+        v("dnsfleet_nic_resolver_cache_local_threads", device="eth1", process="unbound", level="2")
+        == 2
+    )  # CPUs 0 and 1 share L2 with CPU 0
+    assert (
+        v("dnsfleet_nic_resolver_cache_local_threads", device="eth1", process="unbound", level="3")
+        == 2
+    )
     # Bonds.
     assert v("dnsfleet_bond_slaves_up", bond="bond0") == 1
     assert v("dnsfleet_bond_active_slave_info", bond="bond0", slave="eth2") == 1
     assert v("dnsfleet_bond_ad_aggregator_mismatch_slaves", bond="bond1") == 1
-    assert v("dnsfleet_bond_slave_ad_churned", bond="bond1", slave="ens1f1np1",
-             side="partner") == 1
+    assert v("dnsfleet_bond_slave_ad_churned", bond="bond1", slave="ens1f1np1", side="partner") == 1
     # tuned latency-performance: C6 disabled, PM QoS 2 µs -> only POLL and C1 (2 µs).
     assert v("dnsfleet_pm_qos_cpu_latency_seconds") == 2e-6
     assert v("dnsfleet_cpu_wakeup_latency_seconds") == 2e-6
@@ -156,8 +174,7 @@ def test_acpi_virtio_tree() -> None:
     assert v("dnsfleet_nic_queue_vectors", device="eth0") == 2
     # intel_idle's parameter is there but acpi_idle is the driver: not exported.
     assert v("dnsfleet_intel_idle_max_cstate") is None
-    assert v("dnsfleet_nic_queue_interrupts_total", device="eth0",
-             queue="virtio2-input.0") == 2273
+    assert v("dnsfleet_nic_queue_interrupts_total", device="eth0", queue="virtio2-input.0") == 2273
     assert v("dnsfleet_irqbalance_running") == 1
     assert v("dnsfleet_resolver_threads", process="named") == 3
     # ARP monitoring only; all slaves down; no monitoring; sysfs-only bonds.
@@ -167,7 +184,9 @@ def test_acpi_virtio_tree() -> None:
     assert v("dnsfleet_bond_active_slave_info", bond="bond1", slave="eth0") is None
     assert v("dnsfleet_bond_link_monitoring_interval_seconds", bond="bond2", method="mii") == 0
     assert (v("dnsfleet_bond_slaves", bond="int"), v("dnsfleet_bond_slaves_up", bond="int")) == (
-        2, 1)
+        2,
+        1,
+    )
     assert v("dnsfleet_bond_slaves", bond="bondx") == 0
     assert v("dnsfleet_bond_active_slave_info", bond="dmz", slave="eth0") == 1
     # No PM QoS limit: cpu0 may enter C3 (350 µs); cpu1's resume limit (150) stops at C2.
@@ -182,8 +201,10 @@ def test_arm_ena_tree_maps_queues_by_name() -> None:
     assert success(fams) == {"bonding": 1, "nic": 1, "cpu_latency": 1}
     assert value(fams, "dnsfleet_nic_queues", device="eth0") == 8
     assert value(fams, "dnsfleet_nic_cpu_interrupts_total", device="eth0", cpu="5") == 71
-    assert value(fams, "dnsfleet_bond_slave_ad_churned", bond="bond0", slave="eth1",
-                 side="partner") == 1
+    assert (
+        value(fams, "dnsfleet_bond_slave_ad_churned", bond="bond0", slave="eth1", side="partner")
+        == 1
+    )
     # No cpuidle, no /dev/cpu_dma_latency: no CPU latency families, and no failure.
     assert not [n for n, _ in samples(fams) if n.startswith(("dnsfleet_cpu", "dnsfleet_pm"))]
 
@@ -197,7 +218,8 @@ def test_wakeup_latency_with_deep_states_disabled_and_pm_qos(tmp_path: Path) -> 
     assert value(fams, "dnsfleet_cpu_wakeup_latency_seconds") == 100e-6
     assert value(fams, "dnsfleet_cpuidle_state_enabled_cpus", state="C3") == 0
     from tests.hosttree import TreeWriter, pm_qos
-    pm_qos(TreeWriter(root), 20)   # e.g. tuned force_latency=20
+
+    pm_qos(TreeWriter(root), 20)  # e.g. tuned force_latency=20
     fams = collect(host_fs(root), resolver=None)
     assert value(fams, "dnsfleet_pm_qos_cpu_latency_seconds") == 20e-6
     assert value(fams, "dnsfleet_cpu_wakeup_latency_seconds") == 1e-6
@@ -215,37 +237,46 @@ def break_path(path: Path) -> None:
     path.mkdir(parents=True)
 
 
-@pytest.mark.parametrize(("collector", "rel"), [
-    ("nic", "proc/interrupts"),
-    ("nic", "proc/softirqs"),
-    ("nic", "proc/irq/41/effective_affinity_list"),
-    ("bonding", "proc/net/bonding/bond1"),
-    ("cpu_latency", "sys/devices/system/cpu/cpu3/cpuidle/state2/usage"),
-    ("cpu_latency", "sys/module/intel_idle/parameters/max_cstate"),
-])
-def test_unreadable_file_fails_only_its_collector(tmp_path: Path, collector: str,
-                                                  rel: str) -> None:
+@pytest.mark.parametrize(
+    ("collector", "rel"),
+    [
+        ("nic", "proc/interrupts"),
+        ("nic", "proc/softirqs"),
+        ("nic", "proc/irq/41/effective_affinity_list"),
+        ("bonding", "proc/net/bonding/bond1"),
+        ("cpu_latency", "sys/devices/system/cpu/cpu3/cpuidle/state2/usage"),
+        ("cpu_latency", "sys/module/intel_idle/parameters/max_cstate"),
+    ],
+)
+def test_unreadable_file_fails_only_its_collector(tmp_path: Path, collector: str, rel: str) -> None:
     root = copy_tree("x86", tmp_path)
     break_path(root / rel)
     fams = collect(host_fs(root))
     assert success(fams) == {c: 0 if c == collector else 1 for c in HOST}
     # No partial data from the failed collector.
-    prefix = {"nic": ("dnsfleet_nic", "dnsfleet_softirq"), "bonding": ("dnsfleet_bond",),
-              "cpu_latency": ("dnsfleet_cpuidle", "dnsfleet_cpu_")}[collector]
+    prefix = {
+        "nic": ("dnsfleet_nic", "dnsfleet_softirq"),
+        "bonding": ("dnsfleet_bond",),
+        "cpu_latency": ("dnsfleet_cpuidle", "dnsfleet_cpu_"),
+    }[collector]
     assert not [n for n, _ in samples(fams) if n.startswith(prefix)]
 
 
-@pytest.mark.parametrize(("collector", "rel", "garbage"), [
-    ("nic", "proc/interrupts", "this is not /proc/interrupts\n"),
-    ("nic", "proc/irq/40/smp_affinity_list", "zero-three\n"),
-    ("nic", "proc/softirqs", "                    CPU0\n      NET_RX: many\n"),
-    ("nic", "proc/812/task/813/stat", "813 (unbound) S\n"),
-    ("bonding", "proc/net/bonding/bond0", "Bonding Mode: quantum\n"),
-    ("cpu_latency", "sys/devices/system/cpu/cpu0/cpuidle/state1/latency", "fast\n"),
-    ("cpu_latency", "root/dev/cpu_dma_latency", "\x01\x02"),
-])
-def test_garbled_file_fails_only_its_collector(tmp_path: Path, collector: str, rel: str,
-                                               garbage: str) -> None:
+@pytest.mark.parametrize(
+    ("collector", "rel", "garbage"),
+    [
+        ("nic", "proc/interrupts", "this is not /proc/interrupts\n"),
+        ("nic", "proc/irq/40/smp_affinity_list", "zero-three\n"),
+        ("nic", "proc/softirqs", "                    CPU0\n      NET_RX: many\n"),
+        ("nic", "proc/812/task/813/stat", "813 (unbound) S\n"),
+        ("bonding", "proc/net/bonding/bond0", "Bonding Mode: quantum\n"),
+        ("cpu_latency", "sys/devices/system/cpu/cpu0/cpuidle/state1/latency", "fast\n"),
+        ("cpu_latency", "root/dev/cpu_dma_latency", "\x01\x02"),
+    ],
+)
+def test_garbled_file_fails_only_its_collector(
+    tmp_path: Path, collector: str, rel: str, garbage: str
+) -> None:
     root = copy_tree("x86", tmp_path)
     (root / rel).write_text(garbage)
     fams = collect(host_fs(root))
@@ -291,8 +322,11 @@ def test_missing_subsystems_are_no_data(tmp_path: Path) -> None:
     fams = collect(host_fs(root))
     assert success(fams) == {"bonding": 1, "nic": 1, "cpu_latency": 1}
     names = {n for n, _ in samples(fams)}
-    assert not [n for n in names if n.startswith(("dnsfleet_bond", "dnsfleet_cpu",
-                                                  "dnsfleet_pm", "dnsfleet_tuned"))]
+    assert not [
+        n
+        for n in names
+        if n.startswith(("dnsfleet_bond", "dnsfleet_cpu", "dnsfleet_pm", "dnsfleet_tuned"))
+    ]
     assert "dnsfleet_nic_queues" in names
     # An empty tree: nothing anywhere, still no failure.
     empty = tmp_path / "empty"
@@ -322,9 +356,18 @@ def test_process_vanishing_mid_scan(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_host_config_keys() -> None:
-    cfg = parse({"targets": [], "host": {"collectors": ["nic"], "resolver_process": "unbound",
-                                         "nic_include": "eth.*", "nic_exclude": "eth1"}},
-                source="c.yml")
+    cfg = parse(
+        {
+            "targets": [],
+            "host": {
+                "collectors": ["nic"],
+                "resolver_process": "unbound",
+                "nic_include": "eth.*",
+                "nic_exclude": "eth1",
+            },
+        },
+        source="c.yml",
+    )
     assert cfg.host.nic_include == "eth.*" and cfg.host.collectors == ("nic",)
     with pytest.raises(ConfigError, match=r"c.yml: host.nic_exclude: invalid regular"):
         parse({"host": {"nic_exclude": "("}}, source="c.yml")
@@ -335,9 +378,11 @@ def test_host_config_keys() -> None:
 
 
 def test_nic_include_exclude() -> None:
-    cfg = parse({"targets": [], "host": {"nic_include": "eth.*", "nic_exclude": "eth1"}},
-                source="t")
+    cfg = parse(
+        {"targets": [], "host": {"nic_include": "eth.*", "nic_exclude": "eth1"}}, source="t"
+    )
     from dnsfleet.collectors.nic import collect as nic_collect
+
     fams = nic_collect(host_fs(TREES / "x86"), cfg)
     devices = {dict(lab)["device"] for n, lab in samples(fams) if n == "dnsfleet_nic_queues"}
     assert devices == {"eth0"}
@@ -348,17 +393,37 @@ def test_cli_once_on_fixture_tree(tmp_path: Path) -> None:
     cfg.write_text("targets: []\nhost:\n  resolver_process: unbound\n")
     root = TREES / "x86"
     out = subprocess.run(
-        [sys.executable, "-m", "dnsfleet", "--once", "--config.file", str(cfg),
-         "--path.procfs", str(root / "proc"), "--path.sysfs", str(root / "sys"),
-         "--path.rootfs", str(root / "root")],
-        capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "dnsfleet",
+            "--once",
+            "--config.file",
+            str(cfg),
+            "--path.procfs",
+            str(root / "proc"),
+            "--path.sysfs",
+            str(root / "sys"),
+            "--path.rootfs",
+            str(root / "root"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
-    got = {(s.name, frozenset(s.labels.items())): s.value
-           for f in text_string_to_metric_families(out.stdout) for s in f.samples}
+    got = {
+        (s.name, frozenset(s.labels.items())): s.value
+        for f in text_string_to_metric_families(out.stdout)
+        for s in f.samples
+    }
     for c in HOST:
         assert got[("dnsfleet_collector_success", frozenset({("collector", c)}))] == 1
-    golden = {(s.name, frozenset(s.labels.items())): s.value
-              for f in text_string_to_metric_families(GOLDEN.read_text()) for s in f.samples}
+    golden = {
+        (s.name, frozenset(s.labels.items())): s.value
+        for f in text_string_to_metric_families(GOLDEN.read_text())
+        for s in f.samples
+    }
     assert {k: got.get(k) for k in golden} == golden
 
 
@@ -381,8 +446,13 @@ def test_smoke_on_this_machines_proc_and_sys() -> None:
             assert (value(fams, "dnsfleet_nic_queues", device=dev.name) or 0) >= 1, dev.name
     assert value(fams, "dnsfleet_irqbalance_running") in (0, 1)
     text = deterministic(fams)
-    out = subprocess.run([binary("promtool"), "check", "metrics"], input=text,
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [binary("promtool"), "check", "metrics"],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -390,6 +460,7 @@ def test_cpuidle_multiple_drivers_read_per_cpu(tmp_path: Path) -> None:
     """big.LITTLE-style: one cpuidle driver per cluster (cpuN/cpuidle/driver exists); the
     second cluster's C1E is slower and must not be taken from CPU 0."""
     from tests.hosttree import TreeWriter, pm_qos
+
     root = copy_tree("x86", tmp_path)
     cpu = root / "sys" / "devices" / "system" / "cpu"
     for n in range(8):

@@ -33,11 +33,16 @@ OWN_BONDING = FIXTURES / "bonding"
 
 def test_every_shared_sample_has_a_test() -> None:
     """A new file in the shared fixtures must be added to a test here."""
-    covered = {"interrupts/x86-virtio-2cpu.txt", "interrupts/aarch64-ena-8cpu.txt",
-               "cpuidle/state3-acpi.txt", "bonding/sysfs-tree.txt",
-               "bonding/round-robin-kernel-doc.txt", "bonding/active-backup-one-down.txt",
-               "bonding/lacp-partner-churned.txt",
-               "resolver-stats/unbound-stats-excerpt.txt"}   # issue 4's, not a host file
+    covered = {
+        "interrupts/x86-virtio-2cpu.txt",
+        "interrupts/aarch64-ena-8cpu.txt",
+        "cpuidle/state3-acpi.txt",
+        "bonding/sysfs-tree.txt",
+        "bonding/round-robin-kernel-doc.txt",
+        "bonding/active-backup-one-down.txt",
+        "bonding/lacp-partner-churned.txt",
+        "resolver-stats/unbound-stats-excerpt.txt",
+    }  # issue 4's, not a host file
     found = {str(p.relative_to(SHARED)) for p in SHARED.rglob("*.txt")}
     assert found == covered
 
@@ -50,8 +55,18 @@ def test_interrupts_aarch64_label_glued_to_counts() -> None:
     assert ints.cpus == tuple(range(8))
     by = ints.by_irq()
     assert by["IPI0"].counts[0] == 2768808080
-    assert by["IPI0"].total == sum([2768808080, 2844211768, 2878602432, 2730576120,
-                                    2723524623, 3349096412, 2717389879, 2154252810])
+    assert by["IPI0"].total == sum(
+        [
+            2768808080,
+            2844211768,
+            2878602432,
+            2730576120,
+            2723524623,
+            3349096412,
+            2717389879,
+            2154252810,
+        ]
+    )
     assert by["58"].actions == "eth0-Tx-Rx-0"
     assert by["58"].counts == (0, 0, 1195697946, 437, 0, 0, 0, 0)
     assert by["57"].actions == "ena-mgmnt@pci:0000:00:05.0"
@@ -63,7 +78,7 @@ def test_interrupts_x86_virtio() -> None:
     ints = parse_interrupts((SHARED / "interrupts" / "x86-virtio-2cpu.txt").read_text())
     assert ints.cpus == (0, 1)
     by = ints.by_irq()
-    assert by["24"].actions == "ACPI:Ged"           # a colon inside the action name
+    assert by["24"].actions == "ACPI:Ged"  # a colon inside the action name
     assert by["38"].actions == "virtio2-input.0"
     assert by["38"].counts == (0, 2273)
     assert by["38"].description == "PCI-MSIX-0000:00:03.0   1-edge      virtio2-input.0"
@@ -82,31 +97,38 @@ def test_interrupts_counts_only_for_requested_irqs() -> None:
 
 
 def test_interrupts_offline_cpu_columns_and_shared_actions() -> None:
-    text = ("           CPU0       CPU2\n"
-            " 16:        10         20   IO-APIC  16-fasteoi   ehci_hcd:usb1, eth9\n"
-            "NMI:         0          0   Non-maskable interrupts\n")
+    text = (
+        "           CPU0       CPU2\n"
+        " 16:        10         20   IO-APIC  16-fasteoi   ehci_hcd:usb1, eth9\n"
+        "NMI:         0          0   Non-maskable interrupts\n"
+    )
     ints = parse_interrupts(text)
     assert ints.cpus == (0, 2)
     assert ints.by_irq()["16"].actions == "ehci_hcd:usb1, eth9"
 
 
-@pytest.mark.parametrize("text", [
-    "",
-    "garbage\n",
-    "           CPU0       CPU1\n 24:          1   IO-APIC   5-edge      ACPI:Ged\n",
-    "           CPU0       CPU1\n 24:          1       x   IO-APIC 5-edge ACPI:Ged\n",
-    "           CPU0       CPU1\nthis line has no label\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "garbage\n",
+        "           CPU0       CPU1\n 24:          1   IO-APIC   5-edge      ACPI:Ged\n",
+        "           CPU0       CPU1\n 24:          1       x   IO-APIC 5-edge ACPI:Ged\n",
+        "           CPU0       CPU1\nthis line has no label\n",
+    ],
+)
 def test_interrupts_garbage_is_an_error(text: str) -> None:
     with pytest.raises(ValueError):
         parse_interrupts(text)
 
 
 def test_softirqs() -> None:
-    text = ("                    CPU0       CPU1\n"
-            "          HI:          0          0\n"
-            "      NET_RX:       3515       4520\n"
-            "       BLOCK:          0      42305\n")
+    text = (
+        "                    CPU0       CPU1\n"
+        "          HI:          0          0\n"
+        "      NET_RX:       3515       4520\n"
+        "       BLOCK:          0      42305\n"
+    )
     s = parse_softirqs(text, only=("NET_RX",))
     assert s.cpus == (0, 1) and s.counts == {"NET_RX": (3515, 4520)}
     with pytest.raises(ValueError):
@@ -119,13 +141,16 @@ def test_softirqs_of_this_machine() -> None:
     assert "NET_RX" in s.counts and len(s.cpus) == os.cpu_count()
 
 
-@pytest.mark.parametrize(("text", "cpus"), [
-    ("0-3,8,10-11", {0, 1, 2, 3, 8, 10, 11}),
-    ("5", {5}),
-    ("", set()),
-    ("0-1\n", {0, 1}),
-    ("0-7:2/4", {0, 1, 4, 5}),
-])
+@pytest.mark.parametrize(
+    ("text", "cpus"),
+    [
+        ("0-3,8,10-11", {0, 1, 2, 3, 8, 10, 11}),
+        ("5", {5}),
+        ("", set()),
+        ("0-1\n", {0, 1}),
+        ("0-7:2/4", {0, 1, 4, 5}),
+    ],
+)
 def test_cpu_list(text: str, cpus: set[int]) -> None:
     assert parse_cpu_list(text) == frozenset(cpus)
 
@@ -139,21 +164,24 @@ def test_cpu_list_garbage(text: str) -> None:
 # ------------------------------------------------------------------ NIC vector names
 
 
-@pytest.mark.parametrize(("action", "ifname", "queue"), [
-    ("eth0-TxRx-3", "eth0", True),
-    ("eth0-Tx-Rx-3", "eth0", True),
-    ("i40e-eth0-TxRx-3", "eth0", True),
-    ("mlx5_comp3@pci:0000:08:00.0", "ens1f0np0", True),
-    ("virtio2-input.0", "eth0", True),
-    ("virtio2-output.0", "eth0", True),
-    ("uplink0-TxRx-1", "uplink0", True),       # "link" in the interface name
-    ("eth0", "eth0", False),                   # ixgbe's link/other vector
-    ("mlx5_async0@pci:0000:08:00.0", "ens1f0np0", False),
-    ("ena-mgmnt@pci:0000:00:05.0", "eth0", False),
-    ("virtio2-config", "eth0", False),
-    ("i40e-0000:3b:00.0:misc", "eth0", False),
-    ("eth0-event-4", "eth0", False),
-])
+@pytest.mark.parametrize(
+    ("action", "ifname", "queue"),
+    [
+        ("eth0-TxRx-3", "eth0", True),
+        ("eth0-Tx-Rx-3", "eth0", True),
+        ("i40e-eth0-TxRx-3", "eth0", True),
+        ("mlx5_comp3@pci:0000:08:00.0", "ens1f0np0", True),
+        ("virtio2-input.0", "eth0", True),
+        ("virtio2-output.0", "eth0", True),
+        ("uplink0-TxRx-1", "uplink0", True),  # "link" in the interface name
+        ("eth0", "eth0", False),  # ixgbe's link/other vector
+        ("mlx5_async0@pci:0000:08:00.0", "ens1f0np0", False),
+        ("ena-mgmnt@pci:0000:00:05.0", "eth0", False),
+        ("virtio2-config", "eth0", False),
+        ("i40e-0000:3b:00.0:misc", "eth0", False),
+        ("eth0-event-4", "eth0", False),
+    ],
+)
 def test_queue_vectors(action: str, ifname: str, queue: bool) -> None:
     assert is_queue_vector(action, ifname) is queue
 
@@ -163,8 +191,9 @@ def test_name_fallback_mapping() -> None:
     assert not matches_interface("eth01-TxRx-1", ifname="eth0", pci_slot=None)
     assert matches_interface("ice-eth0-TxRx-1", ifname="eth0", pci_slot=None)
     assert matches_interface("mlx5_comp1@pci:0000:08:00.1", ifname="p2", pci_slot="0000:08:00.1")
-    assert not matches_interface("mlx5_comp1@pci:0000:08:00.0", ifname="p2",
-                                 pci_slot="0000:08:00.1")
+    assert not matches_interface(
+        "mlx5_comp1@pci:0000:08:00.0", ifname="p2", pci_slot="0000:08:00.1"
+    )
     assert vector_name("mlx5_comp1@pci:0000:08:00.1") == "mlx5_comp1"
 
 
@@ -189,8 +218,10 @@ def test_bond_active_backup_one_down() -> None:
     b = parse_bond_proc("bond0", bond_text(SHARED / "bonding" / "active-backup-one-down.txt"))
     assert b.mode == "active-backup"
     assert b.active_slave == "eth2"
-    assert [(s.name, s.up, s.link_failures) for s in b.slaves] == [("eth3", False, 2),
-                                                                    ("eth2", True, 0)]
+    assert [(s.name, s.up, s.link_failures) for s in b.slaves] == [
+        ("eth3", False, 2),
+        ("eth2", True, 0),
+    ]
     assert b.miimon_ms == 100
 
 
@@ -200,7 +231,10 @@ def test_bond_lacp_partner_churned() -> None:
     assert b.aggregator_id == 1 and b.partner_mac == "8a:a3:b3:dc:c5:fb"
     eth1, eth2 = b.slaves
     assert (eth1.aggregator_id, eth1.actor_churn_state, eth1.partner_churn_state) == (
-        1, "none", "churned")
+        1,
+        "none",
+        "churned",
+    )
     assert (eth1.actor_churned, eth1.partner_churned) == (0, 1)
     assert eth1.partner_system_mac == "8a:a3:b3:dc:c5:fb"
     assert eth2.partner_churn_state == "none"
@@ -232,13 +266,16 @@ def test_bond_no_monitoring() -> None:
     assert b.mode == "balance-xor" and b.miimon_ms == 0 and b.arp_interval_ms == 0
 
 
-@pytest.mark.parametrize("text", [
-    "Ethernet Channel Bonding Driver: v6\n\nBonding Mode: quantum entanglement\n",
-    "Ethernet Channel Bonding Driver: v6\n\nMII Status: up\n",
-    "Bonding Mode: fault-tolerance (active-backup)\nMII Polling Interval (ms): fast\n",
-    "Bonding Mode: fault-tolerance (active-backup)\n\nSlave Interface: eth0\nSpeed: 1\n",
-    "\x00\x01binary garbage",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Ethernet Channel Bonding Driver: v6\n\nBonding Mode: quantum entanglement\n",
+        "Ethernet Channel Bonding Driver: v6\n\nMII Status: up\n",
+        "Bonding Mode: fault-tolerance (active-backup)\nMII Polling Interval (ms): fast\n",
+        "Bonding Mode: fault-tolerance (active-backup)\n\nSlave Interface: eth0\nSpeed: 1\n",
+        "\x00\x01binary garbage",
+    ],
+)
 def test_bond_proc_garbage(text: str) -> None:
     with pytest.raises(ValueError):
         parse_bond_proc("bond0", text)
@@ -261,8 +298,10 @@ def test_bond_sysfs_tree_of_node_exporter() -> None:
     for bond in tree["sys/class/net/bonding_masters"].split():
         base = f"sys/class/net/{bond}"
         bonding = {"slaves": tree.get(f"{base}/bonding/slaves")}
-        slaves = {s: {"mii_status": tree.get(f"{base}/slave_{s}/bonding_slave/mii_status")}
-                  for s in (bonding["slaves"] or "").split()}
+        slaves = {
+            s: {"mii_status": tree.get(f"{base}/slave_{s}/bonding_slave/mii_status")}
+            for s in (bonding["slaves"] or "").split()
+        }
         b = bond_from_sysfs(bond, bonding=bonding, slaves=slaves)
         got[bond] = (len(b.slaves), b.slaves_up)
     assert got == {"bond0": (0, 0), "dmz": (2, 2), "int": (2, 1)}
@@ -273,16 +312,33 @@ def test_bond_sysfs_values() -> None:
     assert parse_bond_mode("active-backup 1") == "active-backup"
     with pytest.raises(ValueError):
         parse_bond_mode("802.3ad")
-    b = bond_from_sysfs("bond0", bonding={
-        "mode": "802.3ad 4", "slaves": "eth0 eth1", "miimon": "100", "arp_interval": "0",
-        "ad_aggregator": "3", "ad_partner_mac": "00:00:00:00:00:00", "active_slave": ""},
-        slaves={"eth0": {"mii_status": "up", "link_failure_count": "4",
-                         "ad_aggregator_id": "3"},
-                "eth1": {"mii_status": "down", "ad_aggregator_id": "4"}})
+    b = bond_from_sysfs(
+        "bond0",
+        bonding={
+            "mode": "802.3ad 4",
+            "slaves": "eth0 eth1",
+            "miimon": "100",
+            "arp_interval": "0",
+            "ad_aggregator": "3",
+            "ad_partner_mac": "00:00:00:00:00:00",
+            "active_slave": "",
+        },
+        slaves={
+            "eth0": {"mii_status": "up", "link_failure_count": "4", "ad_aggregator_id": "3"},
+            "eth1": {"mii_status": "down", "ad_aggregator_id": "4"},
+        },
+    )
     assert (b.mode, b.miimon_ms, b.aggregator_id, b.partner_mac, b.active_slave) == (
-        "802.3ad", 100, 3, "00:00:00:00:00:00", None)
+        "802.3ad",
+        100,
+        3,
+        "00:00:00:00:00:00",
+        None,
+    )
     assert [(s.up, s.link_failures, s.aggregator_id) for s in b.slaves] == [
-        (True, 4, 3), (False, None, 4)]
+        (True, 4, 3),
+        (False, None, 4),
+    ]
     with pytest.raises(ValueError):
         bond_from_sysfs("bond0", bonding={"miimon": "x"}, slaves={})
 
@@ -347,10 +403,12 @@ def test_resume_latency() -> None:
 
 
 def test_stat_processor() -> None:
-    line = ("6733 (cat) R 6641 6641 4718 0 -1 4194304 126 0 0 0 0 0 0 0 20 0 1 0 59694 "
-            "3133440 362 18446744073709551615 94278415319040 94278415338921 140729584631392 "
-            "0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 94278415354928 94278415356544 94278996369408 "
-            "140729584638649 140729584638679 140729584638679 140729584639979 0")
+    line = (
+        "6733 (cat) R 6641 6641 4718 0 -1 4194304 126 0 0 0 0 0 0 0 20 0 1 0 59694 "
+        "3133440 362 18446744073709551615 94278415319040 94278415338921 140729584631392 "
+        "0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 94278415354928 94278415356544 94278996369408 "
+        "140729584638649 140729584638679 140729584638679 140729584639979 0"
+    )
     assert parse_stat_processor(line) == 1
     # A comm with spaces and parentheses.
     assert parse_stat_processor(line.replace("(cat)", "(a) b (c)")) == 1

@@ -28,20 +28,29 @@ pytestmark = pytest.mark.integration
 HOST = "127.0.0.1"
 TIMEOUT = 0.3
 UDP = Module(name="udp", query_name="www.example.test.", query_type="A", timeout=TIMEOUT)
-TCP = Module(name="tcp", query_name="www.example.test.", query_type="A", transport="tcp",
-             timeout=TIMEOUT)
+TCP = Module(
+    name="tcp", query_name="www.example.test.", query_type="A", transport="tcp", timeout=TIMEOUT
+)
 GOOD = "www.example.test. 60 IN A 192.0.2.10"
 FORGED = "www.example.test. 60 IN A 203.0.113.66"
 # The forged answers carry three records, the real one one: answer_rrs tells them apart.
-FORGED3 = (FORGED, "www.example.test. 60 IN A 203.0.113.67",
-           "www.example.test. 60 IN A 203.0.113.68")
+FORGED3 = (
+    FORGED,
+    "www.example.test. 60 IN A 203.0.113.67",
+    "www.example.test. 60 IN A 203.0.113.68",
+)
 
 
 def run_probe(port: int, module: Module = UDP, *, timeout: float = TIMEOUT) -> ProbeResult:
     async def go() -> ProbeResult:
         start = time.monotonic()
-        r = await probe(sockaddr=(HOST, port), family=socket.AF_INET, module=module,
-                        query=query_for(module), timeout=timeout)
+        r = await probe(
+            sockaddr=(HOST, port),
+            family=socket.AF_INET,
+            module=module,
+            query=query_for(module),
+            timeout=timeout,
+        )
         # Never outlives its timeout (generous slack for a loaded CI box; this is a
         # hang check, not a speed check).
         assert time.monotonic() - start < timeout + 2.0
@@ -137,10 +146,19 @@ def with_id(wire: bytes, qid: int) -> bytes:
 # ------------------------------------------------------------------------ UDP
 
 
-@pytest.mark.parametrize("junk", [
-    b"", b"\x00", b"\xff" * 5, b"\x00" * 11, os.urandom(12), os.urandom(512),
-    os.urandom(4096),
-], ids=["empty", "1", "5", "11", "12-random", "512-random", "4096-random"])
+@pytest.mark.parametrize(
+    "junk",
+    [
+        b"",
+        b"\x00",
+        b"\xff" * 5,
+        b"\x00" * 11,
+        os.urandom(12),
+        os.urandom(512),
+        os.urandom(4096),
+    ],
+    ids=["empty", "1", "5", "11", "12-random", "512-random", "4096-random"],
+)
 def test_random_bytes_are_ignored_not_taken(junk: bytes) -> None:
     with udp_peer(lambda d, p, s: s.sendto(junk, p)) as port:
         r = run_probe(port)
@@ -173,16 +191,21 @@ def test_wrong_id_is_ignored_and_the_real_answer_wins() -> None:
 
 
 def test_wrong_id_only_is_not_success() -> None:
-    with udp_peer(lambda d, p, s: s.sendto(
-            answer(d, GOOD, qid=qid_of(d) ^ 1), p)) as port:
+    with udp_peer(lambda d, p, s: s.sendto(answer(d, GOOD, qid=qid_of(d) ^ 1), p)) as port:
         r = run_probe(port)
     assert r.reason is Reason.MALFORMED
     assert r.detail.startswith("1 datagram(s) that were not an answer")
 
 
-@pytest.mark.parametrize(("qname", "qtype"), [
-    ("www.example.test.", "AAAA"), ("evil.test.", "A"), ("www.example.test.", "ANY"),
-    ("www.example.tes.", "A")])
+@pytest.mark.parametrize(
+    ("qname", "qtype"),
+    [
+        ("www.example.test.", "AAAA"),
+        ("evil.test.", "A"),
+        ("www.example.test.", "ANY"),
+        ("www.example.tes.", "A"),
+    ],
+)
 def test_wrong_question_is_ignored(qname: str, qtype: str) -> None:
     def fn(d: bytes, p: tuple[str, int], s: socket.socket) -> None:
         forged = dns.message.make_query(qname, qtype)
@@ -202,6 +225,7 @@ def test_wrong_question_is_ignored(qname: str, qtype: str) -> None:
 def test_question_in_other_case_is_ours() -> None:
     """DNS names compare case-insensitively; resolvers using 0x20 randomisation echo the
     question in mixed case. That is our question."""
+
     def fn(d: bytes, p: tuple[str, int], s: socket.socket) -> None:
         wire = bytearray(answer(d, GOOD))
         wire[12:30] = bytes(wire[12:30]).upper()
@@ -216,13 +240,13 @@ def test_answer_without_question_is_not_taken() -> None:
     """Our ID, QR set, NOERROR, no question section and forged answers: not an answer to
     our question. Error rcodes without a question stay acceptable (FORMERR from servers
     that could not parse the question at all)."""
+
     def forged(d: bytes) -> bytes:
         m = dns.message.from_wire(answer(d, *FORGED3))
         m.question = []
         return m.to_wire()
 
-    with udp_peer(lambda d, p, s: (s.sendto(forged(d), p),
-                                   s.sendto(answer(d, GOOD), p))) as port:
+    with udp_peer(lambda d, p, s: (s.sendto(forged(d), p), s.sendto(answer(d, GOOD), p))) as port:
         r = run_probe(port)
     assert r.success and r.answer_rrs == 1
 
@@ -243,6 +267,7 @@ def test_replies_from_another_port_or_address_are_dropped() -> None:
     side_addr = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     side_addr.bind(("127.0.0.2", 0))
     try:
+
         def fn(d: bytes, p: tuple[str, int], s: socket.socket) -> None:
             side_port.sendto(answer(d, GOOD), p)
             side_addr.sendto(answer(d, GOOD), p)
@@ -260,18 +285,24 @@ def test_compression_pointer_loops() -> None:
     """Answer names that point at each other (a forward pointer closing a loop): the fast
     reader checks pointers as dnspython does and reports malformed (it used to call this a
     success); so does the full decoder of answer-matching modules."""
+
     def looped(d: bytes) -> bytes:
         base = answer(d)  # header + question, no answers
         hdr = bytearray(base[:12])
-        hdr[6:8] = (2).to_bytes(2, "big")        # two answers
+        hdr[6:8] = (2).to_bytes(2, "big")  # two answers
         off1 = len(base)
         rr_tail = struct.pack("!HHIH", 1, 1, 60, 4) + bytes([192, 0, 2, 10])
         rr1 = (0xC000 | (off1 + 12 + 4)).to_bytes(2, "big") + rr_tail  # -> rr2's name
-        rr2 = (0xC000 | off1).to_bytes(2, "big") + rr_tail             # -> rr1's name
+        rr2 = (0xC000 | off1).to_bytes(2, "big") + rr_tail  # -> rr1's name
         return bytes(hdr) + base[12:] + rr1 + rr2
 
-    self_loop = Module(name="m", query_name="www.example.test.", query_type="A",
-                       timeout=TIMEOUT, fail_if_not_matches=("192\\.0\\.2\\.10",))
+    self_loop = Module(
+        name="m",
+        query_name="www.example.test.",
+        query_type="A",
+        timeout=TIMEOUT,
+        fail_if_not_matches=("192\\.0\\.2\\.10",),
+    )
     with udp_peer(lambda d, p, s: s.sendto(looped(d), p)) as port:
         fast = run_probe(port)
         full = run_probe(port, self_loop)
@@ -282,8 +313,13 @@ def test_compression_pointer_loops() -> None:
 
 def test_pointer_loop_in_the_question_is_malformed() -> None:
     def fn(d: bytes, p: tuple[str, int], s: socket.socket) -> None:
-        s.sendto(d[:2] + struct.pack("!HHHHH", 0x8180, 1, 0, 0, 0) + b"\xc0\x0c" +
-                 struct.pack("!HH", 1, 1), p)
+        s.sendto(
+            d[:2]
+            + struct.pack("!HHHHH", 0x8180, 1, 0, 0, 0)
+            + b"\xc0\x0c"
+            + struct.pack("!HH", 1, 1),
+            p,
+        )
 
     with udp_peer(fn) as port:
         r = run_probe(port)
@@ -322,10 +358,11 @@ def test_a_flood_of_junk_does_not_hang_the_probe() -> None:
 def test_huge_ttls_are_read_as_zero() -> None:
     """RFC 2181 §8: a TTL with the top bit set is treated as zero; a forged
     0xffffffff must not look like a record cached for 136 years."""
+
     def fn(d: bytes, p: tuple[str, int], s: socket.socket) -> None:
         wire = bytearray(answer(d, GOOD))
         ttl_at = wire.index(bytes([192, 0, 2, 10])) - 6  # TTL, RDLENGTH, then RDATA
-        wire[ttl_at:ttl_at + 4] = b"\xff\xff\xff\xff"
+        wire[ttl_at : ttl_at + 4] = b"\xff\xff\xff\xff"
         s.sendto(bytes(wire), p)
 
     with udp_peer(fn) as port:
@@ -379,19 +416,28 @@ def test_tcp_byte_by_byte_trickle_is_bounded() -> None:
     assert r.reason is Reason.TIMEOUT and r.detail.startswith("incomplete response: ")
 
 
-@pytest.mark.parametrize(("reply", "reason", "detail"), [
-    (lambda q: b"", Reason.NETWORK_ERROR, "connection closed after 0 bytes of the response"),
-    (lambda q: b"\x00", Reason.MALFORMED, "connection closed after 1 bytes of the response"),
-    (lambda q: b"\x00\x00", Reason.MALFORMED, "answer does not match the query"),
-    (lambda q: b"\x00\x40" + b"\x00" * 10, Reason.MALFORMED,
-     "connection closed after 12 bytes of the response"),
-    (lambda q: b"\x01\x00" + os.urandom(256), Reason.MALFORMED, ""),
-    (lambda q: (len(q)).to_bytes(2, "big") + with_id(answer(q, GOOD)[:len(q)],
-                                                     qid_of(q) ^ 1),
-     Reason.MALFORMED, "answer does not match the query"),
-])
-def test_tcp_broken_replies(reply: Callable[[bytes], bytes], reason: Reason,
-                            detail: str) -> None:
+@pytest.mark.parametrize(
+    ("reply", "reason", "detail"),
+    [
+        (lambda q: b"", Reason.NETWORK_ERROR, "connection closed after 0 bytes of the response"),
+        (lambda q: b"\x00", Reason.MALFORMED, "connection closed after 1 bytes of the response"),
+        (lambda q: b"\x00\x00", Reason.MALFORMED, "answer does not match the query"),
+        (
+            lambda q: b"\x00\x40" + b"\x00" * 10,
+            Reason.MALFORMED,
+            "connection closed after 12 bytes of the response",
+        ),
+        (lambda q: b"\x01\x00" + os.urandom(256), Reason.MALFORMED, ""),
+        (
+            lambda q: (
+                (len(q)).to_bytes(2, "big") + with_id(answer(q, GOOD)[: len(q)], qid_of(q) ^ 1)
+            ),
+            Reason.MALFORMED,
+            "answer does not match the query",
+        ),
+    ],
+)
+def test_tcp_broken_replies(reply: Callable[[bytes], bytes], reason: Reason, detail: str) -> None:
     def fn(c: socket.socket) -> None:
         c.sendall(reply(read_query(c)))
         c.shutdown(socket.SHUT_WR)
@@ -426,18 +472,31 @@ def test_hostile_targets_do_not_disturb_good_ones(tmp_path: Path) -> None:
 
     good = lambda d, p, s: s.sendto(answer(d, GOOD), p)  # noqa: E731
     junk = lambda d, p, s: s.sendto(os.urandom(300), p)  # noqa: E731
-    flood = lambda d, p, s: [s.sendto(with_id(answer(d, GOOD), qid_of(d) ^ 1), p)  # noqa: E731
-                             for _ in range(500)]
+
+    def flood(d: bytes, p: tuple[str, int], s: socket.socket) -> None:
+        for _ in range(500):
+            s.sendto(with_id(answer(d, GOOD), qid_of(d) ^ 1), p)
+
     closed = free_port()
     with udp_peer(good) as g, udp_peer(junk) as j, udp_peer(flood) as f:
         conf = tmp_path / "dnsfleet.yml"
-        conf.write_text(yaml.safe_dump({
-            "resolv_conf": [],  # never probe this machine's own resolver
-            "modules": {"m": {"query_name": "www.example.test.", "query_type": "A",
-                              "timeout": "300ms"}},
-            "targets": [{"address": f"127.0.0.1:{p}", "module": "m"}
-                        for p in (g, j, f, closed)],
-        }))
+        conf.write_text(
+            yaml.safe_dump(
+                {
+                    "resolv_conf": [],  # never probe this machine's own resolver
+                    "modules": {
+                        "m": {
+                            "query_name": "www.example.test.",
+                            "query_type": "A",
+                            "timeout": "300ms",
+                        }
+                    },
+                    "targets": [
+                        {"address": f"127.0.0.1:{p}", "module": "m"} for p in (g, j, f, closed)
+                    ],
+                }
+            )
+        )
         exp = Exporter(fs=HostFS(), config_file=str(conf))
         asyncio.run(exp.scrape(5.0))
     got = {st.target.port: st.last for st in exp.prober.states.values()}
@@ -454,7 +513,7 @@ def _with_answer_name(d: bytes, name: bytes, *, extra: bytes = b"", arcount: int
     qend = 12
     while d[qend]:
         qend += d[qend] + 1
-    qend += 5                                   # root label, type, class
+    qend += 5  # root label, type, class
     hdr = d[:2] + struct.pack("!HHHHH", 0x8180, 1, 1, 0, arcount)
     rr = name + struct.pack("!HHIH", 1, 1, 60, 4) + bytes([192, 0, 2, 10])
     return hdr + d[12:qend] + rr + extra
@@ -463,22 +522,28 @@ def _with_answer_name(d: bytes, name: bytes, *, extra: bytes = b"", arcount: int
 OPT_RR = b"\x00" + struct.pack("!HHIH", 41, 1232, 0, 0)
 
 
-@pytest.mark.parametrize(("name", "extra", "arcount", "detail"), [
-    (b"\xc0\xff", b"", 0, "compression pointer does not point backwards"),   # past the end
-    (b"\xc0\x05", b"", 0, "compression pointer into the header"),
-    (b"\x03www\xc0\x0c", OPT_RR + OPT_RR, 2, "more than one OPT record"),
-])
-def test_hostile_answers_on_the_fast_path_are_malformed(name: bytes, extra: bytes,
-                                                        arcount: int, detail: str) -> None:
-    with udp_peer(lambda d, p, s: s.sendto(_with_answer_name(d, name, extra=extra,
-                                                             arcount=arcount), p)) as port:
+@pytest.mark.parametrize(
+    ("name", "extra", "arcount", "detail"),
+    [
+        (b"\xc0\xff", b"", 0, "compression pointer does not point backwards"),  # past the end
+        (b"\xc0\x05", b"", 0, "compression pointer into the header"),
+        (b"\x03www\xc0\x0c", OPT_RR + OPT_RR, 2, "more than one OPT record"),
+    ],
+)
+def test_hostile_answers_on_the_fast_path_are_malformed(
+    name: bytes, extra: bytes, arcount: int, detail: str
+) -> None:
+    with udp_peer(
+        lambda d, p, s: s.sendto(_with_answer_name(d, name, extra=extra, arcount=arcount), p)
+    ) as port:
         r = run_probe(port)
     assert r.reason is Reason.MALFORMED and r.detail == detail, r
 
 
 def test_tc_on_a_tcp_answer_is_not_success() -> None:
-    mod = Module(name="m", query_name="www.example.test.", query_type="A", timeout=TIMEOUT,
-                 transport="tcp")
+    mod = Module(
+        name="m", query_name="www.example.test.", query_type="A", timeout=TIMEOUT, transport="tcp"
+    )
     with scripted(lambda d: [answer(d, "www.example.test. 60 IN A 192.0.2.1", tc=True)]) as srv:
         r = run_probe(srv.port, mod)
     assert r.reason is Reason.TRUNCATED and r.detail == "TC bit set on a TCP answer"
@@ -488,9 +553,14 @@ def test_catastrophic_regex_cannot_stall_the_loop() -> None:
     """`(a+)+$` against a 1 KiB TXT of a's and one b: Python's re takes longer than the age
     of the universe; RE2 answers in linear time, so the probe ends with a verdict."""
     txt = "a" * 250
-    mod = Module(name="m", query_name="www.example.test.", query_type="TXT", timeout=TIMEOUT,
-                 fail_if_matches=("(a+)+$",))
-    rec = f'www.example.test. 60 IN TXT {" ".join(chr(34) + txt + chr(34) for _ in range(4))}'
+    mod = Module(
+        name="m",
+        query_name="www.example.test.",
+        query_type="TXT",
+        timeout=TIMEOUT,
+        fail_if_matches=("(a+)+$",),
+    )
+    rec = f"www.example.test. 60 IN TXT {' '.join(chr(34) + txt + chr(34) for _ in range(4))}"
     with scripted(lambda d: [answer(d, rec + ' "b"')]) as srv:
         r = run_probe(srv.port, mod)
-    assert r.success, r         # a verdict, and the text does not end in a's
+    assert r.success, r  # a verdict, and the text does not end in a's

@@ -85,54 +85,66 @@ def run(coro: Awaitable[None]) -> None:
 GOOD = b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
 
 
-@pytest.mark.parametrize(("request_bytes", "code", "why"), [
-    (GOOD, 200, "a well-formed request"),
-    (b"GET / HTTP/1.0\r\n\r\n", 200, "HTTP/1.0 needs no Host"),
-    (b"GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 404, "unknown path"),
-    (b"DELETE / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 405, "wrong method"),
-    (b"GET / HTTP/1.1\nHost: x\n\n", 400, "bare LF"),
-    (b"GET / HTTP/1.1\r\nHost: x\nX: y\r\n\r\n", 400, "bare LF inside the head"),
-    (b"GET / HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n\r\n", 400, "NUL in a value"),
-    (b"GET / HTTP/1.1\r\nHost: x\r\nX-A: a\rb\r\n\r\n", 400, "CR in a value"),
-    (b"GET / HTTP/1.1\r\nHost: x\r\nX\x01A: a\r\n\r\n", 400, "control byte in a name"),
-    (b"GET / HTTP/1.1\r\nHost: x\r\nX A: a\r\n\r\n", 400, "space in a name"),
-    (b"GET / HTTP/1.1\r\n\r\n", 400, "HTTP/1.1 without Host"),
-    (b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, "two Host headers"),
-    (b"GET / HTTP/2.0\r\nHost: x\r\n\r\n", 400, "unknown version"),
-    (b"GET / HTTP/1.2\r\nHost: x\r\n\r\n", 400, "unknown minor version"),
-    (b"GET /  HTTP/1.1\r\nHost: x\r\n\r\n", 400, "malformed request line"),
-    (b"get / HTTP/1.1\r\nHost: x\r\n\r\n", 400, "lower-case method"),
-    (b"POST /post HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nab",
-     400, "two Content-Length"),
-    (b"POST /post HTTP/1.1\r\nHost: x\r\nContent-Length: x\r\n\r\n", 400, "bad length"),
-    (b"POST /post HTTP/1.1\r\nHost: x\r\nContent-Length: 999999\r\n\r\n", 413, "body"),
-    (b"POST /post HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", 501, "chunked"),
-    (b"POST /post HTTP/1.1\r\nHost: x\r\nExpect: magic\r\nContent-Length: 1\r\n\r\nx",
-     417, "unknown expectation"),
-    (b"GET / HTTP/1.1\r\nHost: x\r\nX: " + b"a" * 20000 + b"\r\n\r\n", 431, "head size"),
-    (b"GET /boom HTTP/1.1\r\nHost: x\r\n\r\n", 500, "a handler that raises"),
-    (bytes.fromhex("160301020001") + b"\x00" * 50, 400, "a TLS ClientHello"),
-])
+@pytest.mark.parametrize(
+    ("request_bytes", "code", "why"),
+    [
+        (GOOD, 200, "a well-formed request"),
+        (b"GET / HTTP/1.0\r\n\r\n", 200, "HTTP/1.0 needs no Host"),
+        (b"GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 404, "unknown path"),
+        (b"DELETE / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 405, "wrong method"),
+        (b"GET / HTTP/1.1\nHost: x\n\n", 400, "bare LF"),
+        (b"GET / HTTP/1.1\r\nHost: x\nX: y\r\n\r\n", 400, "bare LF inside the head"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n\r\n", 400, "NUL in a value"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nX-A: a\rb\r\n\r\n", 400, "CR in a value"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nX\x01A: a\r\n\r\n", 400, "control byte in a name"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nX A: a\r\n\r\n", 400, "space in a name"),
+        (b"GET / HTTP/1.1\r\n\r\n", 400, "HTTP/1.1 without Host"),
+        (b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, "two Host headers"),
+        (b"GET / HTTP/2.0\r\nHost: x\r\n\r\n", 400, "unknown version"),
+        (b"GET / HTTP/1.2\r\nHost: x\r\n\r\n", 400, "unknown minor version"),
+        (b"GET /  HTTP/1.1\r\nHost: x\r\n\r\n", 400, "malformed request line"),
+        (b"get / HTTP/1.1\r\nHost: x\r\n\r\n", 400, "lower-case method"),
+        (
+            b"POST /post HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nab",
+            400,
+            "two Content-Length",
+        ),
+        (b"POST /post HTTP/1.1\r\nHost: x\r\nContent-Length: x\r\n\r\n", 400, "bad length"),
+        (b"POST /post HTTP/1.1\r\nHost: x\r\nContent-Length: 999999\r\n\r\n", 413, "body"),
+        (b"POST /post HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", 501, "chunked"),
+        (
+            b"POST /post HTTP/1.1\r\nHost: x\r\nExpect: magic\r\nContent-Length: 1\r\n\r\nx",
+            417,
+            "unknown expectation",
+        ),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nX: " + b"a" * 20000 + b"\r\n\r\n", 431, "head size"),
+        (b"GET /boom HTTP/1.1\r\nHost: x\r\n\r\n", 500, "a handler that raises"),
+        (bytes.fromhex("160301020001") + b"\x00" * 50, 400, "a TLS ClientHello"),
+    ],
+)
 def test_status_codes(request_bytes: bytes, code: int, why: str) -> None:
     async def go() -> None:
         async with server(router()) as port:
             raw = await exchange(port, request_bytes)
             assert status(raw) == code, (why, raw[:200])
+
     run(go())
 
 
 def test_keep_alive_and_close_tokens() -> None:
     async def go() -> None:
         async with server(router()) as port:
-            two = (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
-                   b"GET / HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, close\r\n\r\n")
+            two = (
+                b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+                b"GET / HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, close\r\n\r\n"
+            )
             raw = await exchange(port, two)
-            assert raw.count(b"HTTP/1.1 200 OK") == 2      # pipelined, then closed
+            assert raw.count(b"HTTP/1.1 200 OK") == 2  # pipelined, then closed
             assert raw.endswith(b"ok GET / 0\n")
             # HEAD: the head only
-            raw = await exchange(port, b"HEAD / HTTP/1.1\r\nHost: x\r\nConnection: close"
-                                       b"\r\n\r\n")
+            raw = await exchange(port, b"HEAD / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             assert status(raw) == 200 and raw.endswith(b"\r\n\r\n")
+
     run(go())
 
 
@@ -140,14 +152,17 @@ def test_expect_100_continue_is_answered() -> None:
     async def go() -> None:
         async with server(router()) as port:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(b"POST /post HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
-                         b"Content-Length: 5\r\nConnection: close\r\n\r\n")
+            writer.write(
+                b"POST /post HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                b"Content-Length: 5\r\nConnection: close\r\n\r\n"
+            )
             interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
             assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
             writer.write(b"hello")
             rest = await asyncio.wait_for(reader.read(), 5)
             assert status(rest) == 200 and rest.endswith(b"ok POST /post 5\n")
             writer.close()
+
     run(go())
 
 
@@ -156,17 +171,19 @@ def test_head_and_idle_timeouts_close_the_connection() -> None:
         async with server(router(), head_timeout=0.3, idle_timeout=0.5) as port:
             # exchange() raises if the server has not closed within 5 s.
             raw = await exchange(port, b"GET / HTTP/1.1\r\nHost: x\r\n", timeout=5)
-            assert raw == b""                                     # head never completed
+            assert raw == b""  # head never completed
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
             await reader.readuntil(b"ok GET / 0\n")
             assert await asyncio.wait_for(reader.read(), 5) == b""  # idle keep-alive closed
             writer.close()
+
     run(go())
 
 
 def test_failing_guard_and_unencodable_header_end_in_500_and_close() -> None:
     """Both used to leave the connection hanging and the descriptor open."""
+
     def bad_guard(req: Request) -> Response | None:
         raise ValueError("guard failed")
 
@@ -177,10 +194,11 @@ def test_failing_guard_and_unencodable_header_end_in_500_and_close() -> None:
             raw = await exchange(port, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", timeout=5)
             assert status(raw) == 500 and b"Connection: close" in raw
         r2 = router()
-        r2.extra_headers.append(("X-Frame-Options", "d\u00e9ny\u2603"))   # not latin-1
+        r2.extra_headers.append(("X-Frame-Options", "d\u00e9ny\u2603"))  # not latin-1
         async with server(r2) as port:
             raw = await exchange(port, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", timeout=5)
             assert status(raw) == 500
+
     before = len(os.listdir("/proc/self/fd"))
     run(go())
     assert len(os.listdir("/proc/self/fd")) <= before + 1
@@ -191,10 +209,17 @@ def test_failing_guard_and_unencodable_header_end_in_500_and_close() -> None:
 
 def exporter(tmp_path: Path, **extra: object) -> Exporter:
     p = tmp_path / "dnsfleet.yml"
-    p.write_text(yaml.safe_dump({
-        "resolv_conf": [], "modules": {"m": {"timeout": "1s"}},
-        # A silent target: every scrape lasts about as long as the budget allows.
-        "targets": [{"address": "127.0.0.1:9", "module": "m"}], **extra}))
+    p.write_text(
+        yaml.safe_dump(
+            {
+                "resolv_conf": [],
+                "modules": {"m": {"timeout": "1s"}},
+                # A silent target: every scrape lasts about as long as the budget allows.
+                "targets": [{"address": "127.0.0.1:9", "module": "m"}],
+                **extra,
+            }
+        )
+    )
     return Exporter(fs=HostFS(), config_file=str(p))
 
 
@@ -203,31 +228,49 @@ def test_gzip_openmetrics_and_lifecycle(tmp_path: Path) -> None:
 
     async def go() -> None:
         async with server(make_router(exp)) as port:
-            raw = await exchange(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n"
-                                       b"Accept-Encoding: gzip\r\nConnection: close\r\n\r\n")
+            raw = await exchange(
+                port,
+                b"GET /metrics HTTP/1.1\r\nHost: x\r\n"
+                b"Accept-Encoding: gzip\r\nConnection: close\r\n\r\n",
+            )
             head, _, body = raw.partition(b"\r\n\r\n")
             assert b"Content-Encoding: gzip" in head and b"Vary: Accept-Encoding" in head
             text = gzip.decompress(body).decode()
             assert list(text_string_to_metric_families(text))
-            raw = await exchange(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: "
-                                       b"application/openmetrics-text; version=1.0.0,"
-                                       b"text/plain;q=0.5\r\nConnection: close\r\n\r\n")
+            raw = await exchange(
+                port,
+                b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: "
+                b"application/openmetrics-text; version=1.0.0,"
+                b"text/plain;q=0.5\r\nConnection: close\r\n\r\n",
+            )
             head, _, body = raw.partition(b"\r\n\r\n")
             assert b"application/openmetrics-text; version=1.0.0" in head
             om = body.decode()
             assert om.endswith("# EOF\n")
             fams = {f.name: f for f in om_parse(om)}  # type: ignore[no-untyped-call]
             assert fams["dnsfleet_probe_failures"].type == "counter"
-            check = subprocess.run([binary("promtool"), "check", "metrics"], input=om,
-                                   capture_output=True, text=True, timeout=60)
+            check = subprocess.run(
+                [binary("promtool"), "check", "metrics"],
+                input=om,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             assert "error" not in (check.stdout + check.stderr).lower(), check.stderr
-            raw = await exchange(port, b"POST /-/reload HTTP/1.1\r\nHost: x\r\n"
-                                       b"Content-Length: 0\r\nConnection: close\r\n\r\n")
+            raw = await exchange(
+                port,
+                b"POST /-/reload HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Length: 0\r\nConnection: close\r\n\r\n",
+            )
             assert status(raw) == 403 and b"--web.enable-lifecycle" in raw
         async with server(make_router(exp, enable_lifecycle=True)) as port:
-            raw = await exchange(port, b"POST /-/reload HTTP/1.1\r\nHost: x\r\n"
-                                       b"Content-Length: 0\r\nConnection: close\r\n\r\n")
+            raw = await exchange(
+                port,
+                b"POST /-/reload HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Length: 0\r\nConnection: close\r\n\r\n",
+            )
             assert status(raw) == 200
+
     run(go())
 
 
@@ -240,9 +283,13 @@ def test_concurrent_scrapes_share_a_cycle_and_keep_their_own_deadline(tmp_path: 
 
     async def one(port: int) -> tuple[int, float]:
         t = time.monotonic()
-        raw = await exchange(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n"
-                                   b"X-Prometheus-Scrape-Timeout-Seconds: 1.5\r\n"
-                                   b"Connection: close\r\n\r\n", timeout=20)
+        raw = await exchange(
+            port,
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\n"
+            b"X-Prometheus-Scrape-Timeout-Seconds: 1.5\r\n"
+            b"Connection: close\r\n\r\n",
+            timeout=20,
+        )
         return status(raw), time.monotonic() - t
 
     async def go() -> None:
@@ -254,6 +301,7 @@ def test_concurrent_scrapes_share_a_cycle_and_keep_their_own_deadline(tmp_path: 
             # bounded by asyncio.wait_for on its own remaining budget (see app.py).
             over = await asyncio.gather(*(one(port) for _ in range(11)))
             assert sorted(code for code, _ in over).count(503) >= 1
+
     run(go())
 
 
@@ -265,22 +313,34 @@ def test_a_late_scrape_keeps_its_own_deadline(tmp_path: Path) -> None:
 
     hole = Blackhole()
     p = tmp_path / "dnsfleet.yml"
-    p.write_text(yaml.safe_dump({
-        "resolv_conf": [], "modules": {"m": {"timeout": "10s"}},
-        "targets": [{"address": hole.address, "module": "m"}]}))
+    p.write_text(
+        yaml.safe_dump(
+            {
+                "resolv_conf": [],
+                "modules": {"m": {"timeout": "10s"}},
+                "targets": [{"address": hole.address, "module": "m"}],
+            }
+        )
+    )
     exp = Exporter(fs=HostFS(), config_file=str(p))
 
     async def scrape(port: int, timeout: str, delay: float) -> int:
         await asyncio.sleep(delay)
-        raw = await exchange(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n"
-                                   b"X-Prometheus-Scrape-Timeout-Seconds: " + timeout.encode()
-                                   + b"\r\nConnection: close\r\n\r\n", timeout=20)
+        raw = await exchange(
+            port,
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\n"
+            b"X-Prometheus-Scrape-Timeout-Seconds: "
+            + timeout.encode()
+            + b"\r\nConnection: close\r\n\r\n",
+            timeout=20,
+        )
         return status(raw)
 
     async def go() -> None:
         async with server(make_router(exp)) as port:
             first, second = await asyncio.gather(scrape(port, "3", 0), scrape(port, "1", 0.3))
             assert (first, second) == (200, 503)
+
     try:
         run(go())
     finally:

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parent.parent
 KDIR = ROOT / "deploy" / "kubernetes"
-K8S_VERSION = "1.30.0"   # the oldest Kubernetes release still supported upstream here
+K8S_VERSION = "1.30.0"  # the oldest Kubernetes release still supported upstream here
 
 
 def kubectl() -> str:
@@ -38,8 +38,9 @@ def kubectl() -> str:
 
 @pytest.fixture(scope="module")
 def rendered() -> list[dict[str, Any]]:
-    out = subprocess.run([kubectl(), "kustomize", str(KDIR)], capture_output=True, text=True,
-                         timeout=60, check=False)
+    out = subprocess.run(
+        [kubectl(), "kustomize", str(KDIR)], capture_output=True, text=True, timeout=60, check=False
+    )
     assert out.returncode == 0, out.stderr
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 
@@ -51,18 +52,26 @@ def one(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
 
 def test_prometheusrule_is_generated_from_the_rule_files() -> None:
     assert (KDIR / "prometheusrule.yaml").read_text() == generate.render(), (
-        "deploy/kubernetes/prometheusrule.yaml is stale: run `make k8s`")
+        "deploy/kubernetes/prometheusrule.yaml is stale: run `make k8s`"
+    )
 
 
 def test_renders_the_expected_objects(rendered: list[dict[str, Any]]) -> None:
     kinds = sorted((d["kind"], d["metadata"]["name"]) for d in rendered)
-    assert kinds == sorted([
-        ("Namespace", "dnsfleet"), ("ServiceAccount", "dnsfleet"),
-        ("ConfigMap", kinds_name(rendered)),
-        ("Service", "dnsfleet-fleet"), ("Service", "dnsfleet-node"),
-        ("Deployment", "dnsfleet-fleet"), ("DaemonSet", "dnsfleet-node"),
-        ("ServiceMonitor", "dnsfleet-fleet"), ("PodMonitor", "dnsfleet-node"),
-        ("PrometheusRule", "dnsfleet")])
+    assert kinds == sorted(
+        [
+            ("Namespace", "dnsfleet"),
+            ("ServiceAccount", "dnsfleet"),
+            ("ConfigMap", kinds_name(rendered)),
+            ("Service", "dnsfleet-fleet"),
+            ("Service", "dnsfleet-node"),
+            ("Deployment", "dnsfleet-fleet"),
+            ("DaemonSet", "dnsfleet-node"),
+            ("ServiceMonitor", "dnsfleet-fleet"),
+            ("PodMonitor", "dnsfleet-node"),
+            ("PrometheusRule", "dnsfleet"),
+        ]
+    )
     for d in rendered:
         if d["kind"] != "Namespace":
             assert d["metadata"]["namespace"] == "dnsfleet", d["kind"]
@@ -71,12 +80,13 @@ def test_renders_the_expected_objects(rendered: list[dict[str, Any]]) -> None:
 def kinds_name(docs: list[dict[str, Any]]) -> str:
     (cm,) = [d for d in docs if d["kind"] == "ConfigMap"]
     name = cm["metadata"]["name"]
-    assert name.startswith("dnsfleet-config-")   # content hash: a change rolls the pods
+    assert name.startswith("dnsfleet-config-")  # content hash: a change rolls the pods
     return str(name)
 
 
 def test_builtin_objects_valid_against_the_kubernetes_schemas(
-        rendered: list[dict[str, Any]]) -> None:
+    rendered: list[dict[str, Any]],
+) -> None:
     checked = 0
     for d in rendered:
         if d["apiVersion"].startswith("monitoring.coreos.com/"):
@@ -92,16 +102,25 @@ def test_builtin_objects_valid_against_the_kubernetes_schemas(
         kubernetes_validate.validate(bad, K8S_VERSION, strict=True)
 
 
-def test_prometheusrule_groups_pass_promtool(rendered: list[dict[str, Any]],
-                                             tmp_path: Path) -> None:
+def test_prometheusrule_groups_pass_promtool(
+    rendered: list[dict[str, Any]], tmp_path: Path
+) -> None:
     rule = one(rendered, "PrometheusRule", "dnsfleet")
-    source = [g for p in sorted((ROOT / "alerts" / "rules").glob("*.rules.yml"))
-              for g in yaml.safe_load(p.read_text())["groups"]]
+    source = [
+        g
+        for p in sorted((ROOT / "alerts" / "rules").glob("*.rules.yml"))
+        for g in yaml.safe_load(p.read_text())["groups"]
+    ]
     assert rule["spec"]["groups"] == source
     f = tmp_path / "rules.yml"
     f.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
-    out = subprocess.run([binary("promtool"), "check", "rules", str(f)], capture_output=True,
-                         text=True, timeout=60, check=False)
+    out = subprocess.run(
+        [binary("promtool"), "check", "rules", str(f)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -112,8 +131,10 @@ def _container(workload: dict[str, Any]) -> dict[str, Any]:
 
 def test_configs_load_and_args_parse(rendered: list[dict[str, Any]], tmp_path: Path) -> None:
     cm = one(rendered, "ConfigMap", kinds_name(rendered))
-    for kind, name, key in (("DaemonSet", "dnsfleet-node", "node.yml"),
-                            ("Deployment", "dnsfleet-fleet", "fleet.yml")):
+    for kind, name, key in (
+        ("DaemonSet", "dnsfleet-node", "node.yml"),
+        ("Deployment", "dnsfleet-fleet", "fleet.yml"),
+    ):
         w = one(rendered, kind, name)
         c = _container(w)
         args = exporter_parser().parse_args(c["args"])
@@ -124,7 +145,7 @@ def test_configs_load_and_args_parse(rendered: list[dict[str, Any]], tmp_path: P
         assert vols["config"]["configMap"]["name"] == cm["metadata"]["name"]
         path = tmp_path / key
         path.write_text(cm["data"][key])
-        load(str(path))   # the exporter's own loader: raises ConfigError with the reason
+        load(str(path))  # the exporter's own loader: raises ConfigError with the reason
         # The health and readiness endpoints the probes call.
         assert c["readinessProbe"]["httpGet"]["path"] == "/-/ready"
         assert c["livenessProbe"]["httpGet"]["path"] == "/-/healthy"

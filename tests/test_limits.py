@@ -105,13 +105,15 @@ def test_max_concurrent_probes_is_honoured(tmp_path: Path) -> None:
     peer = DelayedPeer(0.05)
     try:
         # 24 targets on one peer, distinct by module.
-        targets = [{"address": f"127.0.0.1:{peer.port}", "module": f"m{i}"}
-                   for i in range(24)]
-        exp = exporter_for(tmp_path, {
-            "modules": {f"m{i}": A_MODULE for i in range(24)},
-            "targets": targets,
-            "limits": {"max_concurrent_probes": 4},
-        })
+        targets = [{"address": f"127.0.0.1:{peer.port}", "module": f"m{i}"} for i in range(24)]
+        exp = exporter_for(
+            tmp_path,
+            {
+                "modules": {f"m{i}": A_MODULE for i in range(24)},
+                "targets": targets,
+                "limits": {"max_concurrent_probes": 4},
+            },
+        )
         asyncio.run(exp.scrape(10.0))
     finally:
         peer.close()
@@ -121,9 +123,11 @@ def test_max_concurrent_probes_is_honoured(tmp_path: Path) -> None:
 
 
 def test_max_targets(tmp_path: Path) -> None:
-    doc = {"modules": {"m": A_MODULE},
-           "targets": [{"address": f"127.0.0.{i}", "module": "m"} for i in range(1, 6)],
-           "limits": {"max_targets": 4}}
+    doc = {
+        "modules": {"m": A_MODULE},
+        "targets": [{"address": f"127.0.0.{i}", "module": "m"} for i in range(1, 6)],
+        "limits": {"max_targets": 4},
+    }
     with pytest.raises(ConfigError) as e:
         config_mod.load(write_config(tmp_path / "c.yml", doc))
     assert str(e.value).endswith("targets: 5 targets exceed limits.max_targets (4)")
@@ -133,11 +137,14 @@ def test_scrape_deadline_budgets_every_probe(tmp_path: Path, blackhole: Blackhol
     """Six silent targets with a 5 s module timeout, two at a time, a 1.5 s scrape timeout
     (offset 0.5 s): the first two wait out the 1 s budget, the other four are not started
     after the deadline. Nobody waits 5 s."""
-    exp = exporter_for(tmp_path, {
-        "modules": {f"m{i}": {**A_MODULE, "timeout": "5s"} for i in range(6)},
-        "targets": [{"address": blackhole.address, "module": f"m{i}"} for i in range(6)],
-        "limits": {"max_concurrent_probes": 2},
-    })
+    exp = exporter_for(
+        tmp_path,
+        {
+            "modules": {f"m{i}": {**A_MODULE, "timeout": "5s"} for i in range(6)},
+            "targets": [{"address": blackhole.address, "module": f"m{i}"} for i in range(6)],
+            "limits": {"max_concurrent_probes": 2},
+        },
+    )
     asyncio.run(exp.scrape(1.5))
     results = [st.last for st in exp.prober.states.values()]
     assert all(r is not None and r.reason is Reason.TIMEOUT for r in results)
@@ -159,27 +166,33 @@ def wildcard_unbound(tmp_path: Path) -> Iterator[Unbound]:
     u.stop()
 
 
-def test_ten_thousand_targets_a_fifth_silent(tmp_path: Path,
-                                             wildcard_unbound: Unbound) -> None:
+def test_ten_thousand_targets_a_fifth_silent(tmp_path: Path, wildcard_unbound: Unbound) -> None:
     raise_fd_limit()
     silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # reads nothing, answers nothing
     silent.bind(("0.0.0.0", 0))
     silent_port = silent.getsockname()[1]
-    targets = [{"address": a, "module": "a"} for a, _ in answering_and_silent(
-        10_000, silent_every=5, port=wildcard_unbound.port, silent_port=silent_port)]
+    targets = [
+        {"address": a, "module": "a"}
+        for a, _ in answering_and_silent(
+            10_000, silent_every=5, port=wildcard_unbound.port, silent_port=silent_port
+        )
+    ]
     scrape_timeout = 10.0
     try:
-        exp = exporter_for(tmp_path, {"modules": {"a": {**A_MODULE, "timeout": "1s"}},
-                                      "targets": targets})
+        exp = exporter_for(
+            tmp_path, {"modules": {"a": {**A_MODULE, "timeout": "1s"}}, "targets": targets}
+        )
         text = asyncio.run(exp.scrape(scrape_timeout)).decode()
     finally:
         silent.close()
     results = {st.target.address: st.last for st in exp.prober.states.values()}
     assert len(results) == 10_000
     ok = [a for a, r in results.items() if r is not None and r.success]
-    timed_out = [a for a, r in results.items()
-                 if r is not None and r.reason is Reason.TIMEOUT
-                 and r.detail.startswith("no answer within")]
+    timed_out = [
+        a
+        for a, r in results.items()
+        if r is not None and r.reason is Reason.TIMEOUT and r.detail.startswith("no answer within")
+    ]
     assert len(ok) == 8_000 and all(a.startswith("127.0.") for a in ok)
     # Every silent target got its full module timeout: none was starved by the deadline.
     assert len(timed_out) == 2_000 and all(a.startswith("127.1.") for a in timed_out)
@@ -194,21 +207,31 @@ def test_ten_thousand_targets_a_fifth_silent(tmp_path: Path,
 
 def test_no_descriptor_or_memory_growth_over_1000_scrapes(tmp_path: Path) -> None:
     closed = free_port()
-    with scripted(lambda q: [answer(q, "a.local.test. 60 IN A 192.0.2.1")]) as good, \
-            scripted(lambda q: [os.urandom(64)]) as junk:
+    with (
+        scripted(lambda q: [answer(q, "a.local.test. 60 IN A 192.0.2.1")]) as good,
+        scripted(lambda q: [os.urandom(64)]) as junk,
+    ):
         hole = Blackhole()
         try:
-            mods = {"udp": {**A_MODULE, "timeout": "20ms"},
-                    "tcp": {**A_MODULE, "timeout": "20ms", "transport": "tcp"}}
-            exp = exporter_for(tmp_path, {"modules": mods, "targets": [
-                {"address": good.address, "module": "udp"},
-                {"address": good.address, "module": "tcp"},
-                {"address": junk.address, "module": "udp"},
-                {"address": hole.address, "module": "udp"},
-                {"address": hole.address, "module": "tcp"},
-                {"address": f"127.0.0.1:{closed}", "module": "udp"},
-                {"address": f"127.0.0.1:{closed}", "module": "tcp"},
-            ]})
+            mods = {
+                "udp": {**A_MODULE, "timeout": "20ms"},
+                "tcp": {**A_MODULE, "timeout": "20ms", "transport": "tcp"},
+            }
+            exp = exporter_for(
+                tmp_path,
+                {
+                    "modules": mods,
+                    "targets": [
+                        {"address": good.address, "module": "udp"},
+                        {"address": good.address, "module": "tcp"},
+                        {"address": junk.address, "module": "udp"},
+                        {"address": hole.address, "module": "udp"},
+                        {"address": hole.address, "module": "tcp"},
+                        {"address": f"127.0.0.1:{closed}", "module": "udp"},
+                        {"address": f"127.0.0.1:{closed}", "module": "tcp"},
+                    ],
+                },
+            )
 
             async def soak() -> tuple[int, int, int, int]:
                 for _ in range(100):  # warm up: caches, lazily created objects
@@ -232,8 +255,10 @@ def test_no_descriptor_or_memory_growth_over_1000_scrapes(tmp_path: Path) -> Non
         finally:
             hole.close()
     assert exp.scrapes_total == 1000
-    reasons = {(st.target.port, st.target.module): st.last.reason if st.last else None
-               for st in exp.prober.states.values()}
+    reasons = {
+        (st.target.port, st.target.module): st.last.reason if st.last else None
+        for st in exp.prober.states.values()
+    }
     assert reasons[(good.port, "udp")] is None and reasons[(good.port, "tcp")] is None
     assert reasons[(hole.port, "udp")] is Reason.TIMEOUT
     assert reasons[(closed, "tcp")] is Reason.REFUSED
@@ -266,9 +291,12 @@ BROKEN: list[tuple[str, str]] = [
     ("yaml", "modules: [unclosed\n"),
     ("unknown key", "resolv_conf: []\nmodules: {}\ntargets: []\nprobe_allow_list: []\n"),
     ("bad module ref", "modules: {}\ntargets: [{address: 127.0.0.1, module: nope}]\n"),
-    ("too many targets", "modules: {m: {}}\nlimits: {max_targets: 1}\ntargets:\n"
-                         "  - {address: 127.0.0.1, module: m}\n"
-                         "  - {address: 127.0.0.2, module: m}\n"),
+    (
+        "too many targets",
+        "modules: {m: {}}\nlimits: {max_targets: 1}\ntargets:\n"
+        "  - {address: 127.0.0.1, module: m}\n"
+        "  - {address: 127.0.0.2, module: m}\n",
+    ),
     ("not utf-8", "\udcff"),
     ("directory", ""),
     ("deleted", ""),
@@ -278,11 +306,12 @@ BROKEN: list[tuple[str, str]] = [
 def test_broken_reload_keeps_the_old_config(tmp_path: Path) -> None:
     with scripted(lambda q: [answer(q, "a.local.test. 60 IN A 192.0.2.1")]) as good:
         conf = tmp_path / "dnsfleet.yml"
-        original = {"modules": {"a": A_MODULE},
-                    "targets": [{"address": good.address, "module": "a"}]}
+        original = {
+            "modules": {"a": A_MODULE},
+            "targets": [{"address": good.address, "module": "a"}],
+        }
         write_config(conf, original)
-        with running_exporter(tmp_path, "--config.file", str(conf),
-                              "--web.enable-lifecycle") as e:
+        with running_exporter(tmp_path, "--config.file", str(conf), "--web.enable-lifecycle") as e:
             _, first = http(e, "/metrics")
             assert metric(first, "dnsfleet_probe_success") == 1
             for i, (what, text) in enumerate(BROKEN):

@@ -23,21 +23,22 @@ def run_probe(address: str, **module: Any) -> ProbeResult:
     host, port, scope = parse_address(address)
     fam = socket.AF_INET6 if ":" in host else socket.AF_INET
     sockaddr = (host, port, 0, scope) if fam == socket.AF_INET6 else (host, port)
-    return asyncio.run(probe(sockaddr=sockaddr, family=fam, module=mod, query=query_for(mod),
-                             timeout=mod.timeout))
+    return asyncio.run(
+        probe(sockaddr=sockaddr, family=fam, module=mod, query=query_for(mod), timeout=mod.timeout)
+    )
 
 
 def test_success_through_unbound(unbound: Unbound) -> None:
-    r = run_probe(unbound.address, query_name="www.example.test", query_type="A",
-                  min_answers=1)
+    r = run_probe(unbound.address, query_name="www.example.test", query_type="A", min_answers=1)
     assert (r.success, r.reason, r.rcode, r.answer_rrs) == (True, None, 0, 1)
     assert 0 < r.duration < 2.0
 
 
 def test_success_over_tcp(unbound: Unbound, named: Named) -> None:
     for target in (unbound.address, named.address):
-        r = run_probe(target, query_name="www.example.test", query_type="A",
-                      transport="tcp", min_answers=1)
+        r = run_probe(
+            target, query_name="www.example.test", query_type="A", transport="tcp", min_answers=1
+        )
         assert (r.success, r.rcode, r.answer_rrs) == (True, 0, 1), (target, r.detail)
 
 
@@ -48,8 +49,13 @@ def test_servfail_when_upstream_is_dead(unbound: Unbound) -> None:
 
 
 def test_servfail_accepted_when_module_allows_it(unbound: Unbound) -> None:
-    r = run_probe(unbound.address, query_name="y.dead.test", query_type="A", timeout=5.0,
-                  valid_rcodes=("NOERROR", "SERVFAIL"))
+    r = run_probe(
+        unbound.address,
+        query_name="y.dead.test",
+        query_type="A",
+        timeout=5.0,
+        valid_rcodes=("NOERROR", "SERVFAIL"),
+    )
     assert r.success and r.rcode == 2
 
 
@@ -95,30 +101,45 @@ def test_blackhole_times_out_over_tcp(blackhole: Blackhole) -> None:
 
 
 def test_wrong_answer(unbound: Unbound) -> None:
-    r = run_probe(unbound.address, query_name="www.example.test", query_type="A",
-                  fail_if_not_matches=(r"IN A 192\.0\.2\.99$",))
+    r = run_probe(
+        unbound.address,
+        query_name="www.example.test",
+        query_type="A",
+        fail_if_not_matches=(r"IN A 192\.0\.2\.99$",),
+    )
     assert (r.success, r.reason, r.rcode) == (False, Reason.ANSWER_MISMATCH, 0)
-    ok = run_probe(unbound.address, query_name="www.example.test", query_type="A",
-                   fail_if_not_matches=(r"IN A 192\.0\.2\.10$",))
+    ok = run_probe(
+        unbound.address,
+        query_name="www.example.test",
+        query_type="A",
+        fail_if_not_matches=(r"IN A 192\.0\.2\.10$",),
+    )
     assert ok.success
-    bad = run_probe(unbound.address, query_name="www.example.test", query_type="A",
-                    fail_if_matches=(r"192\.0\.2\.10",))
+    bad = run_probe(
+        unbound.address,
+        query_name="www.example.test",
+        query_type="A",
+        fail_if_matches=(r"192\.0\.2\.10",),
+    )
     assert bad.reason == Reason.ANSWER_MISMATCH
 
 
 def test_no_answer_is_mismatch_when_answers_required(unbound: Unbound) -> None:
     # NODATA: the name exists, no AAAA.
-    r = run_probe(unbound.address, query_name="www.example.test", query_type="AAAA",
-                  min_answers=1)
+    r = run_probe(unbound.address, query_name="www.example.test", query_type="AAAA", min_answers=1)
     assert (r.reason, r.rcode, r.answer_rrs) == (Reason.ANSWER_MISMATCH, 0, 0)
 
 
 def test_truncated_over_udp_then_fine_over_tcp(named: Named) -> None:
-    r = run_probe(named.address, query_name="big.example.test", query_type="TXT",
-                  edns=False)
+    r = run_probe(named.address, query_name="big.example.test", query_type="TXT", edns=False)
     assert (r.success, r.reason) == (False, Reason.TRUNCATED)
-    r = run_probe(named.address, query_name="big.example.test", query_type="TXT",
-                  transport="tcp", min_answers=6)
+    r = run_probe(
+        named.address,
+        query_name="big.example.test",
+        query_type="TXT",
+        transport="tcp",
+        min_answers=6,
+    )
     assert r.success and r.answer_rrs == 6
 
 
@@ -140,8 +161,10 @@ def test_broken_answer_with_our_id_is_malformed_at_once() -> None:
 def test_wrong_id_then_right_answer_wins() -> None:
     def handler(q: bytes) -> list[bytes]:
         wrong = (int.from_bytes(q[:2], "big") ^ 0xFFFF).to_bytes(2, "big")
-        return [wrong + answer(q, "a.test. 60 IN A 192.0.2.1")[2:],
-                answer(q, "a.test. 60 IN A 192.0.2.1")]
+        return [
+            wrong + answer(q, "a.test. 60 IN A 192.0.2.1")[2:],
+            answer(q, "a.test. 60 IN A 192.0.2.1"),
+        ]
 
     with scripted(handler) as s:
         r = run_probe(s.address, query_name="a.test", query_type="A", min_answers=1)
@@ -149,8 +172,11 @@ def test_wrong_id_then_right_answer_wins() -> None:
 
 
 def test_nsid_is_read(tmp_path: Any, named: Named) -> None:
-    u = Unbound(tmp_path / "ub", extra_server='  nsid: "ascii_backend-7"\n',
-                stubs={"example.test.": f"127.0.0.1@{named.port}"})
+    u = Unbound(
+        tmp_path / "ub",
+        extra_server='  nsid: "ascii_backend-7"\n',
+        stubs={"example.test.": f"127.0.0.1@{named.port}"},
+    )
     u.start()
     try:
         r = run_probe(u.address, query_name="www.example.test", query_type="A")
@@ -167,36 +193,55 @@ def test_query_is_built_once_with_nsid_and_rd() -> None:
     assert b"\x00\x03\x00\x00" in q.wire  # EDNS option NSID, empty
 
 
-@pytest.mark.parametrize(("name", "qtype", "rd", "edns", "nsid"), [
-    (".", "NS", True, True, True),
-    ("www.example.test", "A", True, True, True),
-    ("www.example.test.", "AAAA", False, True, False),
-    ("_dns._udp.Example.TEST", "SRV", True, False, False),
-    ("id.server", "TXT", False, True, True),
-    ("a" * 63 + ".b", "TXT", True, True, True),
-])
-def test_hand_built_query_matches_dnspython(name: str, qtype: str, rd: bool, edns: bool,
-                                            nsid: bool) -> None:
+@pytest.mark.parametrize(
+    ("name", "qtype", "rd", "edns", "nsid"),
+    [
+        (".", "NS", True, True, True),
+        ("www.example.test", "A", True, True, True),
+        ("www.example.test.", "AAAA", False, True, False),
+        ("_dns._udp.Example.TEST", "SRV", True, False, False),
+        ("id.server", "TXT", False, True, True),
+        ("a" * 63 + ".b", "TXT", True, True, True),
+    ],
+)
+def test_hand_built_query_matches_dnspython(
+    name: str, qtype: str, rd: bool, edns: bool, nsid: bool
+) -> None:
     import dns.edns
     import dns.flags
     import dns.message
     import dns.rdatatype
 
-    q = build_query(name, int(dns.rdatatype.from_text(qtype)), recursion_desired=rd,
-                    edns=edns, nsid=nsid, payload=1232)
+    q = build_query(
+        name,
+        int(dns.rdatatype.from_text(qtype)),
+        recursion_desired=rd,
+        edns=edns,
+        nsid=nsid,
+        payload=1232,
+    )
     ref = dns.message.make_query(name, qtype)
     ref.id = 0
     if not rd:
         ref.flags &= ~dns.flags.RD
     if edns:
-        ref.use_edns(0, payload=1232,
-                     options=[dns.edns.GenericOption(dns.edns.NSID, b"")] if nsid else [])
+        ref.use_edns(
+            0, payload=1232, options=[dns.edns.GenericOption(dns.edns.NSID, b"")] if nsid else []
+        )
     assert q.wire == ref.to_wire()
 
 
-@pytest.mark.parametrize(("name", "problem"), [
-    ("a..b", "empty label"), ("a" * 64, "longer than 63"), ("é.test", "not ASCII"),
-    ("a b.test", "whitespace"), ("a\\046b", "escapes"), (".".join(["abcdefgh"] * 30), "255")])
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("a..b", "empty label"),
+        ("a" * 64, "longer than 63"),
+        ("é.test", "not ASCII"),
+        ("a b.test", "whitespace"),
+        ("a\\046b", "escapes"),
+        (".".join(["abcdefgh"] * 30), "255"),
+    ],
+)
 def test_encode_name_rejects(name: str, problem: str) -> None:
     from dnsfleet.dnswire import encode_name
 

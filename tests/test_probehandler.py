@@ -16,10 +16,17 @@ from dnsfleet.probes.handler import ProbeHandler, Refusal, Refused
 
 pytestmark = pytest.mark.unit
 
-CFG = parse({"modules": {"m": {"query_name": "a.test"},
-                         "open": {"query_name": "a.test", "allow_query_override": True}},
-             "targets": [{"address": "192.0.2.1", "module": "m"}],
-             "probe_allowlist": ["127.0.0.0/8"]}, source="t.yml")
+CFG = parse(
+    {
+        "modules": {
+            "m": {"query_name": "a.test"},
+            "open": {"query_name": "a.test", "allow_query_override": True},
+        },
+        "targets": [{"address": "192.0.2.1", "module": "m"}],
+        "probe_allowlist": ["127.0.0.0/8"],
+    },
+    source="t.yml",
+)
 
 
 @dataclass
@@ -32,8 +39,15 @@ class FakeExporter:
     def scrape_budget(self, header: float | None) -> float:
         return 1.0
 
-    async def probe_one(self, target: Target, module: Module, timeout: float, *,
-                        qname: str | None = None, qtype: str | None = None) -> ProbeResult:
+    async def probe_one(
+        self,
+        target: Target,
+        module: Module,
+        timeout: float,
+        *,
+        qname: str | None = None,
+        qtype: str | None = None,
+    ) -> ProbeResult:
         self.sent.append((target, module, qname, qtype))
         return cast(ProbeResult, "probed")
 
@@ -44,20 +58,28 @@ def handle(params: dict[str, str], repeated: tuple[str, ...] = ()) -> tuple[Any,
     return asyncio.run(handler.handle(params, repeated=repeated)), exp
 
 
-@pytest.mark.parametrize("params,repeated,kind,reason", [
-    ({"target": "192.0.2.1"}, ("target",), Refusal.INVALID, "repeated parameter: target"),
-    ({}, (), Refusal.INVALID, "missing parameter: target"),
-    ({"target": "dns.example"}, (), Refusal.INVALID, "invalid target"),
-    ({"target": "127.0.0.5"}, (), Refusal.INVALID, "missing parameter: module"),
-    ({"target": "127.0.0.5", "module": "x"}, (), Refusal.INVALID, "unknown module 'x'"),
-    ({"target": "198.51.100.1", "module": "m"}, (), Refusal.FORBIDDEN, "neither configured"),
-    # An IPv4-mapped address is judged as the IPv4 host it reaches.
-    ({"target": "::ffff:198.51.100.1", "module": "m"}, (), Refusal.FORBIDDEN, "neither"),
-    ({"target": "127.0.0.5", "module": "m", "name": "b.test"}, (), Refusal.FORBIDDEN,
-     "does not allow overriding"),
-])
-def test_refusals_send_nothing(params: dict[str, str], repeated: tuple[str, ...],
-                               kind: Refusal, reason: str) -> None:
+@pytest.mark.parametrize(
+    "params,repeated,kind,reason",
+    [
+        ({"target": "192.0.2.1"}, ("target",), Refusal.INVALID, "repeated parameter: target"),
+        ({}, (), Refusal.INVALID, "missing parameter: target"),
+        ({"target": "dns.example"}, (), Refusal.INVALID, "invalid target"),
+        ({"target": "127.0.0.5"}, (), Refusal.INVALID, "missing parameter: module"),
+        ({"target": "127.0.0.5", "module": "x"}, (), Refusal.INVALID, "unknown module 'x'"),
+        ({"target": "198.51.100.1", "module": "m"}, (), Refusal.FORBIDDEN, "neither configured"),
+        # An IPv4-mapped address is judged as the IPv4 host it reaches.
+        ({"target": "::ffff:198.51.100.1", "module": "m"}, (), Refusal.FORBIDDEN, "neither"),
+        (
+            {"target": "127.0.0.5", "module": "m", "name": "b.test"},
+            (),
+            Refusal.FORBIDDEN,
+            "does not allow overriding",
+        ),
+    ],
+)
+def test_refusals_send_nothing(
+    params: dict[str, str], repeated: tuple[str, ...], kind: Refusal, reason: str
+) -> None:
     got, exp = handle(params, repeated)
     assert isinstance(got, Refused) and got.kind == kind and reason in got.reason
     assert exp.sent == []
@@ -68,8 +90,14 @@ def test_allowed_requests() -> None:
     assert got == "probed"
     ((target, module, qname, qtype),) = exp.sent
     assert (module.name, target.host, target.port, qname, qtype) == (
-        "m", "192.0.2.1", 53, None, None)
-    got, exp = handle({"target": "::ffff:127.0.0.9", "module": "open", "name": "b.test",
-                       "type": "aaaa"})
+        "m",
+        "192.0.2.1",
+        53,
+        None,
+        None,
+    )
+    got, exp = handle(
+        {"target": "::ffff:127.0.0.9", "module": "open", "name": "b.test", "type": "aaaa"}
+    )
     ((target, module, qname, qtype),) = exp.sent
     assert (target.host, qname, qtype) == ("127.0.0.9", "b.test", "AAAA")

@@ -34,7 +34,8 @@ def test_typical_file() -> None:
         "search corp.example svc.cluster.local\n"
         "nameserver 192.0.2.2\n"
         "nameserver 2001:db8::53\n"
-        "options timeout:2 attempts:3 rotate ndots:5 edns0 trust-ad\n")
+        "options timeout:2 attempts:3 rotate ndots:5 edns0 trust-ad\n"
+    )
     assert rc.nameservers == ("192.0.2.2", "2001:db8::53")
     assert rc.servers[1] == Nameserver("2001:db8::53", 6, "", 4)
     assert rc.search == ("corp.example", "svc.cluster.local")
@@ -51,7 +52,8 @@ def test_only_the_first_three_nameservers_are_used() -> None:
         "line 4: nameserver 192.0.2.4: only the first 3 nameservers are used, this one is "
         "never queried",
         "line 5: nameserver 192.0.2.5: only the first 3 nameservers are used, this one is "
-        "never queried"]
+        "never queried",
+    ]
 
 
 def test_ipv6_with_scope() -> None:
@@ -60,28 +62,40 @@ def test_ipv6_with_scope() -> None:
     assert rc.servers[0].scope == "eth0"
 
 
-@pytest.mark.parametrize(("text", "want"), [
-    ("127.1", "127.0.0.1"),
-    ("0x7f.1", "127.0.0.1"),
-    ("010.0.0.1", "8.0.0.1"),          # octal, as inet_aton reads it
-    ("2130706433", "127.0.0.1"),
-    ("192.0.65535", "192.0.255.255"),  # a.b.c: c fills the low 16 bits
-    ("192.0.2.1 # the router", "192.0.2.1"),
-    ("256.0.0.1", None),
-    ("192.0.2.1;x", None),
-    ("198.51.100", "198.51.0.100"),
-    ("1.2.3.4.5", None),
-    ("08.0.0.1", None),                # 8 is no octal digit
-    ("", None),
-    ("a.b.c.d", None),
-])
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("127.1", "127.0.0.1"),
+        ("0x7f.1", "127.0.0.1"),
+        ("010.0.0.1", "8.0.0.1"),  # octal, as inet_aton reads it
+        ("2130706433", "127.0.0.1"),
+        ("192.0.65535", "192.0.255.255"),  # a.b.c: c fills the low 16 bits
+        ("192.0.2.1 # the router", "192.0.2.1"),
+        ("256.0.0.1", None),
+        ("192.0.2.1;x", None),
+        ("198.51.100", "198.51.0.100"),
+        ("1.2.3.4.5", None),
+        ("08.0.0.1", None),  # 8 is no octal digit
+        ("", None),
+        ("a.b.c.d", None),
+    ],
+)
 def test_inet_aton(text: str, want: str | None) -> None:
     assert inet_aton(text) == want
 
 
-@pytest.mark.parametrize(("text", "want"), [
-    ("5", 5), ("-3", -3), ("+2", 2), ("2s", 2), ("abc", 0), ("", 0), ("99999999999", 2**31 - 1),
-])
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("5", 5),
+        ("-3", -3),
+        ("+2", 2),
+        ("2s", 2),
+        ("abc", 0),
+        ("", 0),
+        ("99999999999", 2**31 - 1),
+    ],
+)
 def test_c_atoi(text: str, want: int) -> None:
     assert c_atoi(text) == want
 
@@ -92,7 +106,8 @@ def test_malformed_nameservers_are_reported_not_fatal() -> None:
         "nameserver 192.0.2.1:5353\n"
         "nameserver\n"
         "nameserver \n"
-        "nameserver 192.0.2.9\n")
+        "nameserver 192.0.2.9\n"
+    )
     assert rc.nameservers == ("192.0.2.9",)
     assert messages(rc) == [
         "line 1: nameserver 'dns.example.com' is not an IP address glibc can read: ignored",
@@ -103,8 +118,9 @@ def test_malformed_nameservers_are_reported_not_fatal() -> None:
 
 
 def test_keywords_count_only_in_column_one() -> None:
-    rc = parse_resolv_conf("  nameserver 192.0.2.1\n\tsearch x\n   # indented comment\n"
-                           "nameserver 192.0.2.2\n")
+    rc = parse_resolv_conf(
+        "  nameserver 192.0.2.1\n\tsearch x\n   # indented comment\nnameserver 192.0.2.2\n"
+    )
     assert rc.nameservers == ("192.0.2.2",)
     assert rc.search == ()
     assert messages(rc) == [
@@ -114,8 +130,10 @@ def test_keywords_count_only_in_column_one() -> None:
 
 
 def test_comments_and_unknown_keywords() -> None:
-    rc = parse_resolv_conf("# c\n; c\nlookup file bind\nnameservers 192.0.2.1\n"
-                           "sortlist 192.0.2.0/255.0.0.0\nnameserver 192.0.2.2 # inline\n")
+    rc = parse_resolv_conf(
+        "# c\n; c\nlookup file bind\nnameservers 192.0.2.1\n"
+        "sortlist 192.0.2.0/255.0.0.0\nnameserver 192.0.2.2 # inline\n"
+    )
     assert rc.nameservers == ("192.0.2.2",)
     assert messages(rc) == [
         "line 3: unknown keyword 'lookup': ignored",
@@ -142,22 +160,25 @@ def test_search_with_inline_comment_and_too_many_domains() -> None:
 
 
 def test_options_later_values_win_and_flags_accumulate() -> None:
-    rc = parse_resolv_conf("nameserver 192.0.2.1\noptions timeout:3 rotate\n"
-                           "options timeout:1 attempts:4 use-vc\n")
+    rc = parse_resolv_conf(
+        "nameserver 192.0.2.1\noptions timeout:3 rotate\noptions timeout:1 attempts:4 use-vc\n"
+    )
     assert (rc.timeout, rc.attempts, rc.rotate, rc.use_vc) == (1, 4, True, True)
 
 
-@pytest.mark.parametrize(("opt", "timeout", "attempts", "ndots", "problem"), [
-    ("timeout:31", 30, 2, 1, "glibc caps timeout at 30"),
-    ("timeout:0", 0, 2, 1, "glibc waits 1 s instead"),
-    ("timeout:x", 0, 2, 1, "not a number, glibc reads 0"),
-    ("attempts:9", 5, 9, 1, "glibc caps attempts at 5"),
-    ("attempts:0", 5, 0, 1, "sends no query at all"),
-    ("attempts:-1", 5, -1, 1, "sends no query at all"),
-    ("ndots:20", 5, 2, 15, "glibc caps ndots at 15"),
-])
-def test_option_limits(opt: str, timeout: int, attempts: int, ndots: int,
-                       problem: str) -> None:
+@pytest.mark.parametrize(
+    ("opt", "timeout", "attempts", "ndots", "problem"),
+    [
+        ("timeout:31", 30, 2, 1, "glibc caps timeout at 30"),
+        ("timeout:0", 0, 2, 1, "glibc waits 1 s instead"),
+        ("timeout:x", 0, 2, 1, "not a number, glibc reads 0"),
+        ("attempts:9", 5, 9, 1, "glibc caps attempts at 5"),
+        ("attempts:0", 5, 0, 1, "sends no query at all"),
+        ("attempts:-1", 5, -1, 1, "sends no query at all"),
+        ("ndots:20", 5, 2, 15, "glibc caps ndots at 15"),
+    ],
+)
+def test_option_limits(opt: str, timeout: int, attempts: int, ndots: int, problem: str) -> None:
     rc = parse_resolv_conf(f"nameserver 192.0.2.1\noptions {opt}\n")
     got_attempts = rc.attempts_written if "attempts" in opt else rc.attempts
     assert (rc.timeout, got_attempts, rc.ndots) == (timeout, attempts, ndots)
@@ -167,8 +188,9 @@ def test_option_limits(opt: str, timeout: int, attempts: int, ndots: int,
 
 
 def test_option_prefix_matching_like_glibc() -> None:
-    rc = parse_resolv_conf("nameserver 192.0.2.1\noptions rotatex single-request-reopen "
-                           "single-request bogus timeout\n")
+    rc = parse_resolv_conf(
+        "nameserver 192.0.2.1\noptions rotatex single-request-reopen single-request bogus timeout\n"
+    )
     assert rc.rotate and rc.single_request and rc.single_request_reopen
     assert messages(rc) == [
         "line 2: options 'rotatex': glibc matches prefixes and reads it as 'rotate'",
@@ -184,8 +206,11 @@ def test_crlf_file_is_reported_and_still_read() -> None:
     assert "carriage return" in messages(rc)[0]
 
 
-@given(st.text(alphabet=st.sampled_from(list("nameservr optiu:0123456789.#;\t \n%abcdefx")),
-               max_size=300))
+@given(
+    st.text(
+        alphabet=st.sampled_from(list("nameservr optiu:0123456789.#;\t \n%abcdefx")), max_size=300
+    )
+)
 def test_never_raises(text: str) -> None:
     rc = parse_resolv_conf(text)
     assert len(rc.servers) <= 3

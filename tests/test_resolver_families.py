@@ -29,13 +29,26 @@ from tests.tools import num
 pytestmark = pytest.mark.integration
 
 FIXTURES = Path(__file__).parent / "fixtures" / "resolver"
+
+
 def exporter(tmp_path: Path, target: dict[str, Any], **module: Any) -> Exporter:
     path = tmp_path / "dnsfleet.yml"
-    path.write_text(yaml.safe_dump({
-        "resolv_conf": [],
-        "modules": {"m": {"query_name": "www.example.test", "query_type": "A",
-                          "timeout": "1s", **module}},
-        "targets": [{"module": "m", "labels": {"site": "lab"}, **target}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "resolv_conf": [],
+                "modules": {
+                    "m": {
+                        "query_name": "www.example.test",
+                        "query_type": "A",
+                        "timeout": "1s",
+                        **module,
+                    }
+                },
+                "targets": [{"module": "m", "labels": {"site": "lab"}, **target}],
+            }
+        )
+    )
     return Exporter(fs=HostFS(), config_file=str(path))
 
 
@@ -60,8 +73,13 @@ def pdns(tmp_path: Path, named: Named) -> Iterator[PdnsRecursor]:
 
 
 def test_pdns_recursor(pdns: PdnsRecursor, tmp_path: Path) -> None:
-    exp = exporter(tmp_path, {"address": pdns.address, "stats": {
-        "type": "pdns-recursor", "url": pdns.metrics_url, "api_key": pdns.api_key}})
+    exp = exporter(
+        tmp_path,
+        {
+            "address": pdns.address,
+            "stats": {"type": "pdns-recursor", "url": pdns.metrics_url, "api_key": pdns.api_key},
+        },
+    )
     ask(pdns.address, "www.example.test", 5)
     ask(pdns.address, "nope.example.test", 3)
     s = scrape(exp)
@@ -70,13 +88,11 @@ def test_pdns_recursor(pdns: PdnsRecursor, tmp_path: Path) -> None:
     assert value(s, "dnsfleet_resolver_info", target=t, software="pdns-recursor") == 1
     assert num(value(s, "dnsfleet_resolver_queries_total", target=t)) >= 8
     assert num(value(s, "dnsfleet_resolver_cache_hits_total", target=t)) >= 4
-    assert num(value(s, "dnsfleet_resolver_responses_total", target=t,
-                 rcode="NXDOMAIN")) >= 3
+    assert num(value(s, "dnsfleet_resolver_responses_total", target=t, rcode="NXDOMAIN")) >= 3
     assert value(s, "dnsfleet_resolver_rcode_stats_available", target=t) == 1
     start = num(value(s, "dnsfleet_resolver_start_time_seconds", target=t))
     assert start == pytest.approx(time.time(), abs=30)
-    capture("pdns-recursor-4.8.metrics.txt", pdns.metrics_url,
-            {"X-API-Key": pdns.api_key})
+    capture("pdns-recursor-4.8.metrics.txt", pdns.metrics_url, {"X-API-Key": pdns.api_key})
     # A restart moves the start time (uptime has a resolution of one second).
     time.sleep(1.5)
     pdns.stop()
@@ -85,12 +101,21 @@ def test_pdns_recursor(pdns: PdnsRecursor, tmp_path: Path) -> None:
     assert num(value(s, "dnsfleet_resolver_start_time_seconds", target=t)) > start
     # /config never shows the API key.
     from dnsfleet.config import to_yaml
+
     assert pdns.api_key not in to_yaml(exp.config)
 
 
 def test_pdns_recursor_wrong_url_is_unreadable(pdns: PdnsRecursor, tmp_path: Path) -> None:
-    exp = exporter(tmp_path, {"address": pdns.address, "stats": {
-        "type": "pdns-recursor", "url": pdns.metrics_url.replace("/metrics", "/nope")}})
+    exp = exporter(
+        tmp_path,
+        {
+            "address": pdns.address,
+            "stats": {
+                "type": "pdns-recursor",
+                "url": pdns.metrics_url.replace("/metrics", "/nope"),
+            },
+        },
+    )
     s = scrape(exp)
     assert value(s, "dnsfleet_resolver_stats_up", target=pdns.address) == 0
 
@@ -118,9 +143,16 @@ def test_dnsdist_pool(pool: tuple[Dnsdist, Unbound, Unbound], tmp_path: Path) ->
     keeps state per backend, so a flush of the backend its answers come from is counted
     once and nothing else is."""
     d, b1, b2 = pool
-    exp = exporter(tmp_path, {"address": d.address, "backends": "pool",
-                              "stats": {"type": "dnsdist", "url": d.metrics_url}},
-                   canary="canary.example.test", canary_tolerance="500ms")
+    exp = exporter(
+        tmp_path,
+        {
+            "address": d.address,
+            "backends": "pool",
+            "stats": {"type": "dnsdist", "url": d.metrics_url},
+        },
+        canary="canary.example.test",
+        canary_tolerance="500ms",
+    )
     ask(d.address, "www.example.test", 6)
     for _ in range(4):
         s = scrape(exp)
@@ -130,10 +162,13 @@ def test_dnsdist_pool(pool: tuple[Dnsdist, Unbound, Unbound], tmp_path: Path) ->
     assert value(s, "dnsfleet_resolver_info", target=t, software="dnsdist") == 1
     assert num(value(s, "dnsfleet_resolver_queries_total", target=t)) >= 14
     for name, u in (("b1", b1), ("b2", b2)):
-        assert value(s, "dnsfleet_resolver_backend_up", target=t, backend=name,
-                     backend_address=u.address) == 1
-        assert num(value(s, "dnsfleet_resolver_backend_queries_total", target=t,
-                     backend=name)) >= 3
+        assert (
+            value(
+                s, "dnsfleet_resolver_backend_up", target=t, backend=name, backend_address=u.address
+            )
+            == 1
+        )
+        assert num(value(s, "dnsfleet_resolver_backend_queries_total", target=t, backend=name)) >= 3
     assert value(s, "dnsfleet_resolver_backend_changes_total", target=t, module="m") == 0
     watch = next(iter(exp.prober.watch.states.values()))
     seen = set(watch.canary.baselines)
@@ -154,8 +189,10 @@ def test_knot_resolver(tmp_path: Path, named: Named) -> None:
     k = Kresd(tmp_path / "kresd", upstream=f"127.0.0.1@{named.port}")
     k.start()
     try:
-        exp = exporter(tmp_path, {"address": k.address,
-                                  "stats": {"type": "knot-resolver", "url": k.metrics_url}})
+        exp = exporter(
+            tmp_path,
+            {"address": k.address, "stats": {"type": "knot-resolver", "url": k.metrics_url}},
+        )
         ask(k.address, "www.example.test", 4)
         ask(k.address, "nope.example.test", 2)
         s = scrape(exp)
@@ -163,8 +200,7 @@ def test_knot_resolver(tmp_path: Path, named: Named) -> None:
         assert value(s, "dnsfleet_resolver_stats_up", target=t) == 1
         assert value(s, "dnsfleet_resolver_info", target=t, software="knot-resolver") == 1
         assert num(value(s, "dnsfleet_resolver_queries_total", target=t)) >= 6
-        assert num(value(s, "dnsfleet_resolver_responses_total", target=t,
-                     rcode="NXDOMAIN")) >= 2
+        assert num(value(s, "dnsfleet_resolver_responses_total", target=t, rcode="NXDOMAIN")) >= 2
         # kresd publishes no start time: nothing rather than a made-up one.
         assert value(s, "dnsfleet_resolver_start_time_seconds", target=t) is None
         capture("knot-resolver-5.6.metrics.txt", k.metrics_url)
@@ -176,16 +212,18 @@ def test_knot_resolver(tmp_path: Path, named: Named) -> None:
 
 
 def test_parsers_on_captured_expositions() -> None:
-    pd = parse_resolver_metrics("pdns-recursor",
-                                (FIXTURES / "pdns-recursor-4.8.metrics.txt").read_text(),
-                                now=2_000_000_000)
+    pd = parse_resolver_metrics(
+        "pdns-recursor", (FIXTURES / "pdns-recursor-4.8.metrics.txt").read_text(), now=2_000_000_000
+    )
     assert pd.software == "pdns-recursor" and pd.queries >= 8
     assert pd.start_time is not None and 1_999_990_000 < pd.start_time <= 2_000_000_000
-    dd = parse_resolver_metrics("dnsdist", (FIXTURES / "dnsdist-1.7.metrics.txt").read_text(),
-                                now=2_000_000_000)
+    dd = parse_resolver_metrics(
+        "dnsdist", (FIXTURES / "dnsdist-1.7.metrics.txt").read_text(), now=2_000_000_000
+    )
     assert {b.name for b in dd.backends} == {"b1", "b2"} and all(b.up for b in dd.backends)
-    kr = parse_resolver_metrics("knot-resolver",
-                                (FIXTURES / "knot-resolver-5.6.metrics.txt").read_text())
+    kr = parse_resolver_metrics(
+        "knot-resolver", (FIXTURES / "knot-resolver-5.6.metrics.txt").read_text()
+    )
     assert kr.start_time is None and kr.queries >= 6
 
 

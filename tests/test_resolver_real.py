@@ -76,8 +76,11 @@ def pair(tmp_path: Path) -> Iterator[tuple[Named, Unbound]]:
     """Our own BIND (authoritative for example.test) and unbound (stub-zone to it), free to
     restart without disturbing the session fixtures."""
     n = Named(tmp_path / "named", zones={"example.test": RECORDS}).start()
-    u = Unbound(tmp_path / "unbound", stubs={"example.test.": f"127.0.0.1@{n.port}"},
-                extra_server='  nsid: "ascii_backend-a"')
+    u = Unbound(
+        tmp_path / "unbound",
+        stubs={"example.test.": f"127.0.0.1@{n.port}"},
+        extra_server='  nsid: "ascii_backend-a"',
+    )
     try:
         u.start()
         yield n, u
@@ -89,23 +92,37 @@ def pair(tmp_path: Path) -> Iterator[tuple[Named, Unbound]]:
 def fleet(named: Named, unbound: Unbound, tmp_path: Path, *, canary: str) -> dict[str, Any]:
     return {
         "modules": {
-            "rec": {"query_name": "www.example.test", "query_type": "A", "canary": canary,
-                    "canary_tolerance": "1s"},
-            "auth": {"query_name": "www.example.test", "query_type": "A",
-                     "recursion_desired": False},
+            "rec": {
+                "query_name": "www.example.test",
+                "query_type": "A",
+                "canary": canary,
+                "canary_tolerance": "1s",
+            },
+            "auth": {
+                "query_name": "www.example.test",
+                "query_type": "A",
+                "recursion_desired": False,
+            },
         },
         "targets": [
-            {"address": unbound.address, "module": "rec", "labels": {"site": "lab1"},
-             "stats": {"type": "unbound", "control": f"unix://{unbound.control_socket}"}},
-            {"address": named.address, "module": "auth", "labels": {"site": "lab1"},
-             "stats": {"type": "bind", "url": named.stats_url}},
+            {
+                "address": unbound.address,
+                "module": "rec",
+                "labels": {"site": "lab1"},
+                "stats": {"type": "unbound", "control": f"unix://{unbound.control_socket}"},
+            },
+            {
+                "address": named.address,
+                "module": "auth",
+                "labels": {"site": "lab1"},
+                "stats": {"type": "bind", "url": named.stats_url},
+            },
         ],
         "resolver": {"capacity_file": str(tmp_path / "capacity.json")},
     }
 
 
-def test_flush_restart_and_backend_change(pair: tuple[Named, Unbound],
-                                          tmp_path: Path) -> None:
+def test_flush_restart_and_backend_change(pair: tuple[Named, Unbound], tmp_path: Path) -> None:
     named, unbound = pair
     exp = exporter(tmp_path, fleet(named, unbound, tmp_path, canary="canary.example.test"))
     u, b = unbound.address, named.address
@@ -143,8 +160,9 @@ def test_flush_restart_and_backend_change(pair: tuple[Named, Unbound],
     s = scrape(exp)
     assert value(s, resets, target=u) == 1
     assert value(s, start, target=u) == u_start
-    assert value(s, "dnsfleet_resolver_last_cache_reset_timestamp_seconds",
-                 target=u) == pytest.approx(flushed, abs=1)
+    assert value(
+        s, "dnsfleet_resolver_last_cache_reset_timestamp_seconds", target=u
+    ) == pytest.approx(flushed, abs=1)
 
     # Restart unbound: a reset and a new start time.
     time.sleep(2.5)
@@ -195,10 +213,19 @@ def test_natural_expiry_is_not_a_reset(pair: tuple[Named, Unbound], tmp_path: Pa
 def test_authoritative_canary_never_counts_resets(unbound: Unbound, tmp_path: Path) -> None:
     """local-data is answered with AA and a constant TTL: without the AA check every scrape
     looked like a cache reset (TTL "went up" by the elapsed time)."""
-    exp = exporter(tmp_path, {"modules": {"m": {"query_name": "a.local.test",
-                                                "canary": "a.local.test",
-                                                "canary_tolerance": "500ms"}},
-                              "targets": [{"address": unbound.address, "module": "m"}]})
+    exp = exporter(
+        tmp_path,
+        {
+            "modules": {
+                "m": {
+                    "query_name": "a.local.test",
+                    "canary": "a.local.test",
+                    "canary_tolerance": "500ms",
+                }
+            },
+            "targets": [{"address": unbound.address, "module": "m"}],
+        },
+    )
     u = unbound.address
     for _ in range(3):
         s = scrape(exp)
@@ -217,9 +244,19 @@ def _query(host: str, port: int, name: str, n: int) -> None:
 
 
 def test_unbound_control_socket_live_counters(unbound: Unbound, tmp_path: Path) -> None:
-    exp = exporter(tmp_path, {"modules": {"m": {"query_name": "a.local.test"}}, "targets": [
-        {"address": unbound.address, "module": "m",
-         "stats": {"type": "unbound", "control": f"unix://{unbound.control_socket}"}}]})
+    exp = exporter(
+        tmp_path,
+        {
+            "modules": {"m": {"query_name": "a.local.test"}},
+            "targets": [
+                {
+                    "address": unbound.address,
+                    "module": "m",
+                    "stats": {"type": "unbound", "control": f"unix://{unbound.control_socket}"},
+                }
+            ],
+        },
+    )
     q = "dnsfleet_resolver_queries_total"
     s1 = scrape(exp)
     _query(unbound.host, unbound.port, "a.local.test", 25)
@@ -229,34 +266,58 @@ def test_unbound_control_socket_live_counters(unbound: Unbound, tmp_path: Path) 
     # stats_noreset: the counters unbound-control sees were not zeroed by our reads.
     theirs = parse_unbound_stats(unbound.control("stats_noreset"))
     assert theirs.queries >= value(s2, q, target=unbound.address)  # type: ignore[operator]
-    assert theirs.start_time == value(s2, "dnsfleet_resolver_start_time_seconds",
-                                      target=unbound.address)
-    assert num(value(s2, "dnsfleet_resolver_responses_total", target=unbound.address,
-                 rcode="NOERROR")) >= 25
+    assert theirs.start_time == value(
+        s2, "dnsfleet_resolver_start_time_seconds", target=unbound.address
+    )
+    assert (
+        num(value(s2, "dnsfleet_resolver_responses_total", target=unbound.address, rcode="NOERROR"))
+        >= 25
+    )
     assert value(s2, "dnsfleet_resolver_rcode_stats_available", target=unbound.address) == 1
     assert value(s2, "dnsfleet_resolver_stale_answers_total", target=unbound.address) == 0
-    assert value(s2, "dnsfleet_resolver_info", target=unbound.address,
-                 version=subprocess.run([binary("unbound"), "-V"], capture_output=True,
-                                        text=True).stdout.split()[1]) == 1
+    assert (
+        value(
+            s2,
+            "dnsfleet_resolver_info",
+            target=unbound.address,
+            version=subprocess.run(
+                [binary("unbound"), "-V"], capture_output=True, text=True
+            ).stdout.split()[1],
+        )
+        == 1
+    )
 
 
 def test_unbound_without_extended_statistics(tmp_path: Path) -> None:
     """Without `extended-statistics: yes` unbound prints no per-rcode counts: dnsfleet
     exported `responses_total{rcode="SERVFAIL"} 0` while SERVFAILs went out. Now the
     family is absent and dnsfleet_resolver_rcode_stats_available says why."""
-    u = Unbound(tmp_path / "u", extended_statistics=False,
-                stubs={"dead.test.": f"127.0.0.1@{free_port()}"},
-                extra_server="  infra-cache-max-rtt: 300\n  max-sent-count: 2\n")
+    u = Unbound(
+        tmp_path / "u",
+        extended_statistics=False,
+        stubs={"dead.test.": f"127.0.0.1@{free_port()}"},
+        extra_server="  infra-cache-max-rtt: 300\n  max-sent-count: 2\n",
+    )
     u.start()
     try:
-        exp = exporter(tmp_path, {"modules": {"m": {"query_name": "a.local.test"}},
-                                  "targets": [{"address": u.address, "module": "m", "stats": {
-                                      "type": "unbound",
-                                      "control": f"unix://{u.control_socket}"}}]})
+        exp = exporter(
+            tmp_path,
+            {
+                "modules": {"m": {"query_name": "a.local.test"}},
+                "targets": [
+                    {
+                        "address": u.address,
+                        "module": "m",
+                        "stats": {"type": "unbound", "control": f"unix://{u.control_socket}"},
+                    }
+                ],
+            },
+        )
         for _ in range(3):
             with contextlib.suppress(dns.exception.Timeout):
-                dns.query.udp(dns.message.make_query("x.dead.test", "A"), u.host,
-                              port=u.port, timeout=3)
+                dns.query.udp(
+                    dns.message.make_query("x.dead.test", "A"), u.host, port=u.port, timeout=3
+                )
         s = scrape(exp)
         assert value(s, "dnsfleet_resolver_stats_up", target=u.address) == 1
         assert value(s, "dnsfleet_resolver_rcode_stats_available", target=u.address) == 0
@@ -267,16 +328,28 @@ def test_unbound_without_extended_statistics(tmp_path: Path) -> None:
 
 
 def test_bind_statistics_channel(named: Named, tmp_path: Path) -> None:
-    exp = exporter(tmp_path, {"modules": {"m": {"query_name": "www.example.test"}}, "targets": [
-        {"address": named.address, "module": "m",
-         "stats": {"type": "bind", "url": named.stats_url}}]})
+    exp = exporter(
+        tmp_path,
+        {
+            "modules": {"m": {"query_name": "www.example.test"}},
+            "targets": [
+                {
+                    "address": named.address,
+                    "module": "m",
+                    "stats": {"type": "bind", "url": named.stats_url},
+                }
+            ],
+        },
+    )
     s1 = scrape(exp)
     _query(named.host, named.port, "www.example.test", 10)
     s2 = scrape(exp)
     q = "dnsfleet_resolver_queries_total"
     assert value(s2, q, target=named.address) - value(s1, q, target=named.address) >= 10  # type: ignore[operator]
-    assert value(s2, "dnsfleet_resolver_start_time_seconds", target=named.address) == \
-        pytest.approx(process_start(named.proc.pid), abs=2)  # type: ignore[union-attr]
+    assert named.proc is not None
+    assert value(s2, "dnsfleet_resolver_start_time_seconds", target=named.address) == pytest.approx(
+        process_start(named.proc.pid), abs=2
+    )
 
 
 class TlsUnbound(Unbound):
@@ -289,8 +362,10 @@ class TlsUnbound(Unbound):
         keys = self.workdir
         text = path.read_text()
         head, _, tail = text.partition("remote-control:")
-        stubs = tail[tail.find("stub-zone:"):] if "stub-zone:" in tail else ""
-        path.write_text(head + f"""remote-control:
+        stubs = tail[tail.find("stub-zone:") :] if "stub-zone:" in tail else ""
+        path.write_text(
+            head
+            + f"""remote-control:
   control-enable: yes
   control-interface: 127.0.0.1
   control-port: {self.control_port}
@@ -299,44 +374,74 @@ class TlsUnbound(Unbound):
   server-cert-file: "{keys}/unbound_server.pem"
   control-key-file: "{keys}/unbound_control.key"
   control-cert-file: "{keys}/unbound_control.pem"
-{stubs}""")
+{stubs}"""
+        )
         return path
 
 
 def test_unbound_control_tls(tmp_path: Path) -> None:
     from tests.tools import free_port
+
     u = TlsUnbound(tmp_path / "ub", local_data=["a.local.test. 300 IN A 192.0.2.1"])
     u.control_port = free_port()
-    subprocess.run([binary("unbound-control-setup"), "-d", str(u.workdir)], check=True,
-                   capture_output=True, timeout=60)
-    good = {"type": "unbound", "control": f"tls://127.0.0.1:{u.control_port}",
-            "server_cert": str(u.workdir / "unbound_server.pem"),
-            "client_cert": str(u.workdir / "unbound_control.pem"),
-            "client_key": str(u.workdir / "unbound_control.key")}
+    subprocess.run(
+        [binary("unbound-control-setup"), "-d", str(u.workdir)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    good = {
+        "type": "unbound",
+        "control": f"tls://127.0.0.1:{u.control_port}",
+        "server_cert": str(u.workdir / "unbound_server.pem"),
+        "client_cert": str(u.workdir / "unbound_control.pem"),
+        "client_key": str(u.workdir / "unbound_control.key"),
+    }
     # Keys of another installation: unbound refuses our client certificate, and we refuse
     # a server certificate we were not told to trust.
     other = tmp_path / "other-keys"
     other.mkdir()
-    subprocess.run([binary("unbound-control-setup"), "-d", str(other)], check=True,
-                   capture_output=True, timeout=60)
-    wrong_client = {**good, "client_cert": str(other / "unbound_control.pem"),
-                    "client_key": str(other / "unbound_control.key")}
+    subprocess.run(
+        [binary("unbound-control-setup"), "-d", str(other)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    wrong_client = {
+        **good,
+        "client_cert": str(other / "unbound_control.pem"),
+        "client_key": str(other / "unbound_control.key"),
+    }
     wrong_server = {**good, "server_cert": str(other / "unbound_server.pem")}
     u.start()
     try:
-        exp = exporter(tmp_path, {"modules": {"m": {"query_name": "a.local.test"},
-                                              "n": {"query_name": "a.local.test"}},
-                                  "targets": [
-                                      {"address": u.address, "module": "m", "stats": good},
-                                      {"address": f"127.0.0.1:{u.port}", "module": "n"}]})
+        exp = exporter(
+            tmp_path,
+            {
+                "modules": {
+                    "m": {"query_name": "a.local.test"},
+                    "n": {"query_name": "a.local.test"},
+                },
+                "targets": [
+                    {"address": u.address, "module": "m", "stats": good},
+                    {"address": f"127.0.0.1:{u.port}", "module": "n"},
+                ],
+            },
+        )
         s = scrape(exp)
         assert value(s, "dnsfleet_resolver_stats_up", target=u.address) == 1
-        assert value(s, "dnsfleet_resolver_start_time_seconds",
-                     target=u.address) == pytest.approx(process_start(u.proc.pid), abs=2)  # type: ignore[union-attr]
+        assert u.proc is not None
+        assert value(s, "dnsfleet_resolver_start_time_seconds", target=u.address) == pytest.approx(
+            process_start(u.proc.pid), abs=2
+        )
         for wrong in (wrong_client, wrong_server):
-            exp = exporter(tmp_path, {"modules": {"m": {"query_name": "a.local.test"}},
-                                      "targets": [{"address": u.address, "module": "m",
-                                                   "stats": wrong}]})
+            exp = exporter(
+                tmp_path,
+                {
+                    "modules": {"m": {"query_name": "a.local.test"}},
+                    "targets": [{"address": u.address, "module": "m", "stats": wrong}],
+                },
+            )
             s = scrape(exp)
             assert value(s, "dnsfleet_resolver_stats_up", target=u.address) == 0
             assert value(s, "dnsfleet_collector_success", collector="resolver_stats") == 1
@@ -386,8 +491,15 @@ def test_unreadable_statistics(named: Named, tmp_path: Path) -> None:
             "127.0.0.4:1": {"type": "bind", "url": named.stats_url + "/nothing-here"},
             "127.0.0.5:1": {"type": "bind", "url": "http://127.0.0.1:1"},
         }
-        exp = exporter(tmp_path, {"modules": {"m": {"timeout": "200ms"}}, "targets": [
-            {"address": a, "module": "m", "stats": src} for a, src in sources.items()]})
+        exp = exporter(
+            tmp_path,
+            {
+                "modules": {"m": {"timeout": "200ms"}},
+                "targets": [
+                    {"address": a, "module": "m", "stats": src} for a, src in sources.items()
+                ],
+            },
+        )
         s = scrape(exp)
         for a in sources:
             assert value(s, "dnsfleet_resolver_stats_up", target=a) == 0, a
@@ -401,13 +513,27 @@ def test_unreadable_statistics(named: Named, tmp_path: Path) -> None:
 # ------------------------------------------------------------------ capacity
 
 
-def test_capacity_test_records_and_exporter_reads(unbound: Unbound, tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_capacity_test_records_and_exporter_reads(
+    unbound: Unbound, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A cache-hit run that unbound keeps up with to the end of the ramp: recorded, and
     recorded as a lower bound (the loss never passed the limit)."""
     state = tmp_path / "lib" / "capacity.json"
-    base = ["capacity-test", "--target", unbound.address, "--query", "a.local.test/A",
-            "--max-qps", "2000", "--ramp", "2", "--max-loss", "5", "--state-file", str(state)]
+    base = [
+        "capacity-test",
+        "--target",
+        unbound.address,
+        "--query",
+        "a.local.test/A",
+        "--max-qps",
+        "2000",
+        "--ramp",
+        "2",
+        "--max-loss",
+        "5",
+        "--state-file",
+        str(state),
+    ]
     assert dnsfleet_main(base) == 2  # no --yes: refuses, sends nothing
     assert not state.exists()
     assert dnsfleet_main([*base, "--yes"]) == 0, capsys.readouterr().err
@@ -416,21 +542,31 @@ def test_capacity_test_records_and_exporter_reads(unbound: Unbound, tmp_path: Pa
     assert "LOWER BOUND" in cap.err
     (m,) = read_state(str(state))[Endpoint(unbound.host, unbound.port).key()].values()
     assert (m.kind, m.lower_bound, m.limit) == ("hit", True, "ramp")
-    exp = exporter(tmp_path, {
-        "modules": {"m": {"query_name": "a.local.test"}},
-        "targets": [{"address": unbound.address, "module": "m", "labels": {"site": "lab1"}},
-                    {"address": "127.0.0.9:53", "module": "m", "capacity_qps": 12345}],
-        "resolver": {"capacity_file": str(state)}})
+    exp = exporter(
+        tmp_path,
+        {
+            "modules": {"m": {"query_name": "a.local.test"}},
+            "targets": [
+                {"address": unbound.address, "module": "m", "labels": {"site": "lab1"}},
+                {"address": "127.0.0.9:53", "module": "m", "capacity_qps": 12345},
+            ],
+            "resolver": {"capacity_file": str(state)},
+        },
+    )
     s = scrape(exp)
-    measured = value(s, "dnsfleet_resolver_capacity_qps", target=unbound.address, site="lab1",
-                     kind="hit")
+    measured = value(
+        s, "dnsfleet_resolver_capacity_qps", target=unbound.address, site="lab1", kind="hit"
+    )
     assert measured is not None and 0 < measured <= 2000
-    assert value(s, "dnsfleet_resolver_capacity_lower_bound", target=unbound.address,
-                 kind="hit") == 1
-    assert value(s, "dnsfleet_resolver_capacity_qps", target="127.0.0.9:53",
-                 kind="declared") == 12345
-    assert value(s, "dnsfleet_resolver_capacity_measured_timestamp_seconds",
-                 target=unbound.address) == pytest.approx(time.time(), abs=60)
+    assert (
+        value(s, "dnsfleet_resolver_capacity_lower_bound", target=unbound.address, kind="hit") == 1
+    )
+    assert (
+        value(s, "dnsfleet_resolver_capacity_qps", target="127.0.0.9:53", kind="declared") == 12345
+    )
+    assert value(
+        s, "dnsfleet_resolver_capacity_measured_timestamp_seconds", target=unbound.address
+    ) == pytest.approx(time.time(), abs=60)
     # A garbled state file fails the collector, not the scrape.
     state.write_text("{garbage")
     s = scrape(exp)
@@ -452,11 +588,15 @@ SMALL_RAMP = ["--max-qps", "4000", "--ramp", "3", "--max-loss", "2"]
 @pytest.fixture(scope="module")
 def slow_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     work = tmp_path_factory.mktemp("slow-upstream")
-    auth = Named(work / "named", zones={CAP_ZONE: "*   IN A 192.0.2.7\nwww IN A 192.0.2.8\n"},
-                 ttl=3600).start()
-    delay = Dnsdist(work / "dnsdist", backends={"auth": auth.address},
-                    check_name=f"{CAP_ZONE}.",
-                    extra=f"addAction(AllRule(), DelayAction({UPSTREAM_DELAY_MS}))")
+    auth = Named(
+        work / "named", zones={CAP_ZONE: "*   IN A 192.0.2.7\nwww IN A 192.0.2.8\n"}, ttl=3600
+    ).start()
+    delay = Dnsdist(
+        work / "dnsdist",
+        backends={"auth": auth.address},
+        check_name=f"{CAP_ZONE}.",
+        extra=f"addAction(AllRule(), DelayAction({UPSTREAM_DELAY_MS}))",
+    )
     try:
         delay.start()
         yield delay.address
@@ -465,10 +605,22 @@ def slow_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         auth.stop()
 
 
-def _both_capacities(address: str, state: Path,
-                     capsys: pytest.CaptureFixture[str]) -> dict[str, Measurement]:
-    args = ["capacity-test", "--target", address, "--query", f"www.{CAP_ZONE}/A",
-            "--miss-zone", CAP_ZONE, *SMALL_RAMP, "--state-file", str(state), "--yes"]
+def _both_capacities(
+    address: str, state: Path, capsys: pytest.CaptureFixture[str]
+) -> dict[str, Measurement]:
+    args = [
+        "capacity-test",
+        "--target",
+        address,
+        "--query",
+        f"www.{CAP_ZONE}/A",
+        "--miss-zone",
+        CAP_ZONE,
+        *SMALL_RAMP,
+        "--state-file",
+        str(state),
+        "--yes",
+    ]
     rc = dnsfleet_main(args)
     out = capsys.readouterr()
     assert rc == 0, out.err
@@ -486,8 +638,11 @@ def _check_hit_and_miss(got: dict[str, Measurement]) -> None:
     # and the mix at a live hit ratio sits between the two.
     load = 0.8 * miss.capacity_qps
     assert 1 - load / miss.capacity_qps < 1 - load / hit.capacity_qps
-    assert miss.capacity_qps < effective_capacity(0.5, hit.capacity_qps,
-                                                  miss.capacity_qps) < hit.capacity_qps
+    assert (
+        miss.capacity_qps
+        < effective_capacity(0.5, hit.capacity_qps, miss.capacity_qps)
+        < hit.capacity_qps
+    )
     # What was sent is recorded and kept: the generated files, their digests, resperf's
     # parameters.
     for m in (hit, miss):
@@ -504,11 +659,15 @@ def _check_hit_and_miss(got: dict[str, Measurement]) -> None:
     assert all(n.endswith(f".{CAP_ZONE}. A") for n in names)
 
 
-def test_capacity_hit_and_miss_unbound(slow_upstream: str, tmp_path: Path,
-                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_capacity_hit_and_miss_unbound(
+    slow_upstream: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     up_host, up_port, _ = parse_address(slow_upstream)
-    u = Unbound(tmp_path / "unbound", stubs={f"{CAP_ZONE}.": f"{up_host}@{up_port}"},
-                extra_server="  num-queries-per-thread: 32").start()
+    u = Unbound(
+        tmp_path / "unbound",
+        stubs={f"{CAP_ZONE}.": f"{up_host}@{up_port}"},
+        extra_server="  num-queries-per-thread: 32",
+    ).start()
     try:
         state = tmp_path / "capacity.json"
         got = _both_capacities(u.address, state, capsys)
@@ -517,26 +676,40 @@ def test_capacity_hit_and_miss_unbound(slow_upstream: str, tmp_path: Path,
         # The miss run really missed: unbound recursed for (nearly) every unique name.
         assert stats.cache_misses is not None
         assert stats.cache_misses >= 0.9 * got["miss"].queries_completed
-        exp = exporter(tmp_path, {
-            "modules": {"m": {"query_name": f"www.{CAP_ZONE}"}},
-            "targets": [{"address": u.address, "module": "m", "labels": {"site": "lab1"}}],
-            "resolver": {"capacity_file": str(state)}})
+        exp = exporter(
+            tmp_path,
+            {
+                "modules": {"m": {"query_name": f"www.{CAP_ZONE}"}},
+                "targets": [{"address": u.address, "module": "m", "labels": {"site": "lab1"}}],
+                "resolver": {"capacity_file": str(state)},
+            },
+        )
         s = scrape(exp)
         for kind, lower in (("hit", 1), ("miss", 0)):
-            assert value(s, "dnsfleet_resolver_capacity_qps", target=u.address,
-                         kind=kind) == pytest.approx(got[kind].capacity_qps)
-            assert value(s, "dnsfleet_resolver_capacity_lower_bound", target=u.address,
-                         kind=kind) == lower
+            assert value(
+                s, "dnsfleet_resolver_capacity_qps", target=u.address, kind=kind
+            ) == pytest.approx(got[kind].capacity_qps)
+            assert (
+                value(s, "dnsfleet_resolver_capacity_lower_bound", target=u.address, kind=kind)
+                == lower
+            )
     finally:
         u.stop()
 
 
-def test_capacity_hit_and_miss_bind(slow_upstream: str, tmp_path: Path,
-                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_capacity_hit_and_miss_bind(
+    slow_upstream: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     up_host, up_port, _ = parse_address(slow_upstream)
     # BIND as the resolver: forwarding to the slow upstream, 32 recursive clients at most.
-    b = Named(tmp_path / "bind", zones={}, recursion=True, extra_options=(
-        f"forward only; forwarders {{ {up_host} port {up_port}; }}; recursive-clients 32;"))
+    b = Named(
+        tmp_path / "bind",
+        zones={},
+        recursion=True,
+        extra_options=(
+            f"forward only; forwarders {{ {up_host} port {up_port}; }}; recursive-clients 32;"
+        ),
+    )
     b.start()
     try:
         _check_hit_and_miss(_both_capacities(b.address, tmp_path / "capacity.json", capsys))
@@ -544,17 +717,34 @@ def test_capacity_hit_and_miss_bind(slow_upstream: str, tmp_path: Path,
         b.stop()
 
 
-def test_capacity_miss_zone_must_answer_every_name(unbound: Unbound, tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_capacity_miss_zone_must_answer_every_name(
+    unbound: Unbound, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A zone without a wildcard would measure NXDOMAIN handling (or a zone nobody serves):
     refused before any load is sent, and nothing is recorded."""
     state = tmp_path / "capacity.json"
-    rc = dnsfleet_main(["capacity-test", "--target", unbound.address, "--kind", "miss",
-                        "--miss-zone", "local.test", *SMALL_RAMP, "--state-file", str(state),
-                        "--yes"])
+    rc = dnsfleet_main(
+        [
+            "capacity-test",
+            "--target",
+            unbound.address,
+            "--kind",
+            "miss",
+            "--miss-zone",
+            "local.test",
+            *SMALL_RAMP,
+            "--state-file",
+            str(state),
+            "--yes",
+        ]
+    )
     assert rc == 1
     assert "the zone must answer every name" in capsys.readouterr().err
     assert not state.exists()
-    assert dnsfleet_main(["capacity-test", "--target", unbound.address, "--kind", "miss",
-                          *SMALL_RAMP, "--yes"]) == 2
+    assert (
+        dnsfleet_main(
+            ["capacity-test", "--target", unbound.address, "--kind", "miss", *SMALL_RAMP, "--yes"]
+        )
+        == 2
+    )
     assert "--miss-zone" in capsys.readouterr().err

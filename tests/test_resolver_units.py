@@ -60,17 +60,23 @@ def test_unbound_start_time_has_no_jitter() -> None:
     a = "time.now=1700000000.100001\ntime.up=10.000001\n"
     b = "time.now=1700000123.456789\ntime.up=133.356789\n"
     tail = "total.num.queries=1\ntotal.num.cachehits=0\ntotal.num.cachemiss=1\n"
-    assert (parse_unbound_stats(a + tail).start_time
-            == parse_unbound_stats(b + tail).start_time == 1699999990.1)
+    assert (
+        parse_unbound_stats(a + tail).start_time
+        == parse_unbound_stats(b + tail).start_time
+        == 1699999990.1
+    )
 
 
-@pytest.mark.parametrize("text,problem", [
-    ("", "empty"),
-    ("error unknown command 'stats_noreset'\n", "not key=value"),
-    ("time.now=1\ntime.up=1\n", "missing total.num.queries"),
-    ("time.now=abc\ntime.up=1\n", "time.now: not a number"),
-    ("total.num.queries=1\n", "missing time.now"),
-])
+@pytest.mark.parametrize(
+    "text,problem",
+    [
+        ("", "empty"),
+        ("error unknown command 'stats_noreset'\n", "not key=value"),
+        ("time.now=1\ntime.up=1\n", "missing total.num.queries"),
+        ("time.now=abc\ntime.up=1\n", "time.now: not a number"),
+        ("total.num.queries=1\n", "missing time.now"),
+    ],
+)
 def test_unbound_stats_garbled(text: str, problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         parse_unbound_stats(text)
@@ -101,14 +107,17 @@ def test_bind_cache_counts_skip_chaos_view() -> None:
     assert (st.cache_hits, st.cache_misses) == (7, 3)
 
 
-@pytest.mark.parametrize("text,problem", [
-    ("<html>", "not JSON"),
-    ("[]", "expected a JSON object"),
-    ("{}", "no boot-time"),
-    ('{"boot-time": "yesterday"}', "invalid ISO 8601"),
-    ('{"boot-time": "2026-01-01T00:00:00Z", "opcodes": {"QUERY": -1}}', "opcodes.QUERY"),
-    ('{"boot-time": "2026-01-01T00:00:00Z", "views": []}', "views: expected an object"),
-])
+@pytest.mark.parametrize(
+    "text,problem",
+    [
+        ("<html>", "not JSON"),
+        ("[]", "expected a JSON object"),
+        ("{}", "no boot-time"),
+        ('{"boot-time": "yesterday"}', "invalid ISO 8601"),
+        ('{"boot-time": "2026-01-01T00:00:00Z", "opcodes": {"QUERY": -1}}', "opcodes.QUERY"),
+        ('{"boot-time": "2026-01-01T00:00:00Z", "views": []}', "views: expected an object"),
+    ],
+)
 def test_bind_garbled(text: str, problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         parse_bind_server(text)
@@ -117,18 +126,26 @@ def test_bind_garbled(text: str, problem: str) -> None:
 # ------------------------------------------------------------------ resperf and state
 
 
-
-
 def test_resperf_output() -> None:
     """Recorded from resperf 2.10.0 against a loopback unbound (-m 5000 -r 3)."""
     r = parse_resperf((FIX / "resperf_output.txt").read_text())
     assert (r.max_qps, r.lost_percent, r.queries_sent, r.queries_completed, r.fell_behind) == (
-        3750.0, 0.0, 7500, 7500, False)
+        3750.0,
+        0.0,
+        7500,
+        7500,
+        False,
+    )
     with pytest.raises(ValueError, match="maximum throughput"):
         parse_resperf("Error: ran out of query data\n")
-    behind = (FIX / "resperf_output.txt").read_text().replace(
-        "[Status] Sending\n",
-        "[Status] Sending\n[Status] Fell behind by 1000 queries, ending test at 41260 qps\n")
+    behind = (
+        (FIX / "resperf_output.txt")
+        .read_text()
+        .replace(
+            "[Status] Sending\n",
+            "[Status] Sending\n[Status] Fell behind by 1000 queries, ending test at 41260 qps\n",
+        )
+    )
     assert parse_resperf(behind).fell_behind
 
 
@@ -141,47 +158,67 @@ def test_resperf_plot_tells_a_lower_bound() -> None:
     points = parse_plot((FIX / "resperf-ramp-limited.plot").read_text())
     assert [p.target_qps for p in points] == [375.0, 1125.0, 1875.0]
     got = capacity_from_plot(points, 1.0)
-    assert got == PlotCapacity(capacity_qps=out.max_qps, unserved_percent=0.0,
-                               limit_reached=False)
+    assert got == PlotCapacity(capacity_qps=out.max_qps, unserved_percent=0.0, limit_reached=False)
     # A bucket that lost 2 % of its queries: past a 1 % limit (the figure stays the best
     # bucket before it), within a 5 % one (the lossy bucket's 2548 qps is the best).
-    lossy = (*points, PlotPoint(time=1.75, target_qps=2625, sent_qps=2600,
-                                responses_qps=2548, failures_qps=0))
+    lossy = (
+        *points,
+        PlotPoint(time=1.75, target_qps=2625, sent_qps=2600, responses_qps=2548, failures_qps=0),
+    )
     assert capacity_from_plot(lossy, 1.0) == PlotCapacity(1876.0, 0.0, True)
     assert capacity_from_plot(lossy, 5.0) == PlotCapacity(2548.0, 2.0, False)
     # SERVFAIL answers are not service: BIND out of recursive-clients answers every query,
     # most of them SERVFAIL; resperf would call all of them throughput.
-    failing = (*points, PlotPoint(time=1.75, target_qps=2625, sent_qps=2600,
-                                  responses_qps=2600, failures_qps=1300))
+    failing = (
+        *points,
+        PlotPoint(time=1.75, target_qps=2625, sent_qps=2600, responses_qps=2600, failures_qps=1300),
+    )
     assert capacity_from_plot(failing, 1.0) == PlotCapacity(1876.0, 0.0, True)
     assert capacity_from_plot((PlotPoint(0.25, 0, 0, 0, 0),), 0.0).capacity_qps == 0
-    for bad, problem in (("1 2 3 4\n", "line 1: want at least 5"),
-                         ("# h\n1 2 x 4 5\n", "line 2: not numbers")):
+    for bad, problem in (
+        ("1 2 3 4\n", "line 1: want at least 5"),
+        ("# h\n1 2 x 4 5\n", "line 2: not numbers"),
+    ):
         with pytest.raises(ValueError, match=problem):
             parse_plot(bad)
 
 
 def _m(kind: str, qps: float, *, lower: bool = False) -> Measurement:
-    return Measurement(kind=kind, capacity_qps=qps, lower_bound=lower,
-                       limit="ramp" if lower else "loss", measured_at=1.7e9, lost_percent=0.1,
-                       max_loss_percent=1.0, max_qps_offered=2000, ramp_seconds=2,
-                       queries_sent=3000, queries_completed=2990, resperf_max_qps=qps + 1,
-                       resperf=("resperf", "-s", "::1"),
-                       queries=QueryFile(path="/q.txt", count=1, sha256="ab", zone=""))
+    return Measurement(
+        kind=kind,
+        capacity_qps=qps,
+        lower_bound=lower,
+        limit="ramp" if lower else "loss",
+        measured_at=1.7e9,
+        lost_percent=0.1,
+        max_loss_percent=1.0,
+        max_qps_offered=2000,
+        ramp_seconds=2,
+        queries_sent=3000,
+        queries_completed=2990,
+        resperf_max_qps=qps + 1,
+        resperf=("resperf", "-s", "::1"),
+        queries=QueryFile(path="/q.txt", count=1, sha256="ab", zone=""),
+    )
 
 
 def test_capacity_state_round_trip() -> None:
     key = Endpoint.parse("[::1]:53").key()
     assert key == "[::1]:53"
-    state = {key: {"hit": _m("hit", 1974.0, lower=True), "miss": _m("miss", 310.0)},
-             "10.0.0.1:53": {"miss": _m("miss", 5.0)}}
+    state = {
+        key: {"hit": _m("hit", 1974.0, lower=True), "miss": _m("miss", 310.0)},
+        "10.0.0.1:53": {"miss": _m("miss", 5.0)},
+    }
     assert parse_state(format_state(state)) == state
-    for bad, problem in (("{", "not JSON"), ('{"version": 9}', "not a dnsfleet"),
-                         ('{"version": 2, "targets": {"a": {}}}', None),
-                         ('{"version": 2, "targets": {"a": {"warm": {}}}}', "unknown kind"),
-                         ('{"version": 2, "targets": {"a": {"hit": {}}}}', "targets.a"),
-                         ('{"version": 2, "targets": {"a": []}}', "targets.a"),
-                         ('{"version": 1, "targets": {"a": {}}}', "targets.a")):
+    for bad, problem in (
+        ("{", "not JSON"),
+        ('{"version": 9}', "not a dnsfleet"),
+        ('{"version": 2, "targets": {"a": {}}}', None),
+        ('{"version": 2, "targets": {"a": {"warm": {}}}}', "unknown kind"),
+        ('{"version": 2, "targets": {"a": {"hit": {}}}}', "targets.a"),
+        ('{"version": 2, "targets": {"a": []}}', "targets.a"),
+        ('{"version": 1, "targets": {"a": {}}}', "targets.a"),
+    ):
         if problem is None:
             assert parse_state(bad) == {"a": {}}
             continue
@@ -195,9 +232,11 @@ def test_capacity_state_round_trip() -> None:
 def test_capacity_state_version_1_reads_as_a_hit_figure() -> None:
     """Files written before cache-miss runs: one figure per resolver, from cached names,
     whose lower-bound status was never recorded."""
-    v1 = ('{"version": 1, "targets": {"127.0.0.1:53": {"capacity_qps": 3000, '
-          '"measured_at": 1.7e9, "lost_percent": 0.5, "max_qps_offered": 5000, '
-          '"ramp_seconds": 60}}}')
+    v1 = (
+        '{"version": 1, "targets": {"127.0.0.1:53": {"capacity_qps": 3000, '
+        '"measured_at": 1.7e9, "lost_percent": 0.5, "max_qps_offered": 5000, '
+        '"ramp_seconds": 60}}}'
+    )
     (m,) = parse_state(v1)["127.0.0.1:53"].values()
     assert (m.kind, m.capacity_qps, m.limit, m.lower_bound) == ("hit", 3000.0, "unknown", False)
 
@@ -224,14 +263,21 @@ def test_miss_names_never_repeat_within_or_across_runs() -> None:
 
 
 def test_capacity_families_by_kind() -> None:
-    cfg = parse({"modules": {"m": {"query_name": "a.test"}},
-                        "targets": [{"address": "10.0.0.1", "module": "m",
-                                     "labels": {"site": "s1"}},
-                                    {"address": "10.0.0.2", "module": "m",
-                                     "capacity_qps": 400},
-                                    {"address": "10.0.0.3", "module": "m"}]}, source="t.yml")
-    measured = {"10.0.0.1:53": {"hit": _m("hit", 2000, lower=True), "miss": _m("miss", 300)},
-                "10.0.0.2:53": {"hit": _m("hit", 900)}}
+    cfg = parse(
+        {
+            "modules": {"m": {"query_name": "a.test"}},
+            "targets": [
+                {"address": "10.0.0.1", "module": "m", "labels": {"site": "s1"}},
+                {"address": "10.0.0.2", "module": "m", "capacity_qps": 400},
+                {"address": "10.0.0.3", "module": "m"},
+            ],
+        },
+        source="t.yml",
+    )
+    measured = {
+        "10.0.0.1:53": {"hit": _m("hit", 2000, lower=True), "miss": _m("miss", 300)},
+        "10.0.0.2:53": {"hit": _m("hit", 900)},
+    }
     fams = {f.name: f for f in capacity_families(cfg, measured)}
     cap = fams["dnsfleet_resolver_capacity_qps"]
     lower = fams["dnsfleet_resolver_capacity_lower_bound"]
@@ -249,32 +295,48 @@ def test_capacity_families_by_kind() -> None:
 # ------------------------------------------------------------------ the cache-reset rule
 
 
-@pytest.mark.parametrize("prev,elapsed,ttl,expect,why", [
-    (3600, 10, 3590, False, "counting down as it should"),
-    (3600, 10, 3592, False, "within the tolerance (integer TTLs, probe latency)"),
-    (3600, 10, 3600, True, "flushed: back to full TTL long before expiry"),
-    (3000, 600, 3600, True, "restarted half-way through"),
-    (60, 61, 60, False, "expired naturally and fetched afresh"),
-    (60, 57, 60, False, "less than the prefetch window (2 s + tolerance) left"),
-    (3600, 3300, 3600, False, "in unbound's prefetch window (< 10% left)"),
-    (3600, 3000, 3600, True, "well before the prefetch window"),
-    (100, 10, 3600, False, "first seen late in life (prefetch window sized by the new TTL)"),
-])
+@pytest.mark.parametrize(
+    "prev,elapsed,ttl,expect,why",
+    [
+        (3600, 10, 3590, False, "counting down as it should"),
+        (3600, 10, 3592, False, "within the tolerance (integer TTLs, probe latency)"),
+        (3600, 10, 3600, True, "flushed: back to full TTL long before expiry"),
+        (3000, 600, 3600, True, "restarted half-way through"),
+        (60, 61, 60, False, "expired naturally and fetched afresh"),
+        (60, 57, 60, False, "less than the prefetch window (2 s + tolerance) left"),
+        (3600, 3300, 3600, False, "in unbound's prefetch window (< 10% left)"),
+        (3600, 3000, 3600, True, "well before the prefetch window"),
+        (100, 10, 3600, False, "first seen late in life (prefetch window sized by the new TTL)"),
+    ],
+)
 def test_is_cache_reset(prev: int, elapsed: float, ttl: int, expect: bool, why: str) -> None:
-    assert is_cache_reset(prev_ttl=prev, elapsed=elapsed, ttl=ttl, tolerance=2.0,
-                          longest_ttl=max(prev, 60)) is expect, why
+    assert (
+        is_cache_reset(
+            prev_ttl=prev, elapsed=elapsed, ttl=ttl, tolerance=2.0, longest_ttl=max(prev, 60)
+        )
+        is expect
+    ), why
 
 
 def _watch_state() -> WatchState:
-    cfg = parse({"modules": {"m": {"canary": "canary.example.test"}},
-                 "targets": [{"address": "127.0.0.1", "module": "m"}]}, source="t.yml")
+    cfg = parse(
+        {
+            "modules": {"m": {"canary": "canary.example.test"}},
+            "targets": [{"address": "127.0.0.1", "module": "m"}],
+        },
+        source="t.yml",
+    )
     w = ResolverWatch()
     w.configure(cfg)
     return w.states[("127.0.0.1", "m")]
 
 
-def run_canary(answers: list[tuple[float, int | None, str | None]], *, pool: bool = False,
-               tolerance: float = 2.0) -> CanaryTracker:
+def run_canary(
+    answers: list[tuple[float, int | None, str | None]],
+    *,
+    pool: bool = False,
+    tolerance: float = 2.0,
+) -> CanaryTracker:
     """Feed (monotonic time, TTL or None, backend) answers; wall time = 1000 + time."""
     c = CanaryTracker(tolerance=tolerance, pool=pool)
     for now, ttl, backend in answers:
@@ -282,8 +344,9 @@ def run_canary(answers: list[tuple[float, int | None, str | None]], *, pool: boo
     return c
 
 
-def countdown(start: float, ttl: int, until: float, step: float = 15,
-              backend: str | None = "a") -> list[tuple[float, int | None, str | None]]:
+def countdown(
+    start: float, ttl: int, until: float, step: float = 15, backend: str | None = "a"
+) -> list[tuple[float, int | None, str | None]]:
     """A record cached at ``start`` with ``ttl``, looked at every ``step`` s."""
     out: list[tuple[float, int | None, str | None]] = []
     t = start
@@ -295,10 +358,10 @@ def countdown(start: float, ttl: int, until: float, step: float = 15,
 
 def test_canary_flush_is_a_reset_and_failures_are_a_visible_gap() -> None:
     c = run_canary([(0, 3600, "a"), (10, 3590, "a"), (20, None, None)])
-    assert c.unusable is Unusable.QUERY_FAILING and c.resets == 0   # the gap is visible
-    assert not c.observe(3600, now=30, wall=1030, backend="a")       # flushed meanwhile
-    assert c.resets == 0                                             # until confirmed:
-    assert c.observe(3590, now=40, wall=1040, backend="a")           # it counts down
+    assert c.unusable is Unusable.QUERY_FAILING and c.resets == 0  # the gap is visible
+    assert not c.observe(3600, now=30, wall=1030, backend="a")  # flushed meanwhile
+    assert c.resets == 0  # until confirmed:
+    assert c.observe(3590, now=40, wall=1040, backend="a")  # it counts down
     # (mypy keeps `unusable` narrowed to QUERY_FAILING across the observe() calls)
     assert (c.resets, c.last_reset, c.unusable) == (1, 1030, None)  # type: ignore[comparison-overlap]
 
@@ -315,12 +378,12 @@ def test_serve_expired_healthy_upstream_is_not_a_reset() -> None:
     answers: list[tuple[float, int | None, str | None]] = []
     t = 0.0
     for _ in range(5):
-        answers += countdown(t, 60, t + 60)         # 60, 45, 30, 15
-        answers.append((t + 60, 30, "a"))           # stale while refetching
+        answers += countdown(t, 60, t + 60)  # 60, 45, 30, 15
+        answers.append((t + 60, 30, "a"))  # stale while refetching
         t += 75
     c = run_canary(answers)
     assert c.resets == 0
-    c.observe(60, now=t, wall=1000 + t, backend="a")   # fresh after the stale one
+    c.observe(60, now=t, wall=1000 + t, backend="a")  # fresh after the stale one
     c.observe(45, now=t + 15, wall=1000 + t + 15, backend="a")
     c.observe(60, now=t + 30, wall=1000 + t + 30, backend="a")  # then flushed: a reset
     c.observe(45, now=t + 45, wall=1000 + t + 45, backend="a")
@@ -353,9 +416,9 @@ def test_two_caches_behind_one_address_with_nsid() -> None:
     answers = sorted(a + b)
     c = run_canary(answers, pool=True)
     assert c.resets == 0 and c.unusable is None
-    c.observe(300, now=210, wall=1210, backend="b")    # b flushed
-    c.observe(80, now=220, wall=1220, backend="a")     # a still counting down
-    c.observe(280, now=230, wall=1230, backend="b")    # b counts down from its refetch
+    c.observe(300, now=210, wall=1210, backend="b")  # b flushed
+    c.observe(80, now=220, wall=1220, backend="a")  # a still counting down
+    c.observe(280, now=230, wall=1230, backend="b")  # b counts down from its refetch
     assert c.resets == 1 and c.last_reset == 1210
 
 
@@ -376,14 +439,15 @@ def test_record_kept_seconds_jumps_every_scrape_and_is_unusable() -> None:
     """Knot Resolver policy.STUB keeps a record ~6 s: every 15 s scrape sees it fresh
     again. Before: a reset per scrape."""
     answers: list[tuple[float, int | None, str | None]] = [
-        (15.0 * k, 3600 - (15 * k) % 6, None) for k in range(20)]
+        (15.0 * k, 3600 - (15 * k) % 6, None) for k in range(20)
+    ]
     c = run_canary(answers)
     assert c.resets == 0 and c.unusable is Unusable.TTL_STATIC
 
 
 def test_restart_loop_is_still_counted() -> None:
     answers: list[tuple[float, int | None, str | None]] = []
-    for k in range(4):                   # restarted every 60 s, scraped every 15 s
+    for k in range(4):  # restarted every 60 s, scraped every 15 s
         answers += countdown(60.0 * k, 300, 60.0 * (k + 1), backend="a")
     assert run_canary(answers).resets == 3
 
@@ -404,6 +468,7 @@ def test_observe_backend() -> None:
 
 def test_probe_result_without_response_is_harmless() -> None:
     from dnsfleet.restarts import chaos_txt, nsid_of
+
     r = ProbeResult(success=False, reason=None, duration=0, rcode=-1, answer_rrs=0, detail="")
     assert nsid_of(r) is None and chaos_txt(r) is None
 
@@ -411,54 +476,97 @@ def test_probe_result_without_response_is_harmless() -> None:
 # ------------------------------------------------------------------ config
 
 
-def _cfg(target_extra: dict[str, object], module_extra: dict[str, object] | None = None,
-         top: dict[str, object] | None = None) -> object:
-    return parse({"modules": {"m": module_extra or {}},
-                  "targets": [{"address": "127.0.0.1:53", "module": "m", **target_extra}],
-                  **(top or {})}, source="t.yml")
+def _cfg(
+    target_extra: dict[str, object],
+    module_extra: dict[str, object] | None = None,
+    top: dict[str, object] | None = None,
+) -> object:
+    return parse(
+        {
+            "modules": {"m": module_extra or {}},
+            "targets": [{"address": "127.0.0.1:53", "module": "m", **target_extra}],
+            **(top or {}),
+        },
+        source="t.yml",
+    )
 
 
 def test_config_valid() -> None:
-    cfg = _cfg({"stats": {"type": "unbound", "control": "unix:///run/unbound.ctl"},
-                "capacity_qps": 50000},
-               {"canary": "canary.example.test", "canary_tolerance": "1s",
-                "identity_query": "id.server."},
-               {"resolver": {"capacity_file": "/tmp/cap.json"}})
+    cfg = _cfg(
+        {"stats": {"type": "unbound", "control": "unix:///run/unbound.ctl"}, "capacity_qps": 50000},
+        {"canary": "canary.example.test", "canary_tolerance": "1s", "identity_query": "id.server."},
+        {"resolver": {"capacity_file": "/tmp/cap.json"}},
+    )
     t = cfg.targets[0]  # type: ignore[attr-defined]
     assert t.stats.control == "unix:///run/unbound.ctl" and t.capacity_qps == 50000
     m = cfg.modules["m"]  # type: ignore[attr-defined]
     assert (m.canary, m.canary_type, m.canary_tolerance, m.identity_query) == (
-        "canary.example.test", "A", 1.0, "id.server.")
+        "canary.example.test",
+        "A",
+        1.0,
+        "id.server.",
+    )
     assert cfg.resolver.capacity_file == "/tmp/cap.json"  # type: ignore[attr-defined]
     bind = _cfg({"stats": {"type": "bind", "url": "http://127.0.0.1:8053/"}})
     assert bind.targets[0].stats.url == "http://127.0.0.1:8053"  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("target,module,message", [
-    ({"stats": {"type": "knot"}}, {},
-     't.yml: targets[0].stats.type: "knot" is not one of: unbound, bind'),
-    ({"stats": {"type": "unbound"}}, {}, 't.yml: targets[0].stats: missing required key "control"'),
-    ({"stats": {"type": "unbound", "control": "/run/unbound.ctl"}}, {},
-     't.yml: targets[0].stats.control: "/run/unbound.ctl": use unix:///path, tcp://host:port '
-     "or tls://host:port"),
-    ({"stats": {"type": "unbound", "control": "tls://127.0.0.1:8953"}}, {},
-     "t.yml: targets[0].stats: tls:// control needs server_cert, client_cert and client_key "
-     "(missing: server_cert, client_cert, client_key)"),
-    ({"stats": {"type": "unbound", "control": "unix:///x", "client_key": "/k"}}, {},
-     "t.yml: targets[0].stats.client_key: only meaningful with a tls:// control"),
-    ({"stats": {"type": "bind", "url": "127.0.0.1:8053"}}, {},
-     't.yml: targets[0].stats.url: "127.0.0.1:8053" is not an http:// or https:// URL'),
-    ({"stats": {"type": "bind", "url": "http://x", "control": "unix:///x"}}, {},
-     "t.yml: targets[0].stats.control: unknown key (valid keys: api_key, timeout, type, url)"),
-    ({"capacity_qps": 0}, {}, "t.yml: targets[0].capacity_qps: must be at least 1, got 0"),
-    ({}, {"canary": "bad..name"}, 't.yml: modules.m.canary: invalid name "bad..name"'),
-    ({}, {"canary_tolerance": "1s"}, "t.yml: modules.m.canary_tolerance: only meaningful with "
-     "canary"),
-    ({}, {"canary": "c.test", "canary_type": "NOPE"},
-     't.yml: modules.m.canary_type: unknown query type "NOPE"'),
-])
-def test_config_invalid(target: dict[str, object], module: dict[str, object],
-                        message: str) -> None:
+@pytest.mark.parametrize(
+    "target,module,message",
+    [
+        (
+            {"stats": {"type": "knot"}},
+            {},
+            't.yml: targets[0].stats.type: "knot" is not one of: unbound, bind',
+        ),
+        (
+            {"stats": {"type": "unbound"}},
+            {},
+            't.yml: targets[0].stats: missing required key "control"',
+        ),
+        (
+            {"stats": {"type": "unbound", "control": "/run/unbound.ctl"}},
+            {},
+            't.yml: targets[0].stats.control: "/run/unbound.ctl": use unix:///path, '
+            "tcp://host:port or tls://host:port",
+        ),
+        (
+            {"stats": {"type": "unbound", "control": "tls://127.0.0.1:8953"}},
+            {},
+            "t.yml: targets[0].stats: tls:// control needs server_cert, client_cert and client_key "
+            "(missing: server_cert, client_cert, client_key)",
+        ),
+        (
+            {"stats": {"type": "unbound", "control": "unix:///x", "client_key": "/k"}},
+            {},
+            "t.yml: targets[0].stats.client_key: only meaningful with a tls:// control",
+        ),
+        (
+            {"stats": {"type": "bind", "url": "127.0.0.1:8053"}},
+            {},
+            't.yml: targets[0].stats.url: "127.0.0.1:8053" is not an http:// or https:// URL',
+        ),
+        (
+            {"stats": {"type": "bind", "url": "http://x", "control": "unix:///x"}},
+            {},
+            "t.yml: targets[0].stats.control: unknown key "
+            "(valid keys: api_key, timeout, type, url)",
+        ),
+        ({"capacity_qps": 0}, {}, "t.yml: targets[0].capacity_qps: must be at least 1, got 0"),
+        ({}, {"canary": "bad..name"}, 't.yml: modules.m.canary: invalid name "bad..name"'),
+        (
+            {},
+            {"canary_tolerance": "1s"},
+            "t.yml: modules.m.canary_tolerance: only meaningful with canary",
+        ),
+        (
+            {},
+            {"canary": "c.test", "canary_type": "NOPE"},
+            't.yml: modules.m.canary_type: unknown query type "NOPE"',
+        ),
+    ],
+)
+def test_config_invalid(target: dict[str, object], module: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError) as e:
         _cfg(target, module)
     assert str(e.value).startswith(message), str(e.value)
@@ -466,17 +574,27 @@ def test_config_invalid(target: dict[str, object], module: dict[str, object],
 
 def test_config_stats_once_per_address() -> None:
     with pytest.raises(ConfigError) as e:
-        parse({"modules": {"a": {}, "b": {}},
-               "targets": [{"address": "127.0.0.1", "module": "a", "capacity_qps": 10},
-                           {"address": "127.0.0.1:53", "module": "b", "capacity_qps": 20}]},
-              source="t.yml")
-    assert str(e.value) == ('t.yml: targets[1].capacity_qps: already set for "127.0.0.1:53" '
-                            "at targets[0] (set capacity_qps on one entry per address)")
+        parse(
+            {
+                "modules": {"a": {}, "b": {}},
+                "targets": [
+                    {"address": "127.0.0.1", "module": "a", "capacity_qps": 10},
+                    {"address": "127.0.0.1:53", "module": "b", "capacity_qps": 20},
+                ],
+            },
+            source="t.yml",
+        )
+    assert str(e.value) == (
+        't.yml: targets[1].capacity_qps: already set for "127.0.0.1:53" '
+        "at targets[0] (set capacity_qps on one entry per address)"
+    )
 
 
 def test_unbound_without_extended_statistics_has_no_rcode_counts() -> None:
-    text = ("time.now=1700000100.5\ntime.up=100.5\ntotal.num.queries=7\n"
-            "total.num.cachehits=5\ntotal.num.cachemiss=2\ntotal.num.expired=3\n")
+    text = (
+        "time.now=1700000100.5\ntime.up=100.5\ntotal.num.queries=7\n"
+        "total.num.cachehits=5\ntotal.num.cachemiss=2\ntotal.num.expired=3\n"
+    )
     st = parse_unbound_stats(text)
     assert st.responses is None and st.stale_answers == 3 and st.start_time == 1700000000
     with_rcodes = parse_unbound_stats(text + "num.answer.rcode.SERVFAIL=4\n")
@@ -486,26 +604,64 @@ def test_unbound_without_extended_statistics_has_no_rcode_counts() -> None:
 def test_stale_answer_seen_twice_within_a_second_stays_untrusted() -> None:
     """unbound serving stale (TTL 5) twice, 0.6 s apart, then the refetched record: the
     repeated stale TTL 'continues' no countdown and must not become a baseline."""
-    answers = [*countdown(0, 10, 11, step=2), (12.0, 5, "a"), (12.6, 5, "a"), (14.6, 10, "a"),
-               (16.6, 8, "a"), (18.6, 6, "a")]
+    answers = [
+        *countdown(0, 10, 11, step=2),
+        (12.0, 5, "a"),
+        (12.6, 5, "a"),
+        (14.6, 10, "a"),
+        (16.6, 8, "a"),
+        (18.6, 6, "a"),
+    ]
     assert run_canary(answers).resets == 0
 
 
 def test_a_run_failing_from_its_first_bucket_records_nothing(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A capacity of 0 would say the resolver can serve nothing: it says instead that the
     run started above what the resolver could answer (or that it stopped answering)."""
     from dnsfleet import capacity
+
     out = parse_resperf((FIX / "resperf_output.txt").read_text())
-    monkeypatch.setattr(capacity, "run_resperf", lambda **_: capacity.RunResult(
-        result=out, plot=PlotCapacity(0.0, 0.0, True), command=("resperf",)))
+    monkeypatch.setattr(
+        capacity,
+        "run_resperf",
+        lambda **_: capacity.RunResult(
+            result=out, plot=PlotCapacity(0.0, 0.0, True), command=("resperf",)
+        ),
+    )
     qf = QueryFile(path="/q", count=1, sha256="")
     with pytest.raises(RuntimeError, match="from the first bucket on"):
-        capacity.measure(kind="miss", host="127.0.0.1", port=53, datafile="/q", queries=qf,
-                         max_qps=1000, ramp=2, max_loss=1.0)
-    monkeypatch.setattr(capacity, "run_resperf", lambda **_: capacity.RunResult(
-        result=out, plot=PlotCapacity(900.0, 0.5, True), command=("resperf",)))
-    m = capacity.measure(kind="miss", host="127.0.0.1", port=53, datafile="/q", queries=qf,
-                         max_qps=1000, ramp=2, max_loss=1.0)
+        capacity.measure(
+            kind="miss",
+            host="127.0.0.1",
+            port=53,
+            datafile="/q",
+            queries=qf,
+            max_qps=1000,
+            ramp=2,
+            max_loss=1.0,
+        )
+    monkeypatch.setattr(
+        capacity,
+        "run_resperf",
+        lambda **_: capacity.RunResult(
+            result=out, plot=PlotCapacity(900.0, 0.5, True), command=("resperf",)
+        ),
+    )
+    m = capacity.measure(
+        kind="miss",
+        host="127.0.0.1",
+        port=53,
+        datafile="/q",
+        queries=qf,
+        max_qps=1000,
+        ramp=2,
+        max_loss=1.0,
+    )
     assert (m.capacity_qps, m.lower_bound, m.limit, m.resperf_max_qps) == (
-        900.0, False, "loss", 3750.0)
+        900.0,
+        False,
+        "loss",
+        3750.0,
+    )

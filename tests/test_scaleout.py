@@ -50,9 +50,14 @@ def recorders() -> Iterator[list[Recorder]]:
     with ExitStack() as stack:
         recs: list[Recorder] = []
         # Enough targets that both replicas get at least two (ports are random).
-        while len(recs) < 8 or min(
+        while (
+            len(recs) < 8
+            or min(
                 sum(1 for r in recs if hashmod(r.server.address, REPLICAS) == i)
-                for i in range(REPLICAS)) < 2:
+                for i in range(REPLICAS)
+            )
+            < 2
+        ):
             r = Recorder()
             stack.callback(r.server.close)
             recs.append(r)
@@ -60,30 +65,46 @@ def recorders() -> Iterator[list[Recorder]]:
         yield recs
 
 
-def test_each_target_is_probed_by_exactly_one_replica(tmp_path: Path,
-                                                      recorders: list[Recorder]) -> None:
+def test_each_target_is_probed_by_exactly_one_replica(
+    tmp_path: Path, recorders: list[Recorder]
+) -> None:
     exporters: list[ExporterProcess] = []
     prom: Prometheus | None = None
     try:
         for i in range(REPLICAS):
             cfg = tmp_path / f"replica{i}.yml"
-            cfg.write_text(yaml.safe_dump({
-                "modules": {"recursive": {"query_name": f"r{i}.shard.test", "query_type": "A",
-                                          "timeout": "500ms"}},
-                "targets": [], "probe_allowlist": ["127.0.0.0/8"], "resolv_conf": []}))
+            cfg.write_text(
+                yaml.safe_dump(
+                    {
+                        "modules": {
+                            "recursive": {
+                                "query_name": f"r{i}.shard.test",
+                                "query_type": "A",
+                                "timeout": "500ms",
+                            }
+                        },
+                        "targets": [],
+                        "probe_allowlist": ["127.0.0.0/8"],
+                        "resolv_conf": [],
+                    }
+                )
+            )
             (tmp_path / f"r{i}").mkdir()
             exporters.append(ExporterProcess(f"--config.file={cfg}", cwd=tmp_path / f"r{i}"))
 
         targets = tmp_path / "resolvers.yml"
-        targets.write_text(yaml.safe_dump(
-            [{"targets": [r.server.address for r in recorders], "labels": {"site": "lab"}}]))
+        targets.write_text(
+            yaml.safe_dump(
+                [{"targets": [r.server.address for r in recorders], "labels": {"site": "lab"}}]
+            )
+        )
         config = yaml.safe_load(SHARDED.read_text())
-        config["global"].update(scrape_interval="1s", scrape_timeout="1s",
-                                evaluation_interval="1s")
+        config["global"].update(scrape_interval="1s", scrape_timeout="1s", evaluation_interval="1s")
         (job,) = config["scrape_configs"]
         job["file_sd_configs"] = [{"files": [str(targets)], "refresh_interval": "1s"}]
-        replacements = [r for r in job["relabel_configs"]
-                        if r.get("source_labels") == ["__tmp_shard"]]
+        replacements = [
+            r for r in job["relabel_configs"] if r.get("source_labels") == ["__tmp_shard"]
+        ]
         assert [r["regex"] for r in replacements] == ["0", "1"]
         for r in replacements:
             r["replacement"] = f"127.0.0.1:{exporters[int(r['regex'])].port}"
@@ -93,8 +114,9 @@ def test_each_target_is_probed_by_exactly_one_replica(tmp_path: Path,
         # Three rounds of scrapes of every target.
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            got = prom.query('count_over_time(dnsfleet_probe_success{job="dnsfleet-probe"}'
-                             '[1m]) >= 3')
+            got = prom.query(
+                'count_over_time(dnsfleet_probe_success{job="dnsfleet-probe"}[1m]) >= 3'
+            )
             if len(got) >= len(recorders):
                 break
             time.sleep(0.5)
@@ -118,5 +140,7 @@ def test_each_target_is_probed_by_exactly_one_replica(tmp_path: Path,
         assert r.names == {f"r{shard}.shard.test."}, (addr, r.names)
         # Seen from Prometheus: one series, scraped through that replica.
         assert by_target.get(addr) == {f"127.0.0.1:{exporters[shard].port}"}, (
-            addr, by_target.get(addr))
+            addr,
+            by_target.get(addr),
+        )
     assert min(per_replica) >= 2, per_replica

@@ -34,32 +34,52 @@ pytestmark = pytest.mark.integration
 # ------------------------------------------------------------------------------ pure
 
 
-@given(st.dictionaries(st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True),
-                       st.text(max_size=20), max_size=5))
+@given(
+    st.dictionaries(
+        st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True), st.text(max_size=20), max_size=5
+    )
+)
 def test_parse_labels_inverts_labelset(labels: dict[str, str]) -> None:
     assert parse_labels(labelset(labels)) == labels
 
 
 def test_ago() -> None:
     assert [ago(s) for s in (-3, 5, 89, 600, 7200, 200000)] == [
-        "0s", "5s", "89s", "10m", "2h", "2d"]
+        "0s",
+        "5s",
+        "89s",
+        "10m",
+        "2h",
+        "2d",
+    ]
 
 
-def snap(wall: float, *, start: float, resets: int, last_reset: float | None,
-         queries: float, hits: float | None = None, misses: float | None = None) -> Snapshot:
+def snap(
+    wall: float,
+    *,
+    start: float,
+    resets: int,
+    last_reset: float | None,
+    queries: float,
+    hits: float | None = None,
+    misses: float | None = None,
+) -> Snapshot:
     t = labelset({"target": "192.0.2.1:53", "site": "x"})
     tm = labelset({"target": "192.0.2.1:53", "module": "m", "site": "x"})
-    fams = [Family("dnsfleet_resolver_start_time_seconds", "").add(start,
-                                                                    parse_labels(t)),
-            Family("dnsfleet_resolver_queries_total", "", "counter"),
-            Family("dnsfleet_resolver_cache_resets_total", "", "counter"),
-            Family("dnsfleet_resolver_last_cache_reset_timestamp_seconds", "")]
+    fams = [
+        Family("dnsfleet_resolver_start_time_seconds", "").add(start, parse_labels(t)),
+        Family("dnsfleet_resolver_queries_total", "", "counter"),
+        Family("dnsfleet_resolver_cache_resets_total", "", "counter"),
+        Family("dnsfleet_resolver_last_cache_reset_timestamp_seconds", ""),
+    ]
     fams[1].add_raw(t, queries)
     fams[2].add_raw(tm, resets)
     if last_reset is not None:
         fams[3].add_raw(tm, last_reset)
-    for name, v in (("dnsfleet_resolver_cache_hits_total", hits),
-                    ("dnsfleet_resolver_cache_misses_total", misses)):
+    for name, v in (
+        ("dnsfleet_resolver_cache_hits_total", hits),
+        ("dnsfleet_resolver_cache_misses_total", misses),
+    ):
         if v is not None:
             fams.append(Family(name, "", "counter"))
             fams[-1].add_raw(t, v)
@@ -73,55 +93,92 @@ def test_history_remembers_restarts_resets_and_load() -> None:
     assert not h.events
     h.update(snap(1015, start=500, resets=1, last_reset=1010, queries=1500), targets)
     assert [(e.wall, e.what) for e in h.events["192.0.2.1:53"]] == [
-        (1010, "cache reset seen by the canary (module m)")]
+        (1010, "cache reset seen by the canary (module m)")
+    ]
     assert h.qps["192.0.2.1:53"] == 100
     h.update(snap(1030, start=1025, resets=1, last_reset=1010, queries=10), targets)
     assert h.events["192.0.2.1:53"][-1].what == "restarted (start time changed)"
-    assert "192.0.2.1:53" not in h.qps   # the counter restarted: no rate across it
+    assert "192.0.2.1:53" not in h.qps  # the counter restarted: no rate across it
     h.update(snap(1045, start=1025, resets=1, last_reset=1010, queries=40), [])
-    assert not h.events and not h.qps    # target removed from the config
+    assert not h.events and not h.qps  # target removed from the config
 
 
 def test_history_keeps_the_cache_hit_ratio_between_scrapes() -> None:
     h = History()
     targets = ["192.0.2.1:53"]
-    h.update(snap(1000, start=1, resets=0, last_reset=None, queries=0, hits=0, misses=0),
-             targets)
-    h.update(snap(1015, start=1, resets=0, last_reset=None, queries=1500, hits=1200,
-                  misses=300), targets)
+    h.update(snap(1000, start=1, resets=0, last_reset=None, queries=0, hits=0, misses=0), targets)
+    h.update(
+        snap(1015, start=1, resets=0, last_reset=None, queries=1500, hits=1200, misses=300), targets
+    )
     assert h.hit_ratio["192.0.2.1:53"] == 0.8
-    h.update(snap(1030, start=1, resets=0, last_reset=None, queries=1500, hits=1200,
-                  misses=300), targets)
-    assert "192.0.2.1:53" not in h.hit_ratio   # no traffic: 0/0 is no ratio
-    h.update(snap(1045, start=1, resets=0, last_reset=None, queries=9, hits=5, misses=4),
-             targets)
-    assert "192.0.2.1:53" not in h.hit_ratio   # counters restarted
+    h.update(
+        snap(1030, start=1, resets=0, last_reset=None, queries=1500, hits=1200, misses=300), targets
+    )
+    assert "192.0.2.1:53" not in h.hit_ratio  # no traffic: 0/0 is no ratio
+    h.update(snap(1045, start=1, resets=0, last_reset=None, queries=9, hits=5, misses=4), targets)
+    assert "192.0.2.1:53" not in h.hit_ratio  # counters restarted
 
 
 def cap(kind: str, v: float) -> StatusSample:
     return StatusSample({"target": "t", "kind": kind}, v)
 
 
-@pytest.mark.parametrize("caps,lower,qps,h,want", [
-    ([], [], 10.0, 0.9, "unknown"),
-    # declared wins over the measured figures, as in the recording rule
-    ([cap("declared", 400), cap("hit", 5000), cap("miss", 500)], [], 100.0, 0.8,
-     "75% (100 of 400 qps, declared; declared 400, hit 5000, miss 500 qps)"),
-    # the mix at the live hit ratio: 1 / (0.8/5000 + 0.2/500) = 1786
-    ([cap("hit", 5000), cap("miss", 500)], [cap("hit", 1)], 100.0, 0.8,
-     "94% (100 of 1786 qps, mix at 80% cache hits; hit ≥5000, miss 500 qps)"),
-    ([cap("hit", 5000), cap("miss", 500)], [], 100.0, None,
-     "80% (100 of 500 qps, miss figure: no live cache-hit ratio; hit 5000, miss 500 qps)"),
-    ([cap("hit", 5000)], [], 4000.0, 0.8, "20% (4000 of 5000 qps, hit figure only: "
-     "optimistic, assumes every query cached; hit 5000 qps)"),
-    ([cap("miss", 500)], [], None, None,
-     "capacity 500 qps (miss figure: no live cache-hit ratio; miss 500 qps)"),
-])
-def test_status_page_capacity_cell(caps: list[StatusSample], lower: list[StatusSample],
-                                   qps: float | None, h: float | None, want: str) -> None:
+@pytest.mark.parametrize(
+    "caps,lower,qps,h,want",
+    [
+        ([], [], 10.0, 0.9, "unknown"),
+        # declared wins over the measured figures, as in the recording rule
+        (
+            [cap("declared", 400), cap("hit", 5000), cap("miss", 500)],
+            [],
+            100.0,
+            0.8,
+            "75% (100 of 400 qps, declared; declared 400, hit 5000, miss 500 qps)",
+        ),
+        # the mix at the live hit ratio: 1 / (0.8/5000 + 0.2/500) = 1786
+        (
+            [cap("hit", 5000), cap("miss", 500)],
+            [cap("hit", 1)],
+            100.0,
+            0.8,
+            "94% (100 of 1786 qps, mix at 80% cache hits; hit ≥5000, miss 500 qps)",
+        ),
+        (
+            [cap("hit", 5000), cap("miss", 500)],
+            [],
+            100.0,
+            None,
+            "80% (100 of 500 qps, miss figure: no live cache-hit ratio; hit 5000, miss 500 qps)",
+        ),
+        (
+            [cap("hit", 5000)],
+            [],
+            4000.0,
+            0.8,
+            "20% (4000 of 5000 qps, hit figure only: "
+            "optimistic, assumes every query cached; hit 5000 qps)",
+        ),
+        (
+            [cap("miss", 500)],
+            [],
+            None,
+            None,
+            "capacity 500 qps (miss figure: no live cache-hit ratio; miss 500 qps)",
+        ),
+    ],
+)
+def test_status_page_capacity_cell(
+    caps: list[StatusSample],
+    lower: list[StatusSample],
+    qps: float | None,
+    h: float | None,
+    want: str,
+) -> None:
     cell = _headroom(caps, lower, qps, h)
-    assert html.unescape(cell.split(">", 1)[-1].rsplit("<", 1)[0] if cell.startswith("<")
-                         else cell) == want
+    assert (
+        html.unescape(cell.split(">", 1)[-1].rsplit("<", 1)[0] if cell.startswith("<") else cell)
+        == want
+    )
     if qps is not None and caps:
         assert ('class="bad"' in cell) == want.startswith("20%")
 
@@ -163,8 +220,11 @@ def spare_loopback() -> str:
 @pytest.fixture(scope="module")
 def page(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[Page]:
     work = tmp_path_factory.mktemp("statuspage")
-    u = Unbound(work / "u", stubs={"example.test.": f"127.0.0.1@{named.port}"},
-                extra_server='  nsid: "ascii_page-u1"\n')
+    u = Unbound(
+        work / "u",
+        stubs={"example.test.": f"127.0.0.1@{named.port}"},
+        extra_server='  nsid: "ascii_page-u1"\n',
+    )
     u.start()
     from tests.tools import free_port
 
@@ -172,22 +232,44 @@ def page(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[Pag
     root = work / "root"
     (root / "etc").mkdir(parents=True)
     (root / "etc" / "resolv.conf").write_text(
-        f"nameserver {spare_loopback()}\noptions timeout:1 attempts:1\n")
+        f"nameserver {spare_loopback()}\noptions timeout:1 attempts:1\n"
+    )
     cfg = work / "dnsfleet.yml"
-    cfg.write_text(yaml.safe_dump({
-        "modules": {"lab": {"query_name": "www.example.test", "query_type": "A",
-                            "timeout": "500ms", "canary": "canary.example.test"}},
-        "targets": [
-            {"address": u.address, "module": "lab", "labels": {"site": "lab"},
-             "capacity_qps": 2000,
-             "stats": {"type": "unbound", "control": f"unix://{u.control_socket}"}},
-            {"address": dead, "module": "lab", "labels": {"site": "lab"}},
-        ],
-        "resolv_conf": [{"path": "/etc/resolv.conf", "query_name": "www.example.test",
-                         "query_type": "A", "probe_timeout": "300ms"}],
-    }))
-    exp = ExporterProcess(f"--config.file={cfg}", f"--path.rootfs={root}",
-                          "--web.enable-lifecycle", cwd=work)
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "modules": {
+                    "lab": {
+                        "query_name": "www.example.test",
+                        "query_type": "A",
+                        "timeout": "500ms",
+                        "canary": "canary.example.test",
+                    }
+                },
+                "targets": [
+                    {
+                        "address": u.address,
+                        "module": "lab",
+                        "labels": {"site": "lab"},
+                        "capacity_qps": 2000,
+                        "stats": {"type": "unbound", "control": f"unix://{u.control_socket}"},
+                    },
+                    {"address": dead, "module": "lab", "labels": {"site": "lab"}},
+                ],
+                "resolv_conf": [
+                    {
+                        "path": "/etc/resolv.conf",
+                        "query_name": "www.example.test",
+                        "query_type": "A",
+                        "probe_timeout": "300ms",
+                    }
+                ],
+            }
+        )
+    )
+    exp = ExporterProcess(
+        f"--config.file={cfg}", f"--path.rootfs={root}", "--web.enable-lifecycle", cwd=work
+    )
     try:
         yield Page(exp, u, dead, cfg, work)
     finally:
@@ -196,9 +278,16 @@ def page(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[Pag
 
 
 CHROMIUM_FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-default-apps", "--disable-extensions", "--hide-scrollbars",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--disable-extensions",
+    "--hide-scrollbars",
     # Anything not on loopback goes to a proxy that does not exist: the page must be
     # complete without the network, and the browser must not reach out by itself.
     "--proxy-server=http://127.0.0.1:9",  # loopback itself is bypassed implicitly
@@ -210,9 +299,13 @@ def chromium(*args: str, timeout: float = 60) -> str:
     # A profile of its own per run: two runs sharing one hand over to each other and the
     # second returns at once with nothing.
     with tempfile.TemporaryDirectory(prefix="chromium-") as profile:
-        out = subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
-                             capture_output=True, text=True, timeout=timeout,
-                             env={**os.environ, "HOME": profile})
+        out = subprocess.run(
+            [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "HOME": profile},
+        )
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout
 
@@ -260,7 +353,7 @@ def unbound_queries(u: Unbound) -> int:
 
 
 def test_page_before_any_scrape_says_so(page: Page) -> None:
-    body = page.exporter.get("/")   # runs first: the module's exporter was never scraped
+    body = page.exporter.get("/")  # runs first: the module's exporter was never scraped
     assert "No scrape yet" in body and "not probed yet" in body
     assert "<script" not in body and "http://" not in body.replace(page.exporter.base, "")
 
@@ -268,7 +361,7 @@ def test_page_before_any_scrape_says_so(page: Page) -> None:
 def test_incident_view_in_chromium(page: Page, tmp_path: Path) -> None:
     exp, u = page.exporter, page.unbound
     first = exp.get("/metrics")
-    u.restart()                     # a restart the page must show, with when
+    u.restart()  # a restart the page must show, with when
     second = exp.get("/metrics")
     targets = 2
     probes = value(second, "dnsfleet_probes_total")
@@ -291,11 +384,11 @@ def test_incident_view_in_chromium(page: Page, tmp_path: Path) -> None:
     assert not d.external, d.external
 
     row = d.text[u.address]
-    assert "OK" in row and "page-u1" in row                       # result, backend (NSID)
-    assert "readable: unbound" in row                             # statistics
+    assert "OK" in row and "page-u1" in row  # result, backend (NSID)
+    assert "readable: unbound" in row  # statistics
     assert "restarted (start time changed)" in row and "ago" in row
-    assert "cached" in row or "usable" in row                     # canary
-    assert "qps" in row                                           # headroom vs 2000 qps
+    assert "cached" in row or "usable" in row  # canary
+    assert "qps" in row  # headroom vs 2000 qps
     dead = d.text[page.dead]
     assert "FAIL: refused" in dead and "not configured" in dead
     assert "ALL LOOKUPS FAIL" in d.text["stub"] and "/etc/resolv.conf" in d.text["stub"]
@@ -319,10 +412,10 @@ def test_failed_reload_shows_latest_error_only(page: Page) -> None:
         assert status == 500
         text = dom(page).text["reload"]
         assert "Last reload FAILED" in text and "the file is empty" in text
-        assert "invalid YAML" not in text    # the latest error only
+        assert "invalid YAML" not in text  # the latest error only
         metrics = page.exporter.get("/metrics")
         assert value(metrics, "dnsfleet_config_last_reload_successful") == 0
-        assert value(metrics, "dnsfleet_targets") == 2   # still the old config
+        assert value(metrics, "dnsfleet_targets") == 2  # still the old config
     finally:
         page.config.write_text(good)
         status, _ = page.exporter.request("/-/reload", method="POST")

@@ -68,10 +68,14 @@ CASES: list[tuple[str, str]] = [
     ("all-silent-3-t1-a1", conf(S, S, S, options="timeout:1 attempts:1")),
     ("all-refusing-a3", conf(R, R, X, options="attempts:3")),
     ("fourth-server-unused", conf(S, R, S, U, options="timeout:1 attempts:1")),
-    ("later-options-win", conf(S, U, options="timeout:1 attempts:1",
-                               extra="options timeout:3 attempts:2\n")),
-    ("inet_aton-short-forms", "nameserver 127.2\nnameserver 0x7f.1\n"
-                              "options timeout:2 attempts:1\n"),
+    (
+        "later-options-win",
+        conf(S, U, options="timeout:1 attempts:1", extra="options timeout:3 attempts:2\n"),
+    ),
+    (
+        "inet_aton-short-forms",
+        "nameserver 127.2\nnameserver 0x7f.1\noptions timeout:2 attempts:1\n",
+    ),
     ("attempts-0", conf(U, options="attempts:0")),
     ("rotate-silent-answer-answer-t1", conf(S, U, U, options="timeout:1 rotate")),
     ("rotate-silent-silent-answer-t2", conf(S, S, U, options="timeout:2 attempts:1 rotate")),
@@ -126,9 +130,11 @@ def test_model_agrees_with_real_glibc(lab: NetLab, tmp_path: Path) -> None:
         _finish(r)
     elapsed = time.monotonic() - t0
 
-    table = ["", f"glibc oracle: {len(runs)} getent runs, {len(CASES)} cases, "
-                 f"{elapsed:.1f} s wall",
-             f"{'case':34} {'glibc s':>8} {'model s':>8} {'fails':>10}  resolv.conf"]
+    table = [
+        "",
+        f"glibc oracle: {len(runs)} getent runs, {len(CASES)} cases, {elapsed:.1f} s wall",
+        f"{'case':34} {'glibc s':>8} {'model s':>8} {'fails':>10}  resolv.conf",
+    ]
     bad = []
     for r in runs:
         v = r.verdict
@@ -136,16 +142,20 @@ def test_model_agrees_with_real_glibc(lab: NetLab, tmp_path: Path) -> None:
         nearest = min(candidates, key=lambda c: abs(c - r.measured))
         glibc_failed = r.rc != 0
         ok = abs(nearest - r.measured) <= TOLERANCE and glibc_failed == v.failing
-        model_txt = (f"{nearest:.2f}" if not v.delays_by_start
-                     else f"{nearest:.2f}*")
-        table.append(f"{r.case:34} {r.measured:8.3f} {model_txt:>8} "
-                     f"{str(glibc_failed) + '/' + str(v.failing):>10}  "
-                     + r.text.strip().replace("\n", "; "))
+        model_txt = f"{nearest:.2f}" if not v.delays_by_start else f"{nearest:.2f}*"
+        table.append(
+            f"{r.case:34} {r.measured:8.3f} {model_txt:>8} "
+            f"{str(glibc_failed) + '/' + str(v.failing):>10}  " + r.text.strip().replace("\n", "; ")
+        )
         if not ok:
-            bad.append(f"{r.case}: glibc {r.measured:.3f} s (rc {r.rc}), model "
-                       f"{candidates} failing={v.failing}")
-    table.append("* rotate: the start-position delay nearest to this run; the model's "
-                 "expected delay is their mean")
+            bad.append(
+                f"{r.case}: glibc {r.measured:.3f} s (rc {r.rc}), model "
+                f"{candidates} failing={v.failing}"
+            )
+    table.append(
+        "* rotate: the start-position delay nearest to this run; the model's "
+        "expected delay is their mean"
+    )
     print("\n".join(table))
     assert not bad, "model disagrees with glibc:\n" + "\n".join(bad)
 
@@ -172,11 +182,17 @@ def test_exporter_in_namespace_against_port_53(lab: NetLab, tmp_path: Path) -> N
     rc = tmp_path / "client.resolv.conf"
     rc.write_text(conf(S, R, U, options="timeout:3 attempts:2"))
     cfg = tmp_path / "dnsfleet.yml"
-    cfg.write_text(f"resolv_conf:\n  - path: {rc}\n    query_name: {QUERY_NAME}\n"
-                   "    query_type: A\n    probe_timeout: 300ms\n")
+    cfg.write_text(
+        f"resolv_conf:\n  - path: {rc}\n    query_name: {QUERY_NAME}\n"
+        "    query_type: A\n    probe_timeout: 300ms\n"
+    )
     exe = str(Path(sys.executable).parent / "dnsfleet-exporter")
-    out = subprocess.run(lab.exec_args(exe, "--config.file", str(cfg), "--once"),
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        lab.exec_args(exe, "--config.file", str(cfg), "--once"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     got = _samples(out.stdout)
     f = ("resolv_conf", str(rc))
@@ -186,10 +202,24 @@ def test_exporter_in_namespace_against_port_53(lab: NetLab, tmp_path: Path) -> N
 
     assert got[("dnsfleet_collector_success", (("collector", "stub"),))] == 1
     assert v("dnsfleet_stub_nameservers") == 3
-    assert v("dnsfleet_stub_nameserver_failure", ("nameserver", S), ("position", "0"),
-             ("reason", "silent")) == 1
-    assert v("dnsfleet_stub_nameserver_failure", ("nameserver", R), ("position", "1"),
-             ("reason", "refused")) == 1
+    assert (
+        v(
+            "dnsfleet_stub_nameserver_failure",
+            ("nameserver", S),
+            ("position", "0"),
+            ("reason", "silent"),
+        )
+        == 1
+    )
+    assert (
+        v(
+            "dnsfleet_stub_nameserver_failure",
+            ("nameserver", R),
+            ("position", "1"),
+            ("reason", "refused"),
+        )
+        == 1
+    )
     assert v("dnsfleet_stub_nameserver_up", ("nameserver", U), ("position", "2")) == 1
     glibc_delay = v("dnsfleet_stub_expected_delay_seconds", ("libc", "glibc"))
     # the blackhole's 3 s, plus the closed port's time to refuse, capped by its 2 s wait
@@ -204,18 +234,44 @@ def test_failover_command_in_namespace(lab: NetLab, tmp_path: Path) -> None:
     rc = tmp_path / "oncall.resolv.conf"
     rc.write_text(conf(S, X, U, options="timeout:2"))
     exe = str(Path(sys.executable).parent / "dnsfleet")
-    out = subprocess.run(lab.exec_args(exe, "failover", "--resolv-conf", str(rc),
-                                       "--query-name", QUERY_NAME, "--query-type", "A",
-                                       "--probe-timeout", "300ms"),
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        lab.exec_args(
+            exe,
+            "failover",
+            "--resolv-conf",
+            str(rc),
+            "--query-name",
+            QUERY_NAME,
+            "--query-type",
+            "A",
+            "--probe-timeout",
+            "300ms",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 1, out.stdout + out.stderr
     lines = out.stdout.splitlines()
     assert any(S in ln and "silent" in ln and "2.000s" in ln for ln in lines), out.stdout
     assert any(X in ln and "rcode_refused" in ln for ln in lines), out.stdout
     assert any(U in ln and "answering" in ln for ln in lines), out.stdout
     assert "a lookup now waits 2.0" in out.stdout
-    out = subprocess.run(lab.exec_args(exe, "failover", "--resolv-conf", str(rc),
-                                       "--libc", "musl", "--query-name", QUERY_NAME,
-                                       "--probe-timeout", "300ms"),
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        lab.exec_args(
+            exe,
+            "failover",
+            "--resolv-conf",
+            str(rc),
+            "--libc",
+            "musl",
+            "--query-name",
+            QUERY_NAME,
+            "--probe-timeout",
+            "300ms",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0 and "a lookup now waits 0.000 s" in out.stdout, out.stdout

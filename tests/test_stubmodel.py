@@ -21,13 +21,23 @@ A = ServerOutcome(ServerState.ANSWERING)
 S = ServerOutcome(ServerState.SILENT)
 R = ServerOutcome(ServerState.REFUSED, 0.0002)
 F = ServerOutcome(ServerState.SERVFAIL, 0.01)
-U = ServerOutcome(ServerState.UNREACHABLE, 3.0)   # e.g. ARP gave up after 3 s
+U = ServerOutcome(ServerState.UNREACHABLE, 3.0)  # e.g. ARP gave up after 3 s
 
 
-@pytest.mark.parametrize(("timeout", "n", "want"), [
-    (5, 1, (5,)), (5, 2, (5, 5)), (5, 3, (5, 3, 6)), (1, 3, (1, 1, 1)), (2, 3, (2, 1, 2)),
-    (3, 3, (3, 2, 4)), (30, 3, (30, 20, 40)), (0, 3, (1, 1, 1)), (-2, 2, (1, 1)),
-])
+@pytest.mark.parametrize(
+    ("timeout", "n", "want"),
+    [
+        (5, 1, (5,)),
+        (5, 2, (5, 5)),
+        (5, 3, (5, 3, 6)),
+        (1, 3, (1, 1, 1)),
+        (2, 3, (2, 1, 2)),
+        (3, 3, (3, 2, 4)),
+        (30, 3, (30, 20, 40)),
+        (0, 3, (1, 1, 1)),
+        (-2, 2, (1, 1)),
+    ],
+)
 def test_glibc_waits(timeout: int, n: int, want: tuple[int, ...]) -> None:
     assert glibc_waits(timeout, n) == want
 
@@ -54,7 +64,7 @@ def test_unreachable_costs_until_the_error_but_at_most_the_wait() -> None:
 
 
 def test_three_servers_use_the_shifted_waits() -> None:
-    assert glibc((S, S, A), timeout=5, attempts=2).delay == 8.0   # 5 + 3
+    assert glibc((S, S, A), timeout=5, attempts=2).delay == 8.0  # 5 + 3
     assert glibc((R, S, A), timeout=5, attempts=2).delay == pytest.approx(3.0002)
 
 
@@ -101,8 +111,9 @@ def test_musl_parallel_first_answer_wins() -> None:
 
 
 def test_model_reads_the_parsed_file() -> None:
-    rc = parse_resolv_conf("nameserver 192.0.2.1\nnameserver 192.0.2.2\n"
-                           "options timeout:2 attempts:1\n")
+    rc = parse_resolv_conf(
+        "nameserver 192.0.2.1\nnameserver 192.0.2.2\noptions timeout:2 attempts:1\n"
+    )
     assert model(rc, (S, A), "glibc").delay == 2.0
     assert model(rc, (S, A), "musl").delay == 0.0
     assert model(rc, (S, S), "musl").delay == 2.0

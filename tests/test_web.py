@@ -40,13 +40,16 @@ modules:
 def config(tmp_path: Path, unbound: Unbound, blackhole: Blackhole) -> Path:
     closed = free_port()
     p = tmp_path / "dnsfleet.yml"
-    p.write_text(MODULES + f"""
+    p.write_text(
+        MODULES
+        + f"""
 targets:
   - {{address: "{unbound.address}", module: www, labels: {{site: lab1}}}}
   - {{address: "127.0.0.1:{closed}", module: www, labels: {{site: lab1}}}}
   - {{address: "{blackhole.address}", module: slow}}
 probe_allowlist: ["127.0.0.0/8"]
-""")
+"""
+    )
     return p
 
 
@@ -57,8 +60,9 @@ def exporter(config: Path, tmp_path: Path) -> Iterator[ExporterProcess]:
     e.stop()
 
 
-def test_metrics_carry_results_and_labels(exporter: ExporterProcess, unbound: Unbound,
-                                          blackhole: Blackhole) -> None:
+def test_metrics_carry_results_and_labels(
+    exporter: ExporterProcess, unbound: Unbound, blackhole: Blackhole
+) -> None:
     text = exporter.get("/metrics", headers={"X-Prometheus-Scrape-Timeout-Seconds": "2"})
     good = {"target": unbound.address, "module": "www", "site": "lab1"}
     assert value(text, "dnsfleet_probe_success", **good) == 1
@@ -76,15 +80,28 @@ def test_metrics_carry_results_and_labels(exporter: ExporterProcess, unbound: Un
     assert value(text, "dnsfleet_targets") == 3
 
 
-def test_counters_accumulate_across_scrapes(exporter: ExporterProcess, config: Path,
-                                            unbound: Unbound) -> None:
+def test_counters_accumulate_across_scrapes(
+    exporter: ExporterProcess, config: Path, unbound: Unbound
+) -> None:
     hdr = {"X-Prometheus-Scrape-Timeout-Seconds": "1"}
     for _ in range(3):
         text = exporter.get("/metrics", headers=hdr)
-    closed = next(t.address for t in config_mod.load(config).targets
-                  if t.address not in (unbound.address,) and t.module == "www")
-    assert value(text, "dnsfleet_probe_failures_total", target=closed, module="www",
-                 site="lab1", reason="refused") == 3
+    closed = next(
+        t.address
+        for t in config_mod.load(config).targets
+        if t.address not in (unbound.address,) and t.module == "www"
+    )
+    assert (
+        value(
+            text,
+            "dnsfleet_probe_failures_total",
+            target=closed,
+            module="www",
+            site="lab1",
+            reason="refused",
+        )
+        == 3
+    )
     good = {"target": unbound.address, "module": "www", "site": "lab1"}
     assert value(text, "dnsfleet_probe_latency_seconds_count", **good) == 3
     assert value(text, "dnsfleet_probe_failures_total", **good, reason="timeout") == 0
@@ -92,8 +109,13 @@ def test_counters_accumulate_across_scrapes(exporter: ExporterProcess, config: P
 
 def test_exposition_passes_promtool(exporter: ExporterProcess, tmp_path: Path) -> None:
     text = exporter.get("/metrics", headers={"X-Prometheus-Scrape-Timeout-Seconds": "1"})
-    out = subprocess.run([binary("promtool"), "check", "metrics"], input=text,
-                         capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [binary("promtool"), "check", "metrics"],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -109,14 +131,17 @@ def test_probe_endpoint(exporter: ExporterProcess, unbound: Unbound) -> None:
     assert value(text, "dnsfleet_probe_failure", reason="refused") == 1
 
 
-@pytest.mark.parametrize(("query", "status", "needle"), [
-    ("", 400, "missing parameter: target"),
-    ("target=127.0.0.1:5", 400, "missing parameter: module"),
-    ("target=127.0.0.1:5&module=nope", 400, "unknown module"),
-    ("target=dns.example.test&module=www", 400, "not an IP address"),
-    ("target=192.0.2.1&module=www", 403, "neither configured nor inside probe_allowlist"),
-    ("target=127.0.0.1:5&module=www&name=evil.test", 403, "does not allow overriding"),
-])
+@pytest.mark.parametrize(
+    ("query", "status", "needle"),
+    [
+        ("", 400, "missing parameter: target"),
+        ("target=127.0.0.1:5", 400, "missing parameter: module"),
+        ("target=127.0.0.1:5&module=nope", 400, "unknown module"),
+        ("target=dns.example.test&module=www", 400, "not an IP address"),
+        ("target=192.0.2.1&module=www", 403, "neither configured nor inside probe_allowlist"),
+        ("target=127.0.0.1:5&module=www&name=evil.test", 403, "does not allow overriding"),
+    ],
+)
 def test_probe_rejects(exporter: ExporterProcess, query: str, status: int, needle: str) -> None:
     code, body = exporter.request(f"/probe?{query}")
     assert code == status and needle in body, body
@@ -128,8 +153,7 @@ def test_probe_query_override_when_allowed(exporter: ExporterProcess, unbound: U
     assert value(text, "dnsfleet_probe_answer_rrs") == 1
 
 
-def test_health_ready_config_and_status_page(exporter: ExporterProcess,
-                                              unbound: Unbound) -> None:
+def test_health_ready_config_and_status_page(exporter: ExporterProcess, unbound: Unbound) -> None:
     assert exporter.get("/-/healthy") == "OK\n"
     assert exporter.get("/-/ready") == "Ready\n"
     assert "www.example.test" in exporter.get("/config")
@@ -139,16 +163,19 @@ def test_health_ready_config_and_status_page(exporter: ExporterProcess,
     assert "2 failing" in page
 
 
-def test_bad_reload_keeps_old_config(exporter: ExporterProcess, config: Path,
-                                     unbound: Unbound) -> None:
+def test_bad_reload_keeps_old_config(
+    exporter: ExporterProcess, config: Path, unbound: Unbound
+) -> None:
     good = config.read_text()
     config.write_text(good + "\nbogus_key: 1\n")
     code, body = exporter.request("/-/reload", method="POST")
     assert code == 500 and "bogus_key: unknown key" in body
     text = exporter.get("/metrics", headers={"X-Prometheus-Scrape-Timeout-Seconds": "1"})
     assert value(text, "dnsfleet_config_last_reload_successful") == 0
-    assert value(text, "dnsfleet_probe_success", target=unbound.address, module="www",
-                 site="lab1") == 1
+    assert (
+        value(text, "dnsfleet_probe_success", target=unbound.address, module="www", site="lab1")
+        == 1
+    )
     assert "Last reload FAILED" in exporter.get("/")
     # SIGHUP with a fixed file: one target left, reload flag back to 1.
     config.write_text(MODULES + f'targets:\n  - {{address: "{unbound.address}", module: www}}\n')
@@ -164,34 +191,57 @@ def test_bad_reload_keeps_old_config(exporter: ExporterProcess, config: Path,
 
 
 def test_config_check_exit_codes(config: Path, tmp_path: Path) -> None:
-    ok = subprocess.run([sys.executable, "-m", "dnsfleet", f"--config.file={config}",
-                         "--config.check"], capture_output=True, text=True, timeout=30)
+    ok = subprocess.run(
+        [sys.executable, "-m", "dnsfleet", f"--config.file={config}", "--config.check"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert ok.returncode == 0 and "configuration valid" in ok.stdout
     bad = tmp_path / "bad.yml"
     bad.write_text("modules:\n  m:\n    timeout: fast\n")
-    out = subprocess.run([sys.executable, "-m", "dnsfleet", f"--config.file={bad}",
-                          "--config.check"], capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [sys.executable, "-m", "dnsfleet", f"--config.file={bad}", "--config.check"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 1
     assert f'{bad}: modules.m.timeout: invalid duration "fast"' in out.stderr
 
 
-def test_once_with_builtin_default_reads_rootfs_resolv_conf(tmp_path: Path,
-                                                           named: Named) -> None:
+def test_once_with_builtin_default_reads_rootfs_resolv_conf(tmp_path: Path, named: Named) -> None:
     # A fake root whose resolv.conf names loopback addresses only: nothing listens on
     # 127.0.0.1:53 / 127.0.0.9:53 here, so both are refused; never the host's own resolver.
     (tmp_path / "etc").mkdir()
     (tmp_path / "etc" / "resolv.conf").write_text(
-        "# test\nnameserver 127.0.0.9\nnameserver 127.0.0.1\noptions timeout:1\n")
-    if subprocess.run(["ss", "-lnu", "sport = :53"], capture_output=True,
-                      text=True).stdout.count("\n") > 1:
+        "# test\nnameserver 127.0.0.9\nnameserver 127.0.0.1\noptions timeout:1\n"
+    )
+    if (
+        subprocess.run(["ss", "-lnu", "sport = :53"], capture_output=True, text=True).stdout.count(
+            "\n"
+        )
+        > 1
+    ):
         pytest.skip("something listens on port 53 here")
-    out = subprocess.run([sys.executable, "-m", "dnsfleet", "--once",
-                          f"--path.rootfs={tmp_path}"], capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "dnsfleet", "--once", f"--path.rootfs={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     for ns in ("127.0.0.9", "127.0.0.1"):
-        assert value(out.stdout, "dnsfleet_probe_failure", target=ns, module="recursive",
-                     reason="refused") == 1
+        assert (
+            value(
+                out.stdout,
+                "dnsfleet_probe_failure",
+                target=ns,
+                module="recursive",
+                reason="refused",
+            )
+            == 1
+        )
 
 
 def test_non_ascii_content_length_is_a_400(exporter: ExporterProcess) -> None:

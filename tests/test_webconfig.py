@@ -28,8 +28,9 @@ pytestmark = pytest.mark.integration
 ALICE_PW = "correct horse"
 ALICE_HASH = bcrypt.hashpw(ALICE_PW.encode(), bcrypt.gensalt(rounds=4)).decode()
 # htpasswd -B writes $2y$: accepted as the same algorithm.
-BOB_HASH = bcrypt.hashpw(b"battery staple", bcrypt.gensalt(rounds=4)).decode().replace(
-    "$2b$", "$2y$", 1)
+BOB_HASH = (
+    bcrypt.hashpw(b"battery staple", bcrypt.gensalt(rounds=4)).decode().replace("$2b$", "$2y$", 1)
+)
 
 # resolv_conf: [] — the stub collector must never probe this machine's own resolver.
 EXPORTER_CONFIG = """
@@ -49,8 +50,8 @@ class Pki:
     ca_file: Path
     client_ca: trustme.CA
     client_ca_file: Path
-    client_pem: Path          # key and chain of a client cert the exporter trusts
-    stranger_pem: Path        # issued by a CA the exporter does not trust
+    client_pem: Path  # key and chain of a client cert the exporter trusts
+    stranger_pem: Path  # issued by a CA the exporter does not trust
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +68,17 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     client.private_key_and_cert_chain_pem.write_to_path(str(d / "client.pem"))
     stranger = trustme.CA().issue_cert("prometheus.example.test")
     stranger.private_key_and_cert_chain_pem.write_to_path(str(d / "stranger.pem"))
-    return Pki(dir=d, ca=ca, server_cert=d / "server.crt", server_key=d / "server.key",
-               ca_file=d / "ca.crt", client_ca=client_ca, client_ca_file=d / "client-ca.crt",
-               client_pem=d / "client.pem", stranger_pem=d / "stranger.pem")
+    return Pki(
+        dir=d,
+        ca=ca,
+        server_cert=d / "server.crt",
+        server_key=d / "server.key",
+        ca_file=d / "ca.crt",
+        client_ca=client_ca,
+        client_ca_file=d / "client-ca.crt",
+        client_pem=d / "client.pem",
+        stranger_pem=d / "stranger.pem",
+    )
 
 
 def write(tmp: Path, name: str, doc: object) -> Path:
@@ -84,8 +93,12 @@ def exporter_config(tmp_path: Path) -> Path:
 
 
 def curl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([binary("curl"), "-sS", "--max-time", "10", *args],
-                          capture_output=True, text=True, timeout=20)
+    return subprocess.run(
+        [binary("curl"), "-sS", "--max-time", "10", *args],
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
 
 
 def curl_status(*args: str) -> str:
@@ -94,10 +107,10 @@ def curl_status(*args: str) -> str:
 
 @pytest.fixture
 def auth_exporter(tmp_path: Path, exporter_config: Path) -> Iterator[ExporterProc]:
-    wc = write(tmp_path, "web.yml", {"basic_auth_users": {"alice": ALICE_HASH,
-                                                          "bob": BOB_HASH}})
-    with running_exporter(tmp_path, "--config.file", str(exporter_config),
-                          "--web.config.file", str(wc)) as e:
+    wc = write(tmp_path, "web.yml", {"basic_auth_users": {"alice": ALICE_HASH, "bob": BOB_HASH}})
+    with running_exporter(
+        tmp_path, "--config.file", str(exporter_config), "--web.config.file", str(wc)
+    ) as e:
         yield e
 
 
@@ -122,16 +135,23 @@ def test_basic_auth_with_curl(auth_exporter: ExporterProc) -> None:
     assert curl_status("-X", "POST", auth_exporter.url + "/-/reload") == "401"
 
 
-@pytest.mark.parametrize("header", [
-    "Basic", "Basic !!!notbase64", "Basic " + base64.b64encode(b"no-colon").decode(),
-    "Bearer " + base64.b64encode(f"alice:{ALICE_PW}".encode()).decode(),
-    "Basic " + base64.b64encode(b"\xff\xfe:" + ALICE_PW.encode()).decode(),
-    "Basic " + base64.b64encode(b"alice:" + b"x" * 100_000).decode()[:7000],
-])
+@pytest.mark.parametrize(
+    "header",
+    [
+        "Basic",
+        "Basic !!!notbase64",
+        "Basic " + base64.b64encode(b"no-colon").decode(),
+        "Bearer " + base64.b64encode(f"alice:{ALICE_PW}".encode()).decode(),
+        "Basic " + base64.b64encode(b"\xff\xfe:" + ALICE_PW.encode()).decode(),
+        "Basic " + base64.b64encode(b"alice:" + b"x" * 100_000).decode()[:7000],
+    ],
+)
 def test_malformed_authorization_is_401(auth_exporter: ExporterProc, header: str) -> None:
     async def go() -> tuple[int, str]:
-        async with aiohttp.ClientSession() as s, s.get(
-                auth_exporter.url + "/metrics", headers={"Authorization": header}) as r:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.get(auth_exporter.url + "/metrics", headers={"Authorization": header}) as r,
+        ):
             return r.status, r.headers.get("WWW-Authenticate", "")
 
     assert asyncio.run(go()) == (401, "Basic")
@@ -174,15 +194,26 @@ def test_cache_holds_no_plaintext_password() -> None:
 
 @pytest.fixture
 def tls_exporter(tmp_path: Path, exporter_config: Path, pki: Pki) -> Iterator[ExporterProc]:
-    wc = write(tmp_path, "web.yml", {
-        "tls_server_config": {"cert_file": str(pki.server_cert),
-                              "key_file": str(pki.server_key)},
-        "http_server_config": {"headers": {"X-Content-Type-Options": "nosniff",
-                                           "Strict-Transport-Security": "max-age=31536000"}},
-        "basic_auth_users": {"alice": ALICE_HASH},
-    })
-    with running_exporter(tmp_path, "--config.file", str(exporter_config),
-                          "--web.config.file", str(wc)) as e:
+    wc = write(
+        tmp_path,
+        "web.yml",
+        {
+            "tls_server_config": {
+                "cert_file": str(pki.server_cert),
+                "key_file": str(pki.server_key),
+            },
+            "http_server_config": {
+                "headers": {
+                    "X-Content-Type-Options": "nosniff",
+                    "Strict-Transport-Security": "max-age=31536000",
+                }
+            },
+            "basic_auth_users": {"alice": ALICE_HASH},
+        },
+    )
+    with running_exporter(
+        tmp_path, "--config.file", str(exporter_config), "--web.config.file", str(wc)
+    ) as e:
         yield e
 
 
@@ -199,8 +230,7 @@ def test_tls_and_basic_auth_with_curl(tls_exporter: ExporterProc, pki: Pki) -> N
     assert curl("-u", f"alice:{ALICE_PW}", url).returncode == 60
 
 
-def test_plain_http_to_tls_listener_fails_cleanly(tls_exporter: ExporterProc,
-                                                  pki: Pki) -> None:
+def test_plain_http_to_tls_listener_fails_cleanly(tls_exporter: ExporterProc, pki: Pki) -> None:
     for _ in range(3):
         plain = curl("-u", f"alice:{ALICE_PW}", tls_exporter.url + "/metrics")
         assert plain.returncode in (52, 56), plain  # empty reply / connection reset
@@ -214,8 +244,13 @@ def test_plain_http_to_tls_listener_fails_cleanly(tls_exporter: ExporterProc,
 
     asyncio.run(aio())
     # The listener is unharmed and logged no traceback for the rejected handshakes.
-    ok = curl("--cacert", str(pki.ca_file), "-u", f"alice:{ALICE_PW}",
-              tls_exporter.https_url + "/-/healthy")
+    ok = curl(
+        "--cacert",
+        str(pki.ca_file),
+        "-u",
+        f"alice:{ALICE_PW}",
+        tls_exporter.https_url + "/-/healthy",
+    )
     assert ok.stdout == "OK\n"
     assert tls_exporter.proc.poll() is None
     assert "Traceback" not in tls_exporter.stderr()
@@ -225,10 +260,17 @@ def test_aiohttp_client_over_tls(tls_exporter: ExporterProc, pki: Pki) -> None:
     ctx = ssl.create_default_context(cafile=str(pki.ca_file))
 
     async def go() -> tuple[int, str]:
-        async with aiohttp.ClientSession() as s, s.get(
-                tls_exporter.https_url + "/metrics", ssl=ctx,
-                headers={"Authorization": "Basic " + base64.b64encode(
-                    f"alice:{ALICE_PW}".encode()).decode()}) as r:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.get(
+                tls_exporter.https_url + "/metrics",
+                ssl=ctx,
+                headers={
+                    "Authorization": "Basic "
+                    + base64.b64encode(f"alice:{ALICE_PW}".encode()).decode()
+                },
+            ) as r,
+        ):
             return r.status, await r.text()
 
     status, text = asyncio.run(go())
@@ -237,14 +279,23 @@ def test_aiohttp_client_over_tls(tls_exporter: ExporterProc, pki: Pki) -> None:
 
 @pytest.fixture
 def mtls_exporter(tmp_path: Path, exporter_config: Path, pki: Pki) -> Iterator[ExporterProc]:
-    wc = write(tmp_path, "web.yml", {"tls_server_config": {
-        "cert_file": str(pki.server_cert), "key_file": str(pki.server_key),
-        "client_auth_type": "RequireAndVerifyClientCert",
-        "client_ca_file": str(pki.client_ca_file),
-        "client_allowed_sans": ["prometheus.example.test"],
-        "min_version": "TLS12"}})
-    with running_exporter(tmp_path, "--config.file", str(exporter_config),
-                          "--web.config.file", str(wc)) as e:
+    wc = write(
+        tmp_path,
+        "web.yml",
+        {
+            "tls_server_config": {
+                "cert_file": str(pki.server_cert),
+                "key_file": str(pki.server_key),
+                "client_auth_type": "RequireAndVerifyClientCert",
+                "client_ca_file": str(pki.client_ca_file),
+                "client_allowed_sans": ["prometheus.example.test"],
+                "min_version": "TLS12",
+            }
+        },
+    )
+    with running_exporter(
+        tmp_path, "--config.file", str(exporter_config), "--web.config.file", str(wc)
+    ) as e:
         yield e
 
 
@@ -261,13 +312,22 @@ def test_client_certificates(mtls_exporter: ExporterProc, pki: Pki) -> None:
 def test_client_allowed_sans(tmp_path: Path, exporter_config: Path, pki: Pki) -> None:
     other = pki.client_ca.issue_cert("grafana.example.test")
     other.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "other.pem"))
-    wc = write(tmp_path, "web.yml", {"tls_server_config": {
-        "cert_file": str(pki.server_cert), "key_file": str(pki.server_key),
-        "client_auth_type": "RequireAndVerifyClientCert",
-        "client_ca_file": str(pki.client_ca_file),
-        "client_allowed_sans": ["prometheus.example.test"]}})
-    with running_exporter(tmp_path, "--config.file", str(exporter_config),
-                          "--web.config.file", str(wc)) as e:
+    wc = write(
+        tmp_path,
+        "web.yml",
+        {
+            "tls_server_config": {
+                "cert_file": str(pki.server_cert),
+                "key_file": str(pki.server_key),
+                "client_auth_type": "RequireAndVerifyClientCert",
+                "client_ca_file": str(pki.client_ca_file),
+                "client_allowed_sans": ["prometheus.example.test"],
+            }
+        },
+    )
+    with running_exporter(
+        tmp_path, "--config.file", str(exporter_config), "--web.config.file", str(wc)
+    ) as e:
         url = e.https_url + "/metrics"
         ca = ("--cacert", str(pki.ca_file))
         assert curl_status(*ca, "--cert", str(tmp_path / "other.pem"), url) == "403"
@@ -275,11 +335,20 @@ def test_client_allowed_sans(tmp_path: Path, exporter_config: Path, pki: Pki) ->
 
 
 def test_min_version_enforced(tmp_path: Path, exporter_config: Path, pki: Pki) -> None:
-    wc = write(tmp_path, "web.yml", {"tls_server_config": {
-        "cert_file": str(pki.server_cert), "key_file": str(pki.server_key),
-        "min_version": "TLS13"}})
-    with running_exporter(tmp_path, "--config.file", str(exporter_config),
-                          "--web.config.file", str(wc)) as e:
+    wc = write(
+        tmp_path,
+        "web.yml",
+        {
+            "tls_server_config": {
+                "cert_file": str(pki.server_cert),
+                "key_file": str(pki.server_key),
+                "min_version": "TLS13",
+            }
+        },
+    )
+    with running_exporter(
+        tmp_path, "--config.file", str(exporter_config), "--web.config.file", str(wc)
+    ) as e:
         url = e.https_url + "/-/healthy"
         ca = ("--cacert", str(pki.ca_file))
         assert curl(*ca, "--tls-max", "1.2", url).returncode == 35  # handshake failure
@@ -287,15 +356,24 @@ def test_min_version_enforced(tmp_path: Path, exporter_config: Path, pki: Pki) -
 
 
 def test_inline_certificate_and_key(tmp_path: Path, pki: Pki) -> None:
-    wc = write(tmp_path, "web.yml", {"tls_server_config": {
-        "cert": pki.server_cert.read_text(), "key": pki.server_key.read_text()}})
+    wc = write(
+        tmp_path,
+        "web.yml",
+        {
+            "tls_server_config": {
+                "cert": pki.server_cert.read_text(),
+                "key": pki.server_key.read_text(),
+            }
+        },
+    )
     assert webconfig.load(wc).ssl_context is not None
 
 
 def test_rate_limit(tmp_path: Path, exporter_config: Path) -> None:
     wc = write(tmp_path, "web.yml", {"rate_limit": {"interval": "1m", "burst": 2}})
-    with running_exporter(tmp_path, "--config.file", str(exporter_config),
-                          "--web.config.file", str(wc)) as e:
+    with running_exporter(
+        tmp_path, "--config.file", str(exporter_config), "--web.config.file", str(wc)
+    ) as e:
         codes = [curl_status(e.url + "/-/healthy") for _ in range(4)]
     assert codes == ["200", "200", "429", "429"]
 
@@ -304,33 +382,57 @@ def test_rate_limit(tmp_path: Path, exporter_config: Path) -> None:
 
 
 def _tls(pki: Pki, **extra: object) -> dict[str, object]:
-    return {"tls_server_config": {"cert_file": str(pki.server_cert),
-                                  "key_file": str(pki.server_key), **extra}}
+    return {
+        "tls_server_config": {
+            "cert_file": str(pki.server_cert),
+            "key_file": str(pki.server_key),
+            **extra,
+        }
+    }
 
 
 INVALID: list[tuple[str, object, str]] = [
-    ("unknown top-level key", {"basic_auth_user": {}},
-     "web.yml: basic_auth_user: unknown key (valid keys: basic_auth_users, "
-     "http_server_config, rate_limit, tls_server_config)"),
-    ("plain-text password", {"basic_auth_users": {"alice": "hunter2"}},
-     "web.yml: basic_auth_users.alice: not a bcrypt hash (generate one with: "
-     "htpasswd -nBC 10 \"\" | tr -d ':\\n')"),
-    ("missing key", {"tls_server_config": {"cert_file": "server.crt"}},
-     "web.yml: tls_server_config: missing key_file"),
-    ("header not allowed", {"http_server_config": {"headers": {"Server": "x"}}},
-     "web.yml: http_server_config.headers.Server: HTTP header 'Server' can not be "
-     "configured (configurable: Strict-Transport-Security, X-Content-Type-Options, "
-     "X-Frame-Options, X-XSS-Protection, Content-Security-Policy)"),
-    ("header value", {"http_server_config": {"headers": {"X-Frame-Options": "allow"}}},
-     "web.yml: http_server_config.headers.X-Frame-Options: invalid value 'allow': "
-     "expected one of deny, sameorigin"),
-    ("rate limit without burst", {"rate_limit": {"interval": "1s"}},
-     "web.yml: rate_limit.burst: must be at least 1 when interval is set"),
+    (
+        "unknown top-level key",
+        {"basic_auth_user": {}},
+        "web.yml: basic_auth_user: unknown key (valid keys: basic_auth_users, "
+        "http_server_config, rate_limit, tls_server_config)",
+    ),
+    (
+        "plain-text password",
+        {"basic_auth_users": {"alice": "hunter2"}},
+        "web.yml: basic_auth_users.alice: not a bcrypt hash (generate one with: "
+        "htpasswd -nBC 10 \"\" | tr -d ':\\n')",
+    ),
+    (
+        "missing key",
+        {"tls_server_config": {"cert_file": "server.crt"}},
+        "web.yml: tls_server_config: missing key_file",
+    ),
+    (
+        "header not allowed",
+        {"http_server_config": {"headers": {"Server": "x"}}},
+        "web.yml: http_server_config.headers.Server: HTTP header 'Server' can not be "
+        "configured (configurable: Strict-Transport-Security, X-Content-Type-Options, "
+        "X-Frame-Options, X-XSS-Protection, Content-Security-Policy)",
+    ),
+    (
+        "header value",
+        {"http_server_config": {"headers": {"X-Frame-Options": "allow"}}},
+        "web.yml: http_server_config.headers.X-Frame-Options: invalid value 'allow': "
+        "expected one of deny, sameorigin",
+    ),
+    (
+        "rate limit without burst",
+        {"rate_limit": {"interval": "1s"}},
+        "web.yml: rate_limit.burst: must be at least 1 when interval is set",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("doc", "message"), [(d, m) for _, d, m in INVALID],
-                         ids=[i for i, _, _ in INVALID])
+@pytest.mark.parametrize(
+    ("doc", "message"), [(d, m) for _, d, m in INVALID], ids=[i for i, _, _ in INVALID]
+)
 def test_invalid_web_config(tmp_path: Path, doc: object, message: str) -> None:
     p = write(tmp_path, "web.yml", doc)
     with pytest.raises(ConfigError) as e:
@@ -338,29 +440,48 @@ def test_invalid_web_config(tmp_path: Path, doc: object, message: str) -> None:
     assert str(e.value) == message.replace("web.yml", str(p))
 
 
-@pytest.mark.parametrize(("extra", "message"), [
-    ({"client_auth_type": "RequireAnyClientCert"},
-     "tls_server_config.client_auth_type: RequireAnyClientCert accepts client certificates "
-     "without verifying them; not supported, use RequireAndVerifyClientCert (or "
-     "VerifyClientCertIfGiven) with client_ca_file"),
-    ({"client_auth_type": "RequireAndVerifyClientCert"},
-     "tls_server_config: client_auth_type RequireAndVerifyClientCert needs client_ca_file"),
-    ({"client_allowed_sans": ["x"]},
-     "tls_server_config.client_allowed_sans: needs client_auth_type "
-     "RequireAndVerifyClientCert"),
-    ({"min_version": "TLS13", "max_version": "TLS12"},
-     "tls_server_config: min_version TLS13 is above max_version TLS12"),
-    ({"min_version": "SSL3"},
-     'tls_server_config.min_version: "SSL3" is not one of: TLS10, TLS11, TLS12, TLS13'),
-    ({"cipher_suites": ["TLS_AES_128_GCM_SHA256"]},
-     'tls_server_config.cipher_suites[0]: "TLS_AES_128_GCM_SHA256" is not one of: '),
-    ({"curve_preferences": ["X25519", "CurveP256"]},
-     "tls_server_config.curve_preferences: Python's ssl module can set one curve only: "
-     "list a single curve"),
-    ({"client_ca_file": "ca.crt"},
-     "tls_server_config: client CA configured but client_auth_type is NoClientCert: "
-     "client certificates would not be checked"),
-])
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            {"client_auth_type": "RequireAnyClientCert"},
+            "tls_server_config.client_auth_type: RequireAnyClientCert accepts client certificates "
+            "without verifying them; not supported, use RequireAndVerifyClientCert (or "
+            "VerifyClientCertIfGiven) with client_ca_file",
+        ),
+        (
+            {"client_auth_type": "RequireAndVerifyClientCert"},
+            "tls_server_config: client_auth_type RequireAndVerifyClientCert needs client_ca_file",
+        ),
+        (
+            {"client_allowed_sans": ["x"]},
+            "tls_server_config.client_allowed_sans: needs client_auth_type "
+            "RequireAndVerifyClientCert",
+        ),
+        (
+            {"min_version": "TLS13", "max_version": "TLS12"},
+            "tls_server_config: min_version TLS13 is above max_version TLS12",
+        ),
+        (
+            {"min_version": "SSL3"},
+            'tls_server_config.min_version: "SSL3" is not one of: TLS10, TLS11, TLS12, TLS13',
+        ),
+        (
+            {"cipher_suites": ["TLS_AES_128_GCM_SHA256"]},
+            'tls_server_config.cipher_suites[0]: "TLS_AES_128_GCM_SHA256" is not one of: ',
+        ),
+        (
+            {"curve_preferences": ["X25519", "CurveP256"]},
+            "tls_server_config.curve_preferences: Python's ssl module can set one curve only: "
+            "list a single curve",
+        ),
+        (
+            {"client_ca_file": "ca.crt"},
+            "tls_server_config: client CA configured but client_auth_type is NoClientCert: "
+            "client certificates would not be checked",
+        ),
+    ],
+)
 def test_invalid_tls(tmp_path: Path, pki: Pki, extra: dict[str, object], message: str) -> None:
     p = write(tmp_path, "web.yml", _tls(pki, **extra))
     with pytest.raises(ConfigError) as e:
@@ -370,32 +491,47 @@ def test_invalid_tls(tmp_path: Path, pki: Pki, extra: dict[str, object], message
 
 def test_unreadable_certificate_names_the_file(tmp_path: Path, pki: Pki) -> None:
     garbage = write(tmp_path, "garbage.crt", "not a certificate\n")
-    p = write(tmp_path, "web.yml", {"tls_server_config": {
-        "cert_file": "garbage.crt", "key_file": str(pki.server_key)}})
+    p = write(
+        tmp_path,
+        "web.yml",
+        {"tls_server_config": {"cert_file": "garbage.crt", "key_file": str(pki.server_key)}},
+    )
     with pytest.raises(ConfigError) as e:
         webconfig.load(p)
     # Relative paths are relative to the web config file, as in the toolkit.
     assert str(e.value).startswith(
-        f"{p}: tls_server_config: cannot load certificate and key ({garbage}): ")
+        f"{p}: tls_server_config: cannot load certificate and key ({garbage}): "
+    )
 
 
-def test_cli_refuses_to_start_on_invalid_web_config(tmp_path: Path,
-                                                    exporter_config: Path) -> None:
+def test_cli_refuses_to_start_on_invalid_web_config(tmp_path: Path, exporter_config: Path) -> None:
     p = write(tmp_path, "web.yml", {"basic_auth_users": {"alice": "plain"}})
-    r = subprocess.run([*EXPORTER, "--config.file", str(exporter_config),
-                        "--web.config.file", str(p), "--config.check"],
-                       capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        [
+            *EXPORTER,
+            "--config.file",
+            str(exporter_config),
+            "--web.config.file",
+            str(p),
+            "--config.check",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.returncode == 1
-    assert r.stderr.startswith(f"web configuration invalid: {p}: basic_auth_users.alice: "
-                               "not a bcrypt hash")
+    assert r.stderr.startswith(
+        f"web configuration invalid: {p}: basic_auth_users.alice: not a bcrypt hash"
+    )
 
 
 def test_empty_web_config_serves_plain_http(tmp_path: Path, exporter_config: Path) -> None:
     p = write(tmp_path, "web.yml", "")
     wc = webconfig.load(p)
     assert wc.tls is None and not wc.basic_auth_users and wc.ssl_context is None
-    with running_exporter(tmp_path, "--config.file", str(exporter_config),
-                          "--web.config.file", str(p)) as e:
+    with running_exporter(
+        tmp_path, "--config.file", str(exporter_config), "--web.config.file", str(p)
+    ) as e:
         assert curl_status(e.url + "/-/healthy") == "200"
 
 
@@ -406,16 +542,33 @@ def _hash(password: bytes, cost: int = 4) -> str:
     return bcrypt.hashpw(password[:72], bcrypt.gensalt(cost)).decode()
 
 
-@pytest.mark.parametrize(("doc", "message"), [
-    ({"basic_auth_users": {"u": bcrypt.hashpw(b"x", bcrypt.gensalt(4)).decode()
-                           .replace("$04$", "$15$")}},
-     "basic_auth_users.u: bcrypt cost 15 is outside 4-14"),
-    ({"http_server_config": {"headers": {"X-Frame-Options": "deny\r\nSet-Cookie: a=b"}}},
-     "invalid value"),
-    ({"tls_server_config": {"cert_file": "c.pem", "key_file": "k.pem",
-                            "min_version": "TLS10"}},
-     "tls_server_config.min_version: TLS10 is not supported"),
-])
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        (
+            {
+                "basic_auth_users": {
+                    "u": bcrypt.hashpw(b"x", bcrypt.gensalt(4)).decode().replace("$04$", "$15$")
+                }
+            },
+            "basic_auth_users.u: bcrypt cost 15 is outside 4-14",
+        ),
+        (
+            {"http_server_config": {"headers": {"X-Frame-Options": "deny\r\nSet-Cookie: a=b"}}},
+            "invalid value",
+        ),
+        (
+            {
+                "tls_server_config": {
+                    "cert_file": "c.pem",
+                    "key_file": "k.pem",
+                    "min_version": "TLS10",
+                }
+            },
+            "tls_server_config.min_version: TLS10 is not supported",
+        ),
+    ],
+)
 def test_refused_at_load(tmp_path: Path, doc: dict[str, object], message: str) -> None:
     p = tmp_path / "web.yml"
     p.write_text(yaml.safe_dump(doc))
@@ -423,12 +576,13 @@ def test_refused_at_load(tmp_path: Path, doc: dict[str, object], message: str) -
         webconfig.load(p)
 
 
-async def _get(port: int, user: str, password: bytes, *,
-               ctx: ssl.SSLContext | None = None) -> int:
+async def _get(port: int, user: str, password: bytes, *, ctx: ssl.SSLContext | None = None) -> int:
     auth = base64.b64encode(user.encode() + b":" + password).decode()
     reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
-    writer.write(f"GET / HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {auth}\r\n"
-                 "Connection: close\r\n\r\n".encode())
+    writer.write(
+        f"GET / HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {auth}\r\n"
+        "Connection: close\r\n\r\n".encode()
+    )
     data = await reader.read()
     writer.close()
     return int(data.split(b" ", 2)[1])
@@ -460,7 +614,7 @@ def test_password_rotation_and_long_passwords_without_restart(tmp_path: Path) ->
             assert await _get(port, "u", long_pw) == 200
             assert await _get(port, "u", b"p" * 72 + b"-something-else") == 200
             assert await _get(port, "u", b"p" * 71) == 401
-            p.write_text("basic_auth_users: [")          # broken: the previous one stays
+            p.write_text("basic_auth_users: [")  # broken: the previous one stays
             assert await _get(port, "u", long_pw) == 200
             assert live.reloads == 1
         finally:
@@ -471,7 +625,8 @@ def test_password_rotation_and_long_passwords_without_restart(tmp_path: Path) ->
 
 
 def test_tls_certificate_rotation_and_no_log_line_per_connection(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     from dnsfleet.httpserver import Response, Router, serve
 
     ca = trustme.CA()
@@ -480,9 +635,14 @@ def test_tls_certificate_rotation_and_no_log_line_per_connection(
     first.cert_chain_pems[0].write_to_path(cert)
     first.private_key_pem.write_to_path(key)
     p = tmp_path / "web.yml"
-    p.write_text(yaml.safe_dump({"tls_server_config": {"cert_file": str(cert),
-                                                       "key_file": str(key)},
-                                 "basic_auth_users": {"u": _hash(b"pw")}}))
+    p.write_text(
+        yaml.safe_dump(
+            {
+                "tls_server_config": {"cert_file": str(cert), "key_file": str(key)},
+                "basic_auth_users": {"u": _hash(b"pw")},
+            }
+        )
+    )
     client = ssl.create_default_context()
     ca.configure_trust(client)
 
@@ -491,6 +651,7 @@ def test_tls_certificate_rotation_and_no_log_line_per_connection(
 
     def serial(der: bytes | None) -> str:
         from cryptography import x509
+
         assert der is not None
         return hex(x509.load_der_x509_certificate(der).serial_number)
 
@@ -513,7 +674,7 @@ def test_tls_certificate_rotation_and_no_log_line_per_connection(
             before = await peer_serial(port)
             second.cert_chain_pems[0].write_to_path(cert)
             second.private_key_pem.write_to_path(key)
-            assert await _get(port, "u", b"pw", ctx=client) == 200   # triggers the re-read
+            assert await _get(port, "u", b"pw", ctx=client) == 200  # triggers the re-read
             after = await peer_serial(port)
             assert before != after
         finally:

@@ -14,15 +14,20 @@ class WildcardUnbound(Unbound):
 
     def write_config(self) -> Path:
         p = super().write_config()
-        p.write_text(p.read_text().replace(
-            f"interface: {self.host}\n",
-            "interface: 0.0.0.0\n  interface-automatic: yes\n  so-rcvbuf: 4m\n"
-            "  so-sndbuf: 4m\n  num-queries-per-thread: 4096\n", 1))
+        p.write_text(
+            p.read_text().replace(
+                f"interface: {self.host}\n",
+                "interface: 0.0.0.0\n  interface-automatic: yes\n  so-rcvbuf: 4m\n"
+                "  so-sndbuf: 4m\n  num-queries-per-thread: 4096\n",
+                1,
+            )
+        )
         return p
 
 
-def answering_and_silent(n: int, *, silent_every: int, port: int,
-                         silent_port: int) -> list[tuple[str, bool]]:
+def answering_and_silent(
+    n: int, *, silent_every: int, port: int, silent_port: int
+) -> list[tuple[str, bool]]:
     """``n`` distinct targets: (address, silent?). Every ``silent_every``-th is on
     127.1.x.y at ``silent_port``, the rest on 127.0.x.y at ``port``."""
     out = []

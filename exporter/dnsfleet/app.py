@@ -27,8 +27,8 @@ MIN_PROBE_TIMEOUT = 0.05
 @dataclass(frozen=True)
 class ReloadStatus:
     successful: bool
-    timestamp: float          # of the last successful load
-    error: str = ""           # of the latest failed load only
+    timestamp: float  # of the last successful load
+    error: str = ""  # of the latest failed load only
     failed_at: float = 0.0
 
 
@@ -64,17 +64,25 @@ class Exporter:
         try:
             cfg = self._load()
         except Exception as e:
-            msg = str(e) if isinstance(e, ConfigError) else (
-                f"{self.config_file}: {type(e).__name__}: {e}")
+            msg = (
+                str(e)
+                if isinstance(e, ConfigError)
+                else (f"{self.config_file}: {type(e).__name__}: {e}")
+            )
             log.error("reload failed, keeping the running configuration: %s", msg)
-            self.reload_status = ReloadStatus(False, self.reload_status.timestamp, msg,
-                                              failed_at=time.time())
+            self.reload_status = ReloadStatus(
+                False, self.reload_status.timestamp, msg, failed_at=time.time()
+            )
             return self.reload_status
         self.config = cfg
         self.prober.configure(cfg)
         self.reload_status = ReloadStatus(True, time.time())
-        log.info("configuration loaded from %s: %d modules, %d targets", cfg.source,
-                 len(cfg.modules), len(cfg.targets))
+        log.info(
+            "configuration loaded from %s: %d modules, %d targets",
+            cfg.source,
+            len(cfg.modules),
+            len(cfg.targets),
+        )
         return self.reload_status
 
     def scrape_budget(self, header_timeout: float | None) -> float:
@@ -83,13 +91,15 @@ class Exporter:
             return lim.default_scrape_timeout - lim.scrape_timeout_offset
         return max(header_timeout - lim.scrape_timeout_offset, MIN_PROBE_TIMEOUT)
 
-    async def scrape(self, header_timeout: float | None = None, *,
-                     arrived: float | None = None) -> bytes:
+    async def scrape(
+        self, header_timeout: float | None = None, *, arrived: float | None = None
+    ) -> bytes:
         """The exposition of one probe-and-collect cycle, in the text format."""
         return render_bytes(await self.scrape_families(header_timeout, arrived=arrived))
 
-    async def scrape_families(self, header_timeout: float | None = None, *,
-                              arrived: float | None = None) -> list[Family | TextFamily]:
+    async def scrape_families(
+        self, header_timeout: float | None = None, *, arrived: float | None = None
+    ) -> list[Family | TextFamily]:
         """One probe-and-collect cycle. A request that arrives while a cycle is in flight
         shares its result instead of queueing behind it (ten concurrent scrapes used to run
         ten cycles back to back); either way it waits no longer than its own budget, counted
@@ -116,18 +126,22 @@ class Exporter:
         malloc.trim()  # the previous scrape's buffers are all free by now
         cfg = self.config
         start = loop.time()
-        ctx = CollectContext(fs=self.fs, config=cfg, deadline=deadline,
-                             state=self.collector_state)
-        _, collected = await asyncio.gather(self.prober.probe_all(cfg, deadline),
-                                            run_collectors(ctx, COLLECTORS))
+        ctx = CollectContext(fs=self.fs, config=cfg, deadline=deadline, state=self.collector_state)
+        _, collected = await asyncio.gather(
+            self.prober.probe_all(cfg, deadline), run_collectors(ctx, COLLECTORS)
+        )
         self.scrapes_total += 1
         fams: list[Family | TextFamily] = [
-            *self.prober.families(), *merge(collected),
-            *exporter_families(reload_successful=self.reload_status.successful,
-                               reload_timestamp=self.reload_status.timestamp,
-                               targets=len(cfg.targets),
-                               probes_total=self.prober.probes_total,
-                               scrapes_total=self.scrapes_total)]
+            *self.prober.families(),
+            *merge(collected),
+            *exporter_families(
+                reload_successful=self.reload_status.successful,
+                reload_timestamp=self.reload_status.timestamp,
+                targets=len(cfg.targets),
+                probes_total=self.prober.probes_total,
+                scrapes_total=self.scrapes_total,
+            ),
+        ]
         took = loop.time() - start
         fams.append(scrape_duration_family(took))
         fams.extend(process_families())
@@ -135,14 +149,30 @@ class Exporter:
         self.status_history.update(self.last_snapshot, (t.address for t in cfg.targets))
         return fams
 
-    async def probe_one(self, target: Target, module: Module, timeout: float,
-                        *, qname: str | None = None, qtype: str | None = None) -> ProbeResult:
+    async def probe_one(
+        self,
+        target: Target,
+        module: Module,
+        timeout: float,
+        *,
+        qname: str | None = None,
+        qtype: str | None = None,
+    ) -> ProbeResult:
         if qname is not None or qtype is not None:
-            module = Module(**{**module.__dict__, "query_name": qname or module.query_name,
-                               "query_type": qtype or module.query_type})
+            module = Module(
+                **{
+                    **module.__dict__,
+                    "query_name": qname or module.query_name,
+                    "query_type": qtype or module.query_type,
+                }
+            )
             query = query_for(module)
         else:
             query = self.prober.queries.get(module.name) or query_for(module)
-        return await probe(sockaddr=target.sockaddr, family=target.family, module=module,
-                           query=query, timeout=min(module.timeout, timeout))
-
+        return await probe(
+            sockaddr=target.sockaddr,
+            family=target.family,
+            module=module,
+            query=query,
+            timeout=min(module.timeout, timeout),
+        )

@@ -77,23 +77,23 @@ class QueryFile:
     path: str
     count: int
     sha256: str
-    zone: str = ""          # miss runs: the zone the unique names were made under
+    zone: str = ""  # miss runs: the zone the unique names were made under
 
 
 @dataclass(frozen=True, slots=True)
 class Measurement:
-    kind: str               # "hit" or "miss"
+    kind: str  # "hit" or "miss"
     capacity_qps: float
-    lower_bound: bool       # the loss limit was never reached: the resolver can do more
-    limit: str              # one of LIMITS
-    measured_at: float      # epoch seconds
-    lost_percent: float     # lost or failed, in the bucket of the maximum throughput
+    lower_bound: bool  # the loss limit was never reached: the resolver can do more
+    limit: str  # one of LIMITS
+    measured_at: float  # epoch seconds
+    lost_percent: float  # lost or failed, in the bucket of the maximum throughput
     max_loss_percent: float
     max_qps_offered: int
     ramp_seconds: int
     queries_sent: int = 0
     queries_completed: int = 0
-    resperf_max_qps: float = 0.0   # resperf's own "Maximum throughput" (SERVFAILs counted)
+    resperf_max_qps: float = 0.0  # resperf's own "Maximum throughput" (SERVFAILs counted)
     resperf: tuple[str, ...] = ()
     queries: QueryFile | None = None
 
@@ -110,13 +110,21 @@ def effective_capacity(hit_ratio: float, c_hit: float, c_miss: float) -> float:
 
 # ------------------------------------------------------------------ state file
 
+
 def _measurement(kind: str, m: Any) -> Measurement:
     if not isinstance(m, dict):
         raise TypeError("expected an object")
     q = m.get("queries")
-    queries = None if q is None else QueryFile(
-        path=str(q["path"]), count=int(q["count"]), sha256=str(q["sha256"]),
-        zone=str(q.get("zone", "")))
+    queries = (
+        None
+        if q is None
+        else QueryFile(
+            path=str(q["path"]),
+            count=int(q["count"]),
+            sha256=str(q["sha256"]),
+            zone=str(q.get("zone", "")),
+        )
+    )
     limit = str(m["limit"])
     if limit not in LIMITS:
         raise ValueError(f"limit {limit!r} is not one of {', '.join(LIMITS)}")
@@ -124,24 +132,37 @@ def _measurement(kind: str, m: Any) -> Measurement:
     if not math.isfinite(capacity) or capacity < 0:
         raise ValueError(f"capacity_qps {capacity!r} is not a finite non-negative number")
     return Measurement(
-        kind=kind, capacity_qps=capacity, lower_bound=bool(m["lower_bound"]), limit=limit,
-        measured_at=float(m["measured_at"]), lost_percent=float(m["lost_percent"]),
+        kind=kind,
+        capacity_qps=capacity,
+        lower_bound=bool(m["lower_bound"]),
+        limit=limit,
+        measured_at=float(m["measured_at"]),
+        lost_percent=float(m["lost_percent"]),
         max_loss_percent=float(m["max_loss_percent"]),
-        max_qps_offered=int(m["max_qps_offered"]), ramp_seconds=int(m["ramp_seconds"]),
+        max_qps_offered=int(m["max_qps_offered"]),
+        ramp_seconds=int(m["ramp_seconds"]),
         queries_sent=int(m.get("queries_sent", 0)),
         queries_completed=int(m.get("queries_completed", 0)),
         resperf_max_qps=float(m.get("resperf_max_qps", 0.0)),
-        resperf=tuple(str(a) for a in m.get("resperf", ())), queries=queries)
+        resperf=tuple(str(a) for a in m.get("resperf", ())),
+        queries=queries,
+    )
 
 
 def _v1_measurement(m: Any) -> Measurement:
     """A version 1 file (one figure per resolver, before miss runs): a cache-hit run whose
     lower-bound status and loss limit were never recorded (limit "unknown", max_loss 0)."""
     return Measurement(
-        kind="hit", capacity_qps=float(m["capacity_qps"]), lower_bound=False, limit="unknown",
-        measured_at=float(m["measured_at"]), lost_percent=float(m["lost_percent"]),
-        max_loss_percent=0.0, max_qps_offered=int(m["max_qps_offered"]),
-        ramp_seconds=int(m["ramp_seconds"]))
+        kind="hit",
+        capacity_qps=float(m["capacity_qps"]),
+        lower_bound=False,
+        limit="unknown",
+        measured_at=float(m["measured_at"]),
+        lost_percent=float(m["lost_percent"]),
+        max_loss_percent=0.0,
+        max_qps_offered=int(m["max_qps_offered"]),
+        ramp_seconds=int(m["ramp_seconds"]),
+    )
 
 
 State = dict[str, dict[str, Measurement]]
@@ -183,9 +204,14 @@ def format_state(state: Mapping[str, Mapping[str, Measurement]]) -> str:
         if m.queries is None:
             del d["queries"]
         return d
-    doc: dict[str, Any] = {"version": STATE_VERSION,
-                           "targets": {k: {kind: one(m) for kind, m in sorted(kinds.items())}
-                                       for k, kinds in sorted(state.items())}}
+
+    doc: dict[str, Any] = {
+        "version": STATE_VERSION,
+        "targets": {
+            k: {kind: one(m) for kind, m in sorted(kinds.items())}
+            for k, kinds in sorted(state.items())
+        },
+    }
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
@@ -233,6 +259,7 @@ def record(path: str, key: str, m: Measurement) -> None:
 
 
 # ------------------------------------------------------------------ query files
+
 
 def query_line(text: str) -> str:
     """``NAME[/TYPE]`` on the command line -> a resperf query line."""
@@ -286,16 +313,46 @@ def write_query_file(path: str, lines: Iterator[str] | list[str]) -> tuple[int, 
 
 # ------------------------------------------------------------------ running resperf
 
-def resperf_command(*, host: str, port: int, datafile: str, plotfile: str, max_qps: int,
-                    ramp: int, max_loss: float, repeat: bool) -> list[str]:
+
+def resperf_command(
+    *,
+    host: str,
+    port: int,
+    datafile: str,
+    plotfile: str,
+    max_qps: int,
+    ramp: int,
+    max_loss: float,
+    repeat: bool,
+) -> list[str]:
     exe = shutil.which("resperf") or "/usr/bin/resperf"
     # -t 2: after the ramp resperf waits this long for stragglers (default 45 s).
     # -P: the per-bucket plot, from which lower bounds are told apart (parsers/resperf.py).
     # -R (cache-hit runs only): start the query file over at its end, so a few cached names
     # serve a whole ramp. A miss run must never repeat a name: it would hit the cache.
-    cmd = [exe, "-f", "inet6" if ":" in host else "inet", "-s", host, "-p", str(port),
-           "-d", datafile, "-m", str(max_qps), "-r", str(ramp), "-c", "0",
-           "-L", f"{max_loss:g}", "-t", "2", "-P", plotfile]
+    cmd = [
+        exe,
+        "-f",
+        "inet6" if ":" in host else "inet",
+        "-s",
+        host,
+        "-p",
+        str(port),
+        "-d",
+        datafile,
+        "-m",
+        str(max_qps),
+        "-r",
+        str(ramp),
+        "-c",
+        "0",
+        "-L",
+        f"{max_loss:g}",
+        "-t",
+        "2",
+        "-P",
+        plotfile,
+    ]
     if repeat:
         cmd.insert(cmd.index("-m"), "-R")
     return cmd
@@ -303,26 +360,40 @@ def resperf_command(*, host: str, port: int, datafile: str, plotfile: str, max_q
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
-    result: ResperfResult       # resperf's summary (its figure counts SERVFAIL as served)
-    plot: PlotCapacity          # the figure from the plot, failures counted as lost
+    result: ResperfResult  # resperf's summary (its figure counts SERVFAIL as served)
+    plot: PlotCapacity  # the figure from the plot, failures counted as lost
     command: tuple[str, ...]
 
 
-def run_resperf(*, host: str, port: int, datafile: str, max_qps: int, ramp: int,
-                max_loss: float, repeat: bool) -> RunResult:
+def run_resperf(
+    *, host: str, port: int, datafile: str, max_qps: int, ramp: int, max_loss: float, repeat: bool
+) -> RunResult:
     with tempfile.TemporaryDirectory(prefix="dnsfleet-resperf-") as tmp:
         plotfile = os.path.join(tmp, "resperf.plot")
-        cmd = resperf_command(host=host, port=port, datafile=datafile, plotfile=plotfile,
-                              max_qps=max_qps, ramp=ramp, max_loss=max_loss, repeat=repeat)
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=ramp + 60,
-                              check=False, cwd=tmp)
+        cmd = resperf_command(
+            host=host,
+            port=port,
+            datafile=datafile,
+            plotfile=plotfile,
+            max_qps=max_qps,
+            ramp=ramp,
+            max_loss=max_loss,
+            repeat=repeat,
+        )
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=ramp + 60, check=False, cwd=tmp
+        )
         if proc.returncode != 0:
-            raise RuntimeError(f"resperf exited {proc.returncode}: "
-                               f"{(proc.stderr or proc.stdout).strip()[-500:]}")
+            raise RuntimeError(
+                f"resperf exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-500:]}"
+            )
         with open(plotfile, encoding="ascii") as fh:
             points = parse_plot(fh.read())
-    return RunResult(result=parse_resperf(proc.stdout),
-                     plot=capacity_from_plot(points, max_loss), command=tuple(cmd))
+    return RunResult(
+        result=parse_resperf(proc.stdout),
+        plot=capacity_from_plot(points, max_loss),
+        command=tuple(cmd),
+    )
 
 
 def ask(host: str, port: int, name: str, qtype: str, timeout: float = 2.0) -> dns.message.Message:
@@ -341,8 +412,10 @@ def warm(host: str, port: int, lines: list[str]) -> None:
         except (dns.exception.DNSException, OSError) as e:
             raise RuntimeError(f"warming {name}/{qtype}: {type(e).__name__}: {e}") from None
         if r.rcode() not in (dns.rcode.NOERROR, dns.rcode.NXDOMAIN):
-            raise RuntimeError(f"warming {name}/{qtype}: {dns.rcode.to_text(r.rcode())} "
-                               "(a SERVFAIL name measures the failure path, not the cache)")
+            raise RuntimeError(
+                f"warming {name}/{qtype}: {dns.rcode.to_text(r.rcode())} "
+                "(a SERVFAIL name measures the failure path, not the cache)"
+            )
 
 
 def check_miss_zone(host: str, port: int, zone: str, qtype: str, run: str) -> None:
@@ -357,29 +430,58 @@ def check_miss_zone(host: str, port: int, zone: str, qtype: str, run: str) -> No
         raise RuntimeError(
             f"--miss-zone: {name}/{qtype} gave {dns.rcode.to_text(r.rcode())} with "
             f"{len(r.answer)} answer records; the zone must answer every name (a wildcard "
-            "record in a zone you serve)")
+            "record in a zone you serve)"
+        )
 
 
-def measure(*, kind: str, host: str, port: int, datafile: str, queries: QueryFile,
-            max_qps: int, ramp: int, max_loss: float) -> Measurement:
-    run = run_resperf(host=host, port=port, datafile=datafile, max_qps=max_qps, ramp=ramp,
-                      max_loss=max_loss, repeat=kind == "hit")
+def measure(
+    *,
+    kind: str,
+    host: str,
+    port: int,
+    datafile: str,
+    queries: QueryFile,
+    max_qps: int,
+    ramp: int,
+    max_loss: float,
+) -> Measurement:
+    run = run_resperf(
+        host=host,
+        port=port,
+        datafile=datafile,
+        max_qps=max_qps,
+        ramp=ramp,
+        max_loss=max_loss,
+        repeat=kind == "hit",
+    )
     r, plot = run.result, run.plot
     if plot.limit_reached and plot.capacity_qps == 0:
         raise RuntimeError(
             f"the {kind} run lost or failed more than {max_loss:g}% of its queries from the "
             "first bucket on: no capacity to record (is the resolver answering? else start "
-            "lower: a smaller --max-qps or a longer --ramp)")
+            "lower: a smaller --max-qps or a longer --ramp)"
+        )
     limit = "loss" if plot.limit_reached else "client" if r.fell_behind else "ramp"
     return Measurement(
-        kind=kind, capacity_qps=plot.capacity_qps, lower_bound=not plot.limit_reached,
-        limit=limit, measured_at=time.time(), lost_percent=plot.unserved_percent,
-        max_loss_percent=max_loss, resperf_max_qps=r.max_qps,
-        max_qps_offered=max_qps, ramp_seconds=ramp, queries_sent=r.queries_sent,
-        queries_completed=r.queries_completed, resperf=run.command, queries=queries)
+        kind=kind,
+        capacity_qps=plot.capacity_qps,
+        lower_bound=not plot.limit_reached,
+        limit=limit,
+        measured_at=time.time(),
+        lost_percent=plot.unserved_percent,
+        max_loss_percent=max_loss,
+        resperf_max_qps=r.max_qps,
+        max_qps_offered=max_qps,
+        ramp_seconds=ramp,
+        queries_sent=r.queries_sent,
+        queries_completed=r.queries_completed,
+        resperf=run.command,
+        queries=queries,
+    )
 
 
 # ------------------------------------------------------------------ command line
+
 
 def _fail(msg: str, code: int = 2) -> int:
     print(f"dnsfleet capacity-test: {msg}", file=sys.stderr)
@@ -390,13 +492,15 @@ def _describe(m: Measurement) -> str:
     bound = {
         "loss": f"the loss passed {m.max_loss_percent:g}% above it",
         "ramp": f"a LOWER BOUND: the loss never passed {m.max_loss_percent:g}% up to the end "
-                f"of the ramp (raise --max-qps above {m.max_qps_offered})",
+        f"of the ramp (raise --max-qps above {m.max_qps_offered})",
         "client": "a LOWER BOUND: resperf fell behind its schedule (the sending host is the "
-                  "limit; run it from a bigger host or several)",
+        "limit; run it from a bigger host or several)",
     }.get(m.limit, "")
-    return (f"{m.kind} capacity {m.capacity_qps:.0f} qps answered (resperf's figure, failures "
-            f"included: {m.resperf_max_qps:.0f}), {m.lost_percent:.2f}% lost or failed at that "
-            f"point; {bound}")
+    return (
+        f"{m.kind} capacity {m.capacity_qps:.0f} qps answered (resperf's figure, failures "
+        f"included: {m.resperf_max_qps:.0f}), {m.lost_percent:.2f}% lost or failed at that "
+        f"point; {bound}"
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -418,18 +522,26 @@ def main(args: argparse.Namespace) -> int:
         return _fail("--max-qps and --ramp must be positive, --max-loss within 0..100")
     names = miss_name_count(args.max_qps, args.ramp)
     if "miss" in kinds and names > MAX_MISS_NAMES:
-        return _fail(f"a miss run of this ramp needs {names} unique names (over "
-                     f"{MAX_MISS_NAMES}); shorten --ramp or lower --max-qps")
+        return _fail(
+            f"a miss run of this ramp needs {names} unique names (over "
+            f"{MAX_MISS_NAMES}); shorten --ramp or lower --max-qps"
+        )
     host, port, key = endpoint.host, endpoint.port, endpoint.key()
-    plan = (f"resperf against {key} ({' and '.join(f'cache-{k}' for k in kinds)}): ramp to "
-            f"{args.max_qps} qps over {args.ramp}s, stop at {args.max_loss:g}% loss")
+    plan = (
+        f"resperf against {key} ({' and '.join(f'cache-{k}' for k in kinds)}): ramp to "
+        f"{args.max_qps} qps over {args.ramp}s, stop at {args.max_loss:g}% loss"
+    )
     if not args.yes:
-        print(f"dnsfleet capacity-test would run {plan}.\nThis loads the resolver to its "
-              "limit; run it in a maintenance window and pass --yes.", file=sys.stderr)
+        print(
+            f"dnsfleet capacity-test would run {plan}.\nThis loads the resolver to its "
+            "limit; run it in a maintenance window and pass --yes.",
+            file=sys.stderr,
+        )
         return 2
     run = f"{int(time.time())}-{secrets.token_hex(3)}"
     query_dir = args.query_dir or os.path.join(
-        os.path.dirname(os.path.abspath(args.state_file)), "queries")
+        os.path.dirname(os.path.abspath(args.state_file)), "queries"
+    )
     safe_key = key.replace("[", "").replace("]", "").replace(":", "_")
     print(f"running {plan} ...", file=sys.stderr)
     results: list[Measurement] = []
@@ -443,17 +555,28 @@ def main(args: argparse.Namespace) -> int:
             else:
                 check_miss_zone(host, port, args.miss_zone, args.miss_type, run)
                 count, digest = write_query_file(
-                    path, (f"{n} {args.miss_type}" for n in miss_names(args.miss_zone, names, run)))
+                    path, (f"{n} {args.miss_type}" for n in miss_names(args.miss_zone, names, run))
+                )
                 qf = QueryFile(path=path, count=count, sha256=digest, zone=args.miss_zone)
-            m = measure(kind=k, host=host, port=port, datafile=path, queries=qf,
-                        max_qps=args.max_qps, ramp=args.ramp, max_loss=args.max_loss)
+            m = measure(
+                kind=k,
+                host=host,
+                port=port,
+                datafile=path,
+                queries=qf,
+                max_qps=args.max_qps,
+                ramp=args.ramp,
+                max_loss=args.max_loss,
+            )
             record(args.state_file, key, m)
             results.append(m)
             print(f"{key}: {_describe(m)}", file=sys.stderr)
     except (OSError, RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
         return _fail(str(e), 1)
     for m in results:
-        print(f"{key}: {m.kind} capacity {m.capacity_qps:.0f} qps"
-              f"{' (lower bound)' if m.lower_bound else ''}; {m.queries_completed}/"
-              f"{m.queries_sent} queries answered; recorded in {args.state_file}")
+        print(
+            f"{key}: {m.kind} capacity {m.capacity_qps:.0f} qps"
+            f"{' (lower bound)' if m.lower_bound else ''}; {m.queries_completed}/"
+            f"{m.queries_sent} queries answered; recorded in {args.state_file}"
+        )
     return 0

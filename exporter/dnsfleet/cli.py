@@ -44,28 +44,58 @@ def exporter_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="dnsfleet-exporter",
         description="Prometheus exporter for DNS resolver fleets. With no --config.file it "
-                    "probes the nameservers of the host's /etc/resolv.conf.")
-    p.add_argument("--config.file", dest="config_file", default=None,
-                   help="YAML configuration (default: built-in, resolv.conf nameservers)")
-    p.add_argument("--config.check", dest="config_check", action="store_true",
-                   help="validate the configuration, print the verdict, exit 0 or 1")
-    p.add_argument("--web.listen-address", dest="listen", type=_listen,
-                   default=("", DEFAULT_PORT), help=f"[host]:port (default :{DEFAULT_PORT})")
-    p.add_argument("--web.config.file", dest="web_config_file", default=None,
-                   help="exporter-toolkit web configuration: TLS, basic auth "
-                        "(docs/configuration.md)")
+        "probes the nameservers of the host's /etc/resolv.conf.",
+    )
+    p.add_argument(
+        "--config.file",
+        dest="config_file",
+        default=None,
+        help="YAML configuration (default: built-in, resolv.conf nameservers)",
+    )
+    p.add_argument(
+        "--config.check",
+        dest="config_check",
+        action="store_true",
+        help="validate the configuration, print the verdict, exit 0 or 1",
+    )
+    p.add_argument(
+        "--web.listen-address",
+        dest="listen",
+        type=_listen,
+        default=("", DEFAULT_PORT),
+        help=f"[host]:port (default :{DEFAULT_PORT})",
+    )
+    p.add_argument(
+        "--web.config.file",
+        dest="web_config_file",
+        default=None,
+        help="exporter-toolkit web configuration: TLS, basic auth (docs/configuration.md)",
+    )
     p.add_argument("--web.telemetry-path", dest="telemetry_path", default="/metrics")
-    p.add_argument("--web.enable-lifecycle", dest="enable_lifecycle", action="store_true",
-                   help="allow POST/PUT /-/reload (SIGHUP works regardless)")
-    p.add_argument("--web.max-requests", dest="max_requests", type=int, default=40,
-                   help="concurrent /metrics requests before 503 (0: no limit)")
+    p.add_argument(
+        "--web.enable-lifecycle",
+        dest="enable_lifecycle",
+        action="store_true",
+        help="allow POST/PUT /-/reload (SIGHUP works regardless)",
+    )
+    p.add_argument(
+        "--web.max-requests",
+        dest="max_requests",
+        type=int,
+        default=40,
+        help="concurrent /metrics requests before 503 (0: no limit)",
+    )
     p.add_argument("--path.procfs", dest="procfs", default="/proc")
     p.add_argument("--path.sysfs", dest="sysfs", default="/sys")
     p.add_argument("--path.rootfs", dest="rootfs", default="/")
-    p.add_argument("--log.level", dest="log_level", default="info",
-                   choices=["debug", "info", "warn", "error"])
-    p.add_argument("--once", action="store_true",
-                   help="run one probe-and-collect cycle, print the exposition, exit")
+    p.add_argument(
+        "--log.level", dest="log_level", default="info", choices=["debug", "info", "warn", "error"]
+    )
+    p.add_argument(
+        "--once",
+        action="store_true",
+        help="run one probe-and-collect cycle, print the exposition, exit",
+    )
     p.add_argument("--version", action="version", version=f"dnsfleet-exporter {__version__}")
     return p
 
@@ -74,7 +104,8 @@ def setup_logging(level: str) -> None:
     logging.basicConfig(
         level={"warn": logging.WARNING}.get(level, getattr(logging, level.upper(), logging.INFO)),
         format="ts=%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)s",
-        stream=sys.stderr)
+        stream=sys.stderr,
+    )
 
 
 def raise_fd_limit() -> None:
@@ -94,15 +125,16 @@ def exporter_main(argv: Sequence[str] | None = None) -> int:
         print(f"configuration invalid: {e}", file=sys.stderr)
         return 1
     try:
-        args.web_config = (webconfig.load(args.web_config_file)
-                           if args.web_config_file else None)
+        args.web_config = webconfig.load(args.web_config_file) if args.web_config_file else None
     except ConfigError as e:
         print(f"web configuration invalid: {e}", file=sys.stderr)
         return 1
     if args.config_check:
         cfg = exp.config
-        print(f"configuration valid: {cfg.source}: {len(cfg.modules)} modules, "
-              f"{len(cfg.targets)} targets")
+        print(
+            f"configuration valid: {cfg.source}: {len(cfg.modules)} modules, "
+            f"{len(cfg.targets)} targets"
+        )
         return 0
     raise_fd_limit()
     malloc.tune()
@@ -113,9 +145,12 @@ def exporter_main(argv: Sequence[str] | None = None) -> int:
 
 
 async def serve(exp: Exporter, args: argparse.Namespace) -> int:
-    router = make_router(exp, metrics_path=args.telemetry_path,
-                         enable_lifecycle=args.enable_lifecycle,
-                         max_requests=args.max_requests)
+    router = make_router(
+        exp,
+        metrics_path=args.telemetry_path,
+        enable_lifecycle=args.enable_lifecycle,
+        max_requests=args.max_requests,
+    )
     wc: webconfig.WebConfig | None = getattr(args, "web_config", None)
     ssl_context = None
     if wc is not None:
@@ -132,9 +167,16 @@ async def serve(exp: Exporter, args: argparse.Namespace) -> int:
     loop.add_signal_handler(signal.SIGHUP, exp.reload)
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
-    log.info("dnsfleet-exporter %s listening on %s://%s:%d%s (config: %s, %d targets)",
-             __version__, "https" if ssl_context else "http", host or "*", port,
-             args.telemetry_path, exp.config.source, len(exp.config.targets))
+    log.info(
+        "dnsfleet-exporter %s listening on %s://%s:%d%s (config: %s, %d targets)",
+        __version__,
+        "https" if ssl_context else "http",
+        host or "*",
+        port,
+        args.telemetry_path,
+        exp.config.source,
+        len(exp.config.targets),
+    )
     await stop.wait()
     server.close()
     await server.wait_closed()
@@ -145,56 +187,100 @@ async def serve(exp: Exporter, args: argparse.Namespace) -> int:
 
 
 def failover_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--resolv-conf", default="/etc/resolv.conf", metavar="FILE",
-                   help="the resolv.conf to assess (default /etc/resolv.conf)")
-    p.add_argument("--libc", choices=LIBCS, default="glibc",
-                   help="the client's C library (default glibc)")
+    p.add_argument(
+        "--resolv-conf",
+        default="/etc/resolv.conf",
+        metavar="FILE",
+        help="the resolv.conf to assess (default /etc/resolv.conf)",
+    )
+    p.add_argument(
+        "--libc", choices=LIBCS, default="glibc", help="the client's C library (default glibc)"
+    )
     p.add_argument("--query-name", default=".", help="what a client asks (default .)")
     p.add_argument("--query-type", default="NS", help="query type (default NS)")
-    p.add_argument("--probe-timeout", default="1s",
-                   help="after this long a nameserver counts as silent (default 1s)")
+    p.add_argument(
+        "--probe-timeout",
+        default="1s",
+        help="after this long a nameserver counts as silent (default 1s)",
+    )
 
 
 def capacity_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", required=True, help="resolver address, e.g. 127.0.0.1:53")
-    p.add_argument("--query", dest="queries", action="append", type=capacity.query_line, default=[],
-                   metavar="NAME[/TYPE]",
-                   help="a cache-hit query (repeatable): asked once before the run so it is "
-                        "cached, then repeated for the whole ramp")
-    p.add_argument("--miss-zone", type=capacity.zone_arg, metavar="ZONE",
-                   help="a zone you serve that answers every name (a wildcard): the cache-miss "
-                        "run asks a new name under it with every query. Never a public zone")
-    p.add_argument("--miss-type", default="A", type=str.upper,
-                   help="query type of the cache-miss names (default A)")
-    p.add_argument("--kind", choices=("hit", "miss", "both"),
-                   help="which capacities to measure (default: both when --miss-zone is "
-                        "given, else hit)")
-    p.add_argument("--max-qps", type=int, default=100000,
-                   help="highest offered load of the ramp (default 100000)")
+    p.add_argument(
+        "--query",
+        dest="queries",
+        action="append",
+        type=capacity.query_line,
+        default=[],
+        metavar="NAME[/TYPE]",
+        help="a cache-hit query (repeatable): asked once before the run so it is "
+        "cached, then repeated for the whole ramp",
+    )
+    p.add_argument(
+        "--miss-zone",
+        type=capacity.zone_arg,
+        metavar="ZONE",
+        help="a zone you serve that answers every name (a wildcard): the cache-miss "
+        "run asks a new name under it with every query. Never a public zone",
+    )
+    p.add_argument(
+        "--miss-type",
+        default="A",
+        type=str.upper,
+        help="query type of the cache-miss names (default A)",
+    )
+    p.add_argument(
+        "--kind",
+        choices=("hit", "miss", "both"),
+        help="which capacities to measure (default: both when --miss-zone is given, else hit)",
+    )
+    p.add_argument(
+        "--max-qps",
+        type=int,
+        default=100000,
+        help="highest offered load of the ramp (default 100000)",
+    )
     p.add_argument("--ramp", type=int, default=60, help="ramp duration in seconds (default 60)")
-    p.add_argument("--max-loss", type=float, default=1.0,
-                   help="acceptable query loss in percent (default 1)")
-    p.add_argument("--state-file", default=DEFAULT_CAPACITY_FILE,
-                   help=f"where the figures are recorded (default {DEFAULT_CAPACITY_FILE}; "
-                        "the exporter reads resolver.capacity_file)")
-    p.add_argument("--query-dir",
-                   help="where the generated query files are kept (default: queries/ beside "
-                        "the state file)")
-    p.add_argument("--yes", action="store_true",
-                   help="confirm: this loads the resolver to its limit (maintenance window)")
+    p.add_argument(
+        "--max-loss", type=float, default=1.0, help="acceptable query loss in percent (default 1)"
+    )
+    p.add_argument(
+        "--state-file",
+        default=DEFAULT_CAPACITY_FILE,
+        help=f"where the figures are recorded (default {DEFAULT_CAPACITY_FILE}; "
+        "the exporter reads resolver.capacity_file)",
+    )
+    p.add_argument(
+        "--query-dir",
+        help="where the generated query files are kept (default: queries/ beside the state file)",
+    )
+    p.add_argument(
+        "--yes",
+        action="store_true",
+        help="confirm: this loads the resolver to its limit (maintenance window)",
+    )
 
 
-
-Subcommand = tuple[Callable[[argparse.ArgumentParser], None],
-                   Callable[[argparse.Namespace], int], str]
+Subcommand = tuple[
+    Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str
+]
 SUBCOMMANDS: dict[str, Subcommand] = {
-    "failover": (failover_args, failover.run,
-                 "what clients of a resolv.conf suffer from failing nameservers"),
-    "capacity-test": (capacity_args, capacity.main,
-                      "measure a resolver's cache-hit and cache-miss capacity with resperf "
-                      "and record them"),
-    "config-schema": (lambda p: None, config_schema.print_schema,
-                      "print the JSON Schema of dnsfleet.yml (docs/dnsfleet.schema.json)"),
+    "failover": (
+        failover_args,
+        failover.run,
+        "what clients of a resolv.conf suffer from failing nameservers",
+    ),
+    "capacity-test": (
+        capacity_args,
+        capacity.main,
+        "measure a resolver's cache-hit and cache-miss capacity with resperf and record them",
+    ),
+    "config-schema": (
+        lambda p: None,
+        config_schema.print_schema,
+        "print the JSON Schema of dnsfleet.yml (docs/dnsfleet.schema.json)",
+    ),
 }
 
 

@@ -43,8 +43,8 @@ class Malformed(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Query:
-    wire: bytes            # the whole query with ID 0
-    question: bytes        # the question section, lower-cased, for matching
+    wire: bytes  # the whole query with ID 0
+    question: bytes  # the question section, lower-cased, for matching
     qname: str
     qtype: int
     qclass: int
@@ -103,18 +103,23 @@ def build_query(
         # OPT RR: root owner, type 41, class = UDP payload size, TTL 0 (version 0, DO clear).
         additional = b"\x00" + struct.pack("!HHIH", OPT, payload, 0, len(options)) + options
     header = HEADER.pack(0, flags, 1, 0, 0, 1 if edns else 0)
-    return Query(wire=header + question + additional, question=question.lower(),
-                 qname=qname, qtype=qtype, qclass=qclass)
+    return Query(
+        wire=header + question + additional,
+        question=question.lower(),
+        qname=qname,
+        qtype=qtype,
+        qclass=qclass,
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class Response:
     id: int
     flags: int
-    rcode: int             # including the EDNS extended rcode bits
-    answer_rrs: int        # RRs in the answer section
+    rcode: int  # including the EDNS extended rcode bits
+    answer_rrs: int  # RRs in the answer section
     matching_answers: int  # answer RRs of the query's type and class
-    min_ttl: int | None    # smallest TTL among matching answers
+    min_ttl: int | None  # smallest TTL among matching answers
     nsid: bytes | None
     wire: bytes
 
@@ -164,7 +169,7 @@ def _check_pointer(data: bytes, at: int, total: int) -> None:
             raise Malformed("compression pointer into the header")
         pos = target
         while True:
-            length = data[pos]          # pos < at <= n - 2: in bounds
+            length = data[pos]  # pos < at <= n - 2: in bounds
             if length == 0:
                 return
             kind = length & 0xC0
@@ -250,8 +255,16 @@ def parse_response(data: bytes, query: Query, qid: int) -> Response | None:
         # A truncated answer may legitimately stop mid-section; report what we have.
         if not tc:
             raise
-    return Response(id=rid, flags=flags, rcode=rcode, answer_rrs=answer_rrs,
-                    matching_answers=matching, min_ttl=min_ttl, nsid=nsid, wire=data)
+    return Response(
+        id=rid,
+        flags=flags,
+        rcode=rcode,
+        answer_rrs=answer_rrs,
+        matching_answers=matching,
+        min_ttl=min_ttl,
+        nsid=nsid,
+        wire=data,
+    )
 
 
 def _read_nsid(data: bytes, pos: int, end: int) -> bytes | None:
@@ -261,7 +274,7 @@ def _read_nsid(data: bytes, pos: int, end: int) -> bytes | None:
         if pos + length > end:
             raise Malformed("EDNS option runs past its record")
         if code == NSID_OPTION:
-            return data[pos:pos + length]
+            return data[pos : pos + length]
         pos += length
     return None
 

@@ -133,7 +133,7 @@ def render_openmetrics_bytes(families: Iterable[Family | TextFamily]) -> bytes:
         if not fam.samples:
             continue
         text = _render_one(fam)
-        body = text[text.index("\n", text.index("# TYPE")) + 1:]
+        body = text[text.index("\n", text.index("# TYPE")) + 1 :]
         out.append((_om_head(fam) + body).encode())
     out.append(b"# EOF\n")
     return b"".join(out)

@@ -33,32 +33,49 @@ def render_report(rep: FileReport, libc: str) -> str:
         return f"{rep.watch.path}: cannot assess: {rep.detail}\n"
     conf = rep.conf
     verdict: Verdict = next(v for v in rep.verdicts if v.libc == libc)
-    lines = [f"{rep.watch.path}: {len(conf.servers)} nameserver(s), timeout {conf.timeout}, "
-             f"attempts {conf.attempts}"
-             + (", rotate" if conf.rotate else "") + (", use-vc" if conf.use_vc else "")
-             + f"; model: {libc}"]
+    lines = [
+        f"{rep.watch.path}: {len(conf.servers)} nameserver(s), timeout {conf.timeout}, "
+        f"attempts {conf.attempts}"
+        + (", rotate" if conf.rotate else "")
+        + (", use-vc" if conf.use_vc else "")
+        + f"; model: {libc}"
+    ]
     if not conf.servers:
         lines.append("  no usable nameserver line: clients query 127.0.0.1")
     lines.append(f"  {'pos':>3}  {'nameserver':<28} {'state':<14} {'costs':>8}  note")
-    for pos, (ns, out, detail) in enumerate(zip(rep.servers, rep.outcomes, rep.details,
-                                                strict=True)):
+    for pos, (ns, out, detail) in enumerate(
+        zip(rep.servers, rep.outcomes, rep.details, strict=True)
+    ):
         cost = verdict.costs[pos]
         note = ADVICE[out.state]
-        if out.state not in (ServerState.ANSWERING, ServerState.SERVFAIL,
-                             ServerState.RCODE_REFUSED) and detail:
+        if (
+            out.state
+            not in (ServerState.ANSWERING, ServerState.SERVFAIL, ServerState.RCODE_REFUSED)
+            and detail
+        ):
             note += f" ({detail})"
         lines.append(f"  {pos:>3}  {ns.text:<28} {out.state.value:<14} {cost:7.3f}s  {note}")
     if verdict.failing:
-        lines.append(f"  RESOLUTION FAILING: no nameserver answers; a lookup gives up after "
-                     f"{verdict.delay:.3f} s")
+        lines.append(
+            f"  RESOLUTION FAILING: no nameserver answers; a lookup gives up after "
+            f"{verdict.delay:.3f} s"
+        )
     else:
-        lines.append(f"  a lookup now waits {verdict.delay:.3f} s extra before its answer"
-                     + (" (average over rotate start positions: "
-                        + ", ".join(f"{d:.3f}" for d in verdict.delays_by_start) + ")"
-                        if verdict.delays_by_start else ""))
+        lines.append(
+            f"  a lookup now waits {verdict.delay:.3f} s extra before its answer"
+            + (
+                " (average over rotate start positions: "
+                + ", ".join(f"{d:.3f}" for d in verdict.delays_by_start)
+                + ")"
+                if verdict.delays_by_start
+                else ""
+            )
+        )
     if conf.search:
-        lines.append(f"  a relative name walks the search list ({len(conf.search)} "
-                     "domain(s)) and pays this once per name tried")
+        lines.append(
+            f"  a relative name walks the search list ({len(conf.search)} "
+            "domain(s)) and pays this once per name tried"
+        )
     for p in conf.problems:
         lines.append(f"  problem: {p}")
     return "\n".join(lines) + "\n"
@@ -70,8 +87,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"invalid --probe-timeout {args.probe_timeout!r}")
         return 2
     path = Path(args.resolv_conf).absolute()
-    watch = ResolvConfWatch(path=str(path), query_name=args.query_name,
-                            query_type=args.query_type.upper(), probe_timeout=probe_timeout)
+    watch = ResolvConfWatch(
+        path=str(path),
+        query_name=args.query_name,
+        query_type=args.query_type.upper(),
+        probe_timeout=probe_timeout,
+    )
 
     async def go() -> FileReport:
         loop = asyncio.get_running_loop()
@@ -84,4 +105,3 @@ def run(args: argparse.Namespace) -> int:
         return 2
     verdict = next(v for v in rep.verdicts if v.libc == args.libc)
     return 1 if verdict.failing or verdict.delay >= 1 else 0
-

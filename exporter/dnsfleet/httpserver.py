@@ -49,8 +49,8 @@ MAX_QUERY_PARAMS = 32
 class Request:
     method: str
     path: str
-    query: Mapping[str, str]        # first value of each parameter
-    headers: Mapping[str, str]      # lower-cased names
+    query: Mapping[str, str]  # first value of each parameter
+    headers: Mapping[str, str]  # lower-cased names
     body: bytes = b""
     peer: str = ""
     # Parameters given more than once (``query`` keeps the first): /probe refuses them.
@@ -67,7 +67,7 @@ class Response:
     body: bytes = b""
     content_type: str = "text/plain; charset=utf-8"
     headers: list[tuple[str, str]] = field(default_factory=list)
-    close: bool = False           # end the connection after this response
+    close: bool = False  # end the connection after this response
 
     @classmethod
     def text(cls, status: int, text: str) -> Response:
@@ -181,8 +181,13 @@ def _reason(status: int) -> str:
 
 
 class HTTPProtocol(asyncio.Protocol):
-    def __init__(self, router: Router, *, head_timeout: float = HEAD_TIMEOUT,
-                 idle_timeout: float = IDLE_TIMEOUT) -> None:
+    def __init__(
+        self,
+        router: Router,
+        *,
+        head_timeout: float = HEAD_TIMEOUT,
+        idle_timeout: float = IDLE_TIMEOUT,
+    ) -> None:
         self.router = router
         self.head_timeout = head_timeout
         self.idle_timeout = idle_timeout
@@ -195,7 +200,7 @@ class HTTPProtocol(asyncio.Protocol):
         self.timer: asyncio.TimerHandle | None = None
         self.peer = ""
         self.peercert: Mapping[str, Any] | None = None
-        self.continued = False   # 100 Continue sent for the request being read
+        self.continued = False  # 100 Continue sent for the request being read
         self.tls = False
 
     # -- connection lifecycle
@@ -280,14 +285,15 @@ class HTTPProtocol(asyncio.Protocol):
                 self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             return  # wait for the body
         self.continued = False
-        body = bytes(self.buf[end + 4:total])
+        body = bytes(self.buf[end + 4 : total])
         del self.buf[:total]
         path, _, qs = target.partition("?")
         try:
             query: dict[str, str] = {}
             repeated: set[str] = set()
-            for k, v in parse_qsl(qs, keep_blank_values=True,
-                                  max_num_fields=MAX_QUERY_PARAMS, strict_parsing=False):
+            for k, v in parse_qsl(
+                qs, keep_blank_values=True, max_num_fields=MAX_QUERY_PARAMS, strict_parsing=False
+            ):
                 if k in query:
                     repeated.add(k)
                 query.setdefault(k, v)
@@ -295,11 +301,22 @@ class HTTPProtocol(asyncio.Protocol):
             self._fail(400, "too many query parameters")
             return
         conn = _tokens(headers.get("connection", ""))
-        keep_alive = ("close" not in conn if version == "HTTP/1.1"
-                      else "keep-alive" in conn and "close" not in conn)
-        req = Request(method=method, path=unquote(path), query=query, headers=headers,
-                      body=body, peer=self.peer, repeated=frozenset(repeated),
-                      peercert=self.peercert, arrived=self.loop.time())
+        keep_alive = (
+            "close" not in conn
+            if version == "HTTP/1.1"
+            else "keep-alive" in conn and "close" not in conn
+        )
+        req = Request(
+            method=method,
+            path=unquote(path),
+            query=query,
+            headers=headers,
+            body=body,
+            peer=self.peer,
+            repeated=frozenset(repeated),
+            peercert=self.peercert,
+            arrived=self.loop.time(),
+        )
         self.busy = True
         self.transport.pause_reading()
         if self.timer:
@@ -332,10 +349,12 @@ class HTTPProtocol(asyncio.Protocol):
 
     def _write(self, resp: Response, *, keep_alive: bool, head_only: bool = False) -> None:
         assert self.transport is not None
-        lines = [f"HTTP/1.1 {resp.status} {_reason(resp.status)}",
-                 f"Content-Type: {resp.content_type}",
-                 f"Content-Length: {len(resp.body)}",
-                 f"Connection: {'keep-alive' if keep_alive else 'close'}"]
+        lines = [
+            f"HTTP/1.1 {resp.status} {_reason(resp.status)}",
+            f"Content-Type: {resp.content_type}",
+            f"Content-Length: {len(resp.body)}",
+            f"Connection: {'keep-alive' if keep_alive else 'close'}",
+        ]
         lines += [f"{k}: {v}" for k, v in resp.headers]
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         if head_only or not resp.body:
@@ -354,15 +373,27 @@ class HTTPProtocol(asyncio.Protocol):
         body = (reason + "\n").encode()
         self.transport.write(
             f"HTTP/1.1 {status} {_reason(status)}\r\nContent-Type: text/plain; "
-            f"charset=utf-8\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-            .encode() + body)
+            f"charset=utf-8\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            + body
+        )
         self.transport.close()
 
 
-async def serve(router: Router, host: str | None, port: int, *,
-                ssl_context: ssl.SSLContext | None = None, head_timeout: float = HEAD_TIMEOUT,
-                idle_timeout: float = IDLE_TIMEOUT) -> asyncio.Server:
+async def serve(
+    router: Router,
+    host: str | None,
+    port: int,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    head_timeout: float = HEAD_TIMEOUT,
+    idle_timeout: float = IDLE_TIMEOUT,
+) -> asyncio.Server:
     loop = asyncio.get_running_loop()
     return await loop.create_server(
         lambda: HTTPProtocol(router, head_timeout=head_timeout, idle_timeout=idle_timeout),
-        host or None, port, ssl=ssl_context, reuse_address=True, backlog=512)
+        host or None,
+        port,
+        ssl=ssl_context,
+        reuse_address=True,
+        backlog=512,
+    )

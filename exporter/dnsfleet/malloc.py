@@ -19,6 +19,7 @@ import functools
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 128 * 1024  # glibc's initial value, pinned
 
+
 @functools.cache
 def _libc() -> ctypes.CDLL | None:
     try:

@@ -23,7 +23,20 @@ from dnsfleet.restarts import ResolverWatch
 log = logging.getLogger(__name__)
 
 LATENCY_BUCKETS: tuple[float, ...] = (
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+)
 _REASON_SUFFIXES = tuple(f'reason="{r.value}"' for r in REASONS)
 
 TargetKey = tuple[str, str]  # (address, module)
@@ -32,14 +45,14 @@ TargetKey = tuple[str, str]  # (address, module)
 @dataclass(slots=True)
 class TargetState:
     target: Target
-    labels: str                                   # target, module and configured labels
+    labels: str  # target, module and configured labels
     reason_labels: tuple[str, ...] = ()
     last: ProbeResult | None = None
-    last_wall: float = 0.0                        # epoch seconds of the last probe
+    last_wall: float = 0.0  # epoch seconds of the last probe
     failures: list[int] = field(default_factory=lambda: [0] * len(REASONS))
     buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
     latency_sum: float = 0.0
-    probes: int = 0                               # sent on /metrics, answered or not
+    probes: int = 0  # sent on /metrics, answered or not
 
     def observe(self, result: ProbeResult, wall: float) -> None:
         self.last = result
@@ -65,8 +78,11 @@ def target_labels(target: Target) -> str:
 
 def new_state(target: Target) -> TargetState:
     labels = target_labels(target)
-    return TargetState(target=target, labels=labels,
-                       reason_labels=tuple(join_labels(labels, s) for s in _REASON_SUFFIXES))
+    return TargetState(
+        target=target,
+        labels=labels,
+        reason_labels=tuple(join_labels(labels, s) for s in _REASON_SUFFIXES),
+    )
 
 
 class Prober:
@@ -89,7 +105,11 @@ class Prober:
             elif old is not None:  # same target, new labels: keep the counters
                 fresh = new_state(t)
                 fresh.failures, fresh.buckets, fresh.latency_sum, fresh.probes = (
-                    old.failures, old.buckets, old.latency_sum, old.probes)
+                    old.failures,
+                    old.buckets,
+                    old.latency_sum,
+                    old.probes,
+                )
                 fresh.last, fresh.last_wall = old.last, old.last_wall
                 states[key] = fresh
             else:
@@ -108,16 +128,27 @@ class Prober:
             async with sem:
                 budget = min(module.timeout, deadline - loop.time())
                 if budget <= 0:
-                    result = failed(Reason.TIMEOUT, 0.0,
-                                    "scrape deadline reached before the probe could start")
+                    result = failed(
+                        Reason.TIMEOUT, 0.0, "scrape deadline reached before the probe could start"
+                    )
                 else:
-                    result = await probe(sockaddr=t.sockaddr, family=t.family, module=module,
-                                         query=self.queries[t.module], timeout=budget)
+                    result = await probe(
+                        sockaddr=t.sockaddr,
+                        family=t.family,
+                        module=module,
+                        query=self.queries[t.module],
+                        timeout=budget,
+                    )
                     await self.watch.after_probe(t, module, result, deadline=deadline)
             st.observe(result, time.time())
             if result.reason is not None:
-                log.debug("probe %s (%s) failed: %s: %s", t.address, t.module,
-                          result.reason.value, result.detail)
+                log.debug(
+                    "probe %s (%s) failed: %s: %s",
+                    t.address,
+                    t.module,
+                    result.reason.value,
+                    result.detail,
+                )
 
         states = list(self.states.values())
         self.probes_total += len(states)
@@ -134,8 +165,10 @@ class Prober:
         aname = "dnsfleet_probe_attempts_total"
         for st in states:
             attempts.append(f"{aname}{{{st.labels}}} {st.probes}\n")
-            failures.extend(f"{fname}{{{lab}}} {n}\n"
-                            for lab, n in zip(st.reason_labels, st.failures, strict=True))
+            failures.extend(
+                f"{fname}{{{lab}}} {n}\n"
+                for lab, n in zip(st.reason_labels, st.failures, strict=True)
+            )
             labels = st.labels
             sep = "," if labels else ""
             acc = 0
@@ -146,15 +179,28 @@ class Prober:
             hist.append(f"{hname}_count{{{labels}}} {acc}\n")
         return [
             *fams,
-            TextFamily(fname, "Failed probes per target by reason since the exporter started.",
-                       "counter", "".join(failures)),
+            TextFamily(
+                fname,
+                "Failed probes per target by reason since the exporter started.",
+                "counter",
+                "".join(failures),
+            ),
             # The denominator of the failure ratio: a share of failed probes needs the
             # probes, and counting them here stays right when two Prometheus servers scrape
             # one exporter (each scrape is a probe; a sample count per server is not).
-            TextFamily(aname, "Probes sent to this target on /metrics since the exporter "
-                       "started, answered or not.", "counter", "".join(attempts)),
-            TextFamily(hname, "Latency of probes that got an answer (any rcode).", "histogram",
-                       "".join(hist)),
+            TextFamily(
+                aname,
+                "Probes sent to this target on /metrics since the exporter "
+                "started, answered or not.",
+                "counter",
+                "".join(attempts),
+            ),
+            TextFamily(
+                hname,
+                "Latency of probes that got an answer (any rcode).",
+                "histogram",
+                "".join(hist),
+            ),
             *canary_families(self.watch),
         ]
 
@@ -167,8 +213,12 @@ def probe_result_families(
 ) -> list[TextFamily]:
     """Pure: the per-probe gauges for (labels, reason labels, result) rows. /metrics and
     /probe share it; /probe passes empty labels."""
-    names = ("dnsfleet_probe_success", "dnsfleet_probe_duration_seconds",
-             "dnsfleet_probe_dns_rcode", "dnsfleet_probe_answer_rrs")
+    names = (
+        "dnsfleet_probe_success",
+        "dnsfleet_probe_duration_seconds",
+        "dnsfleet_probe_dns_rcode",
+        "dnsfleet_probe_answer_rrs",
+    )
     cols: tuple[list[str], ...] = ([], [], [], [])
     failure: list[str] = []
     fail_name = "dnsfleet_probe_failure"
@@ -181,15 +231,26 @@ def probe_result_families(
         cols[2].append(f"{names[2]}{lab} {r.rcode}\n")
         cols[3].append(f"{names[3]}{lab} {r.answer_rrs}\n")
         current = REASONS.index(r.reason) if r.reason is not None else -1
-        failure.extend(f"{fail_name}{{{rl}}} {1 if i == current else 0}\n"
-                       for i, rl in enumerate(reason_labels))
-    helps = ("1 if the last probe succeeded.",
-             "Duration of the last probe, answer or not.",
-             "Response code of the last answer (numeric), -1 when there was none.",
-             "Resource records in the answer section of the last answer.")
-    fams = [TextFamily(n, h, "gauge", "".join(c)) for n, h, c in zip(names, helps, cols,
-                                                                       strict=True)]
-    fams.insert(2, TextFamily(
-        fail_name, "1 for the reason the last probe failed, 0 for every other reason.",
-        "gauge", "".join(failure)))
+        failure.extend(
+            f"{fail_name}{{{rl}}} {1 if i == current else 0}\n"
+            for i, rl in enumerate(reason_labels)
+        )
+    helps = (
+        "1 if the last probe succeeded.",
+        "Duration of the last probe, answer or not.",
+        "Response code of the last answer (numeric), -1 when there was none.",
+        "Resource records in the answer section of the last answer.",
+    )
+    fams = [
+        TextFamily(n, h, "gauge", "".join(c)) for n, h, c in zip(names, helps, cols, strict=True)
+    ]
+    fams.insert(
+        2,
+        TextFamily(
+            fail_name,
+            "1 for the reason the last probe failed, 0 for every other reason.",
+            "gauge",
+            "".join(failure),
+        ),
+    )
     return fams

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import aiohttp
 
 CONTROL_VERSION = 1
-MAX_REPLY_BYTES = 1 << 20   # stats with extended-statistics on 64 threads is ~200 KiB
+MAX_REPLY_BYTES = 1 << 20  # stats with extended-statistics on 64 threads is ~200 KiB
 
 
 class StatsError(Exception):
@@ -91,15 +91,17 @@ async def unbound_control(source: StatsSource, command: str) -> str:
 async def read_unbound(source: StatsSource, session: aiohttp.ClientSession | None) -> ResolverStats:
     # stats_noreset: plain `stats` would zero the resolver's counters for every other reader.
     stats_text, status_text = await asyncio.gather(
-        unbound_control(source, "stats_noreset"), unbound_control(source, "status"))
+        unbound_control(source, "stats_noreset"), unbound_control(source, "status")
+    )
     try:
         return parse_unbound_stats(stats_text, version=parse_version(status_text))
     except ValueError as e:
         raise StatsError(f"{source.control}: garbled statistics: {e}") from None
 
 
-async def _http_get(url: str, session: aiohttp.ClientSession | None,
-                    headers: dict[str, str] | None = None) -> bytes:
+async def _http_get(
+    url: str, session: aiohttp.ClientSession | None, headers: dict[str, str] | None = None
+) -> bytes:
     """One bounded GET for a statistics source; StatsError with the reason."""
     import aiohttp  # noqa: PLC0415 - only HTTP sources pay for aiohttp (~28 MB RSS)
 
@@ -126,8 +128,7 @@ async def read_bind(source: StatsSource, session: aiohttp.ClientSession | None) 
         raise StatsError(f"{url}: {e}") from None
 
 
-async def read_metrics(source: StatsSource,
-                       session: aiohttp.ClientSession | None) -> ResolverStats:
+async def read_metrics(source: StatsSource, session: aiohttp.ClientSession | None) -> ResolverStats:
     """PowerDNS Recursor, dnsdist, Knot Resolver, CoreDNS: their Prometheus ``/metrics``."""
     headers = {"X-API-Key": source.api_key} if source.api_key else None
     body = await _http_get(source.url, session, headers)

@@ -50,16 +50,17 @@ from dnsfleet.probes import ProbeResult, probe, query_for
 
 log = logging.getLogger(__name__)
 
-PREFETCH_FRACTION = 0.1    # unbound: prefetch when < 10% of the original TTL is left
+PREFETCH_FRACTION = 0.1  # unbound: prefetch when < 10% of the original TTL is left
 PREFETCH_MIN_SECONDS = 2.0  # BIND: `prefetch 2 9` triggers at 2 s left
-MAX_BACKEND_LEN = 128       # a label value from the network: bounded
-TTL_GRANULARITY = 1.0       # seconds: see is_cache_reset
+MAX_BACKEND_LEN = 128  # a label value from the network: bounded
+TTL_GRANULARITY = 1.0  # seconds: see is_cache_reset
 
 StateKey = tuple[str, str]  # (address, module)
 
 
-def is_cache_reset(*, prev_ttl: int, elapsed: float, ttl: int, tolerance: float,
-                   longest_ttl: int) -> bool:
+def is_cache_reset(
+    *, prev_ttl: int, elapsed: float, ttl: int, tolerance: float, longest_ttl: int
+) -> bool:
     """Pure: does ``ttl``, seen ``elapsed`` seconds after ``prev_ttl``, mean the cached
     record was thrown away? ``longest_ttl`` is the longest TTL seen for the canary (about
     the authoritative TTL), which sizes the prefetch window."""
@@ -143,19 +144,26 @@ class CanaryTracker:
     such jumps in a row the canary is reported unusable (``ttl_static``)."""
 
     tolerance: float = 2.0
-    pool: bool = False            # the target is a pool of caches (config `backends: pool`)
+    pool: bool = False  # the target is a pool of caches (config `backends: pool`)
     baselines: dict[str, Baseline] = field(default_factory=dict)  # per backend identity
     longest_ttl: int = 0
-    ttl: int | None = None        # TTL of the last answer, None if the query failed
+    ttl: int | None = None  # TTL of the last answer, None if the query failed
     unusable: Unusable | None = None
     several_caches_at: float | None = None
     last_at: float | None = None  # monotonic time of the last answer, any backend
-    unconfirmed: int = 0          # reset candidates in a row that did not count down
+    unconfirmed: int = 0  # reset candidates in a row that did not count down
     resets: int = 0
-    last_reset: float | None = None   # epoch seconds
+    last_reset: float | None = None  # epoch seconds
 
-    def observe(self, ttl: int | None, *, now: float, wall: float, backend: str | None,
-                authoritative: bool = False) -> bool:
+    def observe(
+        self,
+        ttl: int | None,
+        *,
+        now: float,
+        wall: float,
+        backend: str | None,
+        authoritative: bool = False,
+    ) -> bool:
         """One canary answer (``ttl`` None: the query failed). True if it confirms a
         reset (then :attr:`last_reset` is when the reset was first seen)."""
         self.ttl = ttl
@@ -175,7 +183,7 @@ class CanaryTracker:
         self.unusable = None
         confirmed: float | None = None
         if b is None:
-            new = Baseline(ttl, now, trusted=False)       # a first look proves nothing
+            new = Baseline(ttl, now, trusted=False)  # a first look proves nothing
         else:
             elapsed = now - b.at
             remaining = b.ttl - elapsed
@@ -186,23 +194,30 @@ class CanaryTracker:
             elif elapsed >= 2.0 and ttl == b.ttl:
                 self.unusable = Unusable.TTL_STATIC
                 new = Baseline(ttl, now, trusted=False)
-            elif (remaining > window + self.tolerance
-                  and ttl < remaining - self.tolerance - TTL_GRANULARITY):
+            elif (
+                remaining > window + self.tolerance
+                and ttl < remaining - self.tolerance - TTL_GRANULARITY
+            ):
                 # Counted down faster than time while the record was alive: another cache
                 # answered under the same identity.
                 self.several_caches_at = now
                 new = Baseline(ttl, now, trusted=False)
-            elif b.trusted and is_cache_reset(prev_ttl=b.ttl, elapsed=elapsed, ttl=ttl,
-                                              tolerance=self.tolerance, longest_ttl=longest):
+            elif b.trusted and is_cache_reset(
+                prev_ttl=b.ttl,
+                elapsed=elapsed,
+                ttl=ttl,
+                tolerance=self.tolerance,
+                longest_ttl=longest,
+            ):
                 if b.reset_at is not None:
-                    self.unconfirmed += 1                 # jumped again: not counting down
+                    self.unconfirmed += 1  # jumped again: not counting down
                 new = Baseline(ttl, now, trusted=True, reset_at=wall)
             elif ttl <= remaining + self.tolerance + TTL_GRANULARITY:
-                if ttl < b.ttl:                           # the countdown goes on
+                if ttl < b.ttl:  # the countdown goes on
                     confirmed = b.reset_at
                     self.unconfirmed = 0
                     new = Baseline(ttl, now, trusted=True)
-                else:   # a second look within the same second proves nothing new
+                else:  # a second look within the same second proves nothing new
                     new = Baseline(ttl, now, trusted=b.trusted, reset_at=b.reset_at)
             else:
                 # Up after expiry or prefetch, or from an untrusted look: a full-TTL fetch
@@ -220,14 +235,16 @@ class CanaryTracker:
         return False
 
     def _several_caches(self, now: float) -> bool:
-        return (self.several_caches_at is not None
-                and now - self.several_caches_at < SEVERAL_CACHES_HOLD)
+        return (
+            self.several_caches_at is not None
+            and now - self.several_caches_at < SEVERAL_CACHES_HOLD
+        )
 
 
 @dataclass(slots=True)
 class WatchState:
     target: Target
-    labels: str                   # target, module and configured labels
+    labels: str  # target, module and configured labels
     canary: CanaryTracker = field(default_factory=CanaryTracker)
     # An authoritative answer (AA set: local-data, a stub to the authoritative server, or
     # the authority itself) comes from no cache: its TTL never counts down, so it cannot
@@ -249,16 +266,31 @@ class ResolverWatch:
         self.identity_queries = {}
         for name, m in cfg.modules.items():
             if m.canary:
-                cm = Module(name=f"{name}/canary", query_name=m.canary,
-                            query_type=m.canary_type, transport=m.transport, timeout=m.timeout,
-                            recursion_desired=True, edns=m.edns, edns_udp_size=m.edns_udp_size,
-                            min_answers=1)
+                cm = Module(
+                    name=f"{name}/canary",
+                    query_name=m.canary,
+                    query_type=m.canary_type,
+                    transport=m.transport,
+                    timeout=m.timeout,
+                    recursion_desired=True,
+                    edns=m.edns,
+                    edns_udp_size=m.edns_udp_size,
+                    min_answers=1,
+                )
                 self.canary_queries[name] = (cm, query_for(cm))
             if m.identity_query:
-                im = Module(name=f"{name}/identity", query_name=m.identity_query,
-                            query_type="TXT", query_class="CH", transport=m.transport,
-                            timeout=m.timeout, edns=m.edns, edns_udp_size=m.edns_udp_size,
-                            valid_rcodes=("NOERROR",), min_answers=1)
+                im = Module(
+                    name=f"{name}/identity",
+                    query_name=m.identity_query,
+                    query_type="TXT",
+                    query_class="CH",
+                    transport=m.transport,
+                    timeout=m.timeout,
+                    edns=m.edns,
+                    edns_udp_size=m.edns_udp_size,
+                    valid_rcodes=("NOERROR",),
+                    min_answers=1,
+                )
                 self.identity_queries[name] = (im, query_for(im))
         states: dict[StateKey, WatchState] = {}
         for t in cfg.targets:
@@ -272,8 +304,9 @@ class ResolverWatch:
             states[key] = st
         self.states = states
 
-    async def after_probe(self, target: Target, module: Module, result: ProbeResult, *,
-                          deadline: float) -> None:
+    async def after_probe(
+        self, target: Target, module: Module, result: ProbeResult, *, deadline: float
+    ) -> None:
         """Called by the prober after each probe of ``target``: the canary and identity
         queries of the same round, then the bookkeeping. Never raises for the network."""
         st = self.states.get((target.address, target.module))
@@ -287,15 +320,19 @@ class ResolverWatch:
         ident_res: ProbeResult | None = None
         if budget > 0 and (canary or ident):
             canary_res, ident_res = await asyncio.gather(
-                _ask(target, canary, budget), _ask(target, ident, budget))
+                _ask(target, canary, budget), _ask(target, ident, budget)
+            )
         if ident is not None:
             backend = chaos_txt(ident_res) if ident_res is not None else None
         else:
             # With a canary, the identity of the canary's own answer: the backend label then
             # describes the answer whose TTL the canary metrics show (round-robin sends the
             # main probe and the canary to different backends).
-            backend = ((nsid_of(canary_res) if canary_res else None) or nsid_of(result)
-                       if canary is not None else nsid_of(result))
+            backend = (
+                (nsid_of(canary_res) if canary_res else None) or nsid_of(result)
+                if canary is not None
+                else nsid_of(result)
+            )
         self.observe_backend(st, backend)
         if canary is not None:
             ttl = None
@@ -304,20 +341,33 @@ class ResolverWatch:
                 ttl = canary_res.response.min_ttl
                 authoritative = canary_res.response.authoritative
                 if authoritative and st.canary_cached is not False:
-                    log.warning("canary %s on %s is answered authoritatively (local data or "
-                                "an authoritative server): its TTL does not count down, so "
-                                "cache resets cannot be seen; pick a name the resolver "
-                                "caches", canary[0].query_name, target.address)
+                    log.warning(
+                        "canary %s on %s is answered authoritatively (local data or "
+                        "an authoritative server): its TTL does not count down, so "
+                        "cache resets cannot be seen; pick a name the resolver "
+                        "caches",
+                        canary[0].query_name,
+                        target.address,
+                    )
                 st.canary_cached = not authoritative
             elif canary_res is not None:
-                log.debug("canary %s on %s: %s", canary[0].query_name, target.address,
-                          canary_res.detail)
+                log.debug(
+                    "canary %s on %s: %s", canary[0].query_name, target.address, canary_res.detail
+                )
             # The canary's own identity: the main probe may have reached another backend.
-            if st.canary.observe(ttl, now=time.monotonic(), wall=time.time(),
-                                 backend=nsid_of(canary_res) if canary_res else None,
-                                 authoritative=authoritative):
-                log.info("cache reset on %s (backend %s) seen by canary %s", target.address,
-                         nsid_of(canary_res) if canary_res else None, canary[0].query_name)
+            if st.canary.observe(
+                ttl,
+                now=time.monotonic(),
+                wall=time.time(),
+                backend=nsid_of(canary_res) if canary_res else None,
+                authoritative=authoritative,
+            ):
+                log.info(
+                    "cache reset on %s (backend %s) seen by canary %s",
+                    target.address,
+                    nsid_of(canary_res) if canary_res else None,
+                    canary[0].query_name,
+                )
 
     @staticmethod
     def observe_backend(st: WatchState, backend: str | None) -> None:
@@ -326,14 +376,19 @@ class ResolverWatch:
         if st.backend is not None and backend != st.backend and not st.canary.pool:
             # On a pool (`backends: pool`) answering from another member is normal.
             st.backend_changes += 1
-            log.info("backend behind %s changed: %s -> %s", st.target.address, st.backend,
-                     backend)
+            log.info("backend behind %s changed: %s -> %s", st.target.address, st.backend, backend)
         st.backend = backend
 
 
-async def _ask(target: Target, mq: tuple[Module, Query] | None,
-               budget: float) -> ProbeResult | None:
+async def _ask(
+    target: Target, mq: tuple[Module, Query] | None, budget: float
+) -> ProbeResult | None:
     if mq is None:
         return None
-    return await probe(sockaddr=target.sockaddr, family=target.family, module=mq[0],
-                       query=mq[1], timeout=min(mq[0].timeout, budget))
+    return await probe(
+        sockaddr=target.sockaddr,
+        family=target.family,
+        module=mq[0],
+        query=mq[1],
+        timeout=min(mq[0].timeout, budget),
+    )

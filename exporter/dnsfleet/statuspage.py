@@ -31,21 +31,32 @@ EVENTS_PER_TARGET = 5
 # The families a snapshot keeps, by name; the page reads nothing else from a scrape.
 # Names another part of the exporter may not emit (a collector that is off, a resolver
 # family without the counter) are simply absent.
-KEPT = frozenset({
-    "dnsfleet_resolver_stats_up", "dnsfleet_resolver_start_time_seconds",
-    "dnsfleet_resolver_info", "dnsfleet_resolver_queries_total",
-    "dnsfleet_resolver_cache_hits_total", "dnsfleet_resolver_cache_misses_total",
-    "dnsfleet_resolver_capacity_qps", "dnsfleet_resolver_capacity_lower_bound",
-    "dnsfleet_resolver_backend_info",
-    "dnsfleet_resolver_cache_resets_total",
-    "dnsfleet_resolver_last_cache_reset_timestamp_seconds",
-    "dnsfleet_resolver_canary_cached", "dnsfleet_resolver_canary_usable",
-    "dnsfleet_resolver_canary_unusable_reason", "dnsfleet_resolver_canary_ttl_seconds",
-    "dnsfleet_stub_expected_delay_seconds", "dnsfleet_stub_resolution_failing",
-    "dnsfleet_stub_nameservers", "dnsfleet_stub_nameserver_up",
-    "dnsfleet_stub_resolv_conf_readable",
-    "dnsfleet_collector_success", "dnsfleet_collector_duration_seconds",
-})
+KEPT = frozenset(
+    {
+        "dnsfleet_resolver_stats_up",
+        "dnsfleet_resolver_start_time_seconds",
+        "dnsfleet_resolver_info",
+        "dnsfleet_resolver_queries_total",
+        "dnsfleet_resolver_cache_hits_total",
+        "dnsfleet_resolver_cache_misses_total",
+        "dnsfleet_resolver_capacity_qps",
+        "dnsfleet_resolver_capacity_lower_bound",
+        "dnsfleet_resolver_backend_info",
+        "dnsfleet_resolver_cache_resets_total",
+        "dnsfleet_resolver_last_cache_reset_timestamp_seconds",
+        "dnsfleet_resolver_canary_cached",
+        "dnsfleet_resolver_canary_usable",
+        "dnsfleet_resolver_canary_unusable_reason",
+        "dnsfleet_resolver_canary_ttl_seconds",
+        "dnsfleet_stub_expected_delay_seconds",
+        "dnsfleet_stub_resolution_failing",
+        "dnsfleet_stub_nameservers",
+        "dnsfleet_stub_nameserver_up",
+        "dnsfleet_stub_resolv_conf_readable",
+        "dnsfleet_collector_success",
+        "dnsfleet_collector_duration_seconds",
+    }
+)
 
 Labels = dict[str, str]
 
@@ -91,8 +102,8 @@ class Snapshot:
         for fam in families:
             if isinstance(fam, Family) and fam.name in KEPT:
                 kept.setdefault(fam.name, []).extend(
-                    Sample(parse_labels(lab), v) for suffix, lab, v in fam.samples
-                    if not suffix)
+                    Sample(parse_labels(lab), v) for suffix, lab, v in fam.samples if not suffix
+                )
         return cls(wall, duration, {k: tuple(v) for k, v in kept.items()})
 
     def get(self, name: str) -> tuple[Sample, ...]:
@@ -134,24 +145,35 @@ class History:
             del self.hit_ratio[gone]
 
     def _compare(self, prev: Snapshot, snap: Snapshot) -> None:
-        before = {t: s[0].value for t, s in
-                  prev.by_target("dnsfleet_resolver_start_time_seconds").items()}
+        before = {
+            t: s[0].value for t, s in prev.by_target("dnsfleet_resolver_start_time_seconds").items()
+        }
         for t, samples in snap.by_target("dnsfleet_resolver_start_time_seconds").items():
             old = before.get(t)
             if old is not None and samples[0].value != old:
                 self._add(t, Event(samples[0].value, "restarted (start time changed)"))
-        resets_before = {(s.labels.get("target", ""), s.labels.get("module", "")): s.value
-                         for s in prev.get("dnsfleet_resolver_cache_resets_total")}
-        last_reset = {(s.labels.get("target", ""), s.labels.get("module", "")): s.value
-                      for s in snap.get("dnsfleet_resolver_last_cache_reset_timestamp_seconds")}
+        resets_before = {
+            (s.labels.get("target", ""), s.labels.get("module", "")): s.value
+            for s in prev.get("dnsfleet_resolver_cache_resets_total")
+        }
+        last_reset = {
+            (s.labels.get("target", ""), s.labels.get("module", "")): s.value
+            for s in snap.get("dnsfleet_resolver_last_cache_reset_timestamp_seconds")
+        }
         for s in snap.get("dnsfleet_resolver_cache_resets_total"):
             key = (s.labels.get("target", ""), s.labels.get("module", ""))
             old = resets_before.get(key)
             if old is not None and s.value > old:
-                self._add(key[0], Event(last_reset.get(key, snap.wall),
-                                        f"cache reset seen by the canary (module {key[1]})"))
-        queries_before = {t: s[0].value for t, s in
-                          prev.by_target("dnsfleet_resolver_queries_total").items()}
+                self._add(
+                    key[0],
+                    Event(
+                        last_reset.get(key, snap.wall),
+                        f"cache reset seen by the canary (module {key[1]})",
+                    ),
+                )
+        queries_before = {
+            t: s[0].value for t, s in prev.by_target("dnsfleet_resolver_queries_total").items()
+        }
         dt = snap.wall - prev.wall
         for t, samples in snap.by_target("dnsfleet_resolver_queries_total").items():
             old = queries_before.get(t)
@@ -159,16 +181,26 @@ class History:
                 self.qps[t] = (samples[0].value - old) / dt
             else:
                 self.qps.pop(t, None)  # a counter reset: no rate across it
+
         # Cache-hit ratio between the two scrapes, as target:..._cache_hit:ratio_rate5m
         # computes it (hits / (hits + misses)); absent without traffic or across a reset.
         def delta(name: str) -> dict[str, float]:
             old = {t: s[0].value for t, s in prev.by_target(name).items()}
-            return {t: s[0].value - old[t] for t, s in snap.by_target(name).items()
-                    if t in old and s[0].value >= old[t]}
-        hits, misses = (delta("dnsfleet_resolver_cache_hits_total"),
-                        delta("dnsfleet_resolver_cache_misses_total"))
-        self.hit_ratio = {t: hits[t] / (hits[t] + misses[t]) for t in hits
-                          if t in misses and hits[t] + misses[t] > 0}
+            return {
+                t: s[0].value - old[t]
+                for t, s in snap.by_target(name).items()
+                if t in old and s[0].value >= old[t]
+            }
+
+        hits, misses = (
+            delta("dnsfleet_resolver_cache_hits_total"),
+            delta("dnsfleet_resolver_cache_misses_total"),
+        )
+        self.hit_ratio = {
+            t: hits[t] / (hits[t] + misses[t])
+            for t in hits
+            if t in misses and hits[t] + misses[t] > 0
+        }
 
     def _add(self, target: str, event: Event) -> None:
         q = self.events.setdefault(target, deque(maxlen=EVENTS_PER_TARGET))
@@ -219,36 +251,52 @@ def render(exp: Exporter, *, metrics_path: str, now: float | None = None) -> str
     # Reload state and the age of what is shown: the first things to trust or not.
     rs = exp.reload_status
     if rs.successful:
-        parts.append(f'<p class="banner ok" id="reload">Configuration {e(cfg.source)} loaded '
-                     f"{ago(now - rs.timestamp)} ago.</p>")
+        parts.append(
+            f'<p class="banner ok" id="reload">Configuration {e(cfg.source)} loaded '
+            f"{ago(now - rs.timestamp)} ago.</p>"
+        )
     else:
-        parts.append(f'<p class="banner bad" id="reload">Last reload FAILED '
-                     f"{ago(now - rs.failed_at)} ago; still running the configuration loaded "
-                     f"{ago(now - rs.timestamp)} ago. Error: <code>{e(rs.error)}</code></p>")
+        parts.append(
+            f'<p class="banner bad" id="reload">Last reload FAILED '
+            f"{ago(now - rs.failed_at)} ago; still running the configuration loaded "
+            f"{ago(now - rs.timestamp)} ago. Error: <code>{e(rs.error)}</code></p>"
+        )
     if snap is None:
-        parts.append('<p class="banner warn" id="age">No scrape yet: this page shows what the '
-                     f"last <code>{e(metrics_path)}</code> scrape found, and it never probes "
-                     "by itself.</p>")
+        parts.append(
+            '<p class="banner warn" id="age">No scrape yet: this page shows what the '
+            f"last <code>{e(metrics_path)}</code> scrape found, and it never probes "
+            "by itself.</p>"
+        )
     else:
         age = now - snap.wall
         stale = age > 5 * 60
-        parts.append(f'<p class="banner {"warn" if stale else "ok"}" id="age">Last scrape '
-                     f"<b>{ago(age)} ago</b> (took {snap.duration:.2f}s)"
-                     + (": is Prometheus still scraping this exporter?" if stale else "")
-                     + "</p>")
+        parts.append(
+            f'<p class="banner {"warn" if stale else "ok"}" id="age">Last scrape '
+            f"<b>{ago(age)} ago</b> (took {snap.duration:.2f}s)"
+            + (": is Prometheus still scraping this exporter?" if stale else "")
+            + "</p>"
+        )
 
     states = list(exp.prober.states.values())
     failing = [st for st in states if st.last is not None and not st.last.success]
     collectors = snap.get("dnsfleet_collector_success") if snap else ()
     bad_collectors = [s for s in collectors if s.value != 1]
-    summary = [f"{len(states)} targets", _span("bad" if failing else "ok",
-                                               f"{len(failing)} failing")]
+    summary = [
+        f"{len(states)} targets",
+        _span("bad" if failing else "ok", f"{len(failing)} failing"),
+    ]
     if collectors:
-        summary.append(_span("bad" if bad_collectors else "ok",
-                             f"{len(bad_collectors)} of {len(collectors)} collectors failing"))
-    parts.append(f'<p id="summary">{" &middot; ".join(summary)} &middot; '
-                 f'<a href="{e(metrics_path)}">metrics</a> &middot; '
-                 '<a href="/config">effective config</a></p>')
+        summary.append(
+            _span(
+                "bad" if bad_collectors else "ok",
+                f"{len(bad_collectors)} of {len(collectors)} collectors failing",
+            )
+        )
+    parts.append(
+        f'<p id="summary">{" &middot; ".join(summary)} &middot; '
+        f'<a href="{e(metrics_path)}">metrics</a> &middot; '
+        '<a href="/config">effective config</a></p>'
+    )
 
     parts.append(_targets_table(exp, snap, hist, now))
     if snap is not None:
@@ -271,6 +319,7 @@ sends no query to any resolver.</small></p>
 
 def _targets_table(exp: Exporter, snap: Snapshot | None, hist: History, now: float) -> str:
     e = html.escape
+
     def by(name: str) -> dict[str, list[Sample]]:
         return snap.by_target(name) if snap else {}
 
@@ -279,18 +328,27 @@ def _targets_table(exp: Exporter, snap: Snapshot | None, hist: History, now: flo
     info = by("dnsfleet_resolver_info")
     capacity = by("dnsfleet_resolver_capacity_qps")
     lower = by("dnsfleet_resolver_capacity_lower_bound")
-    backend = {(s.labels.get("target"), s.labels.get("module")): s.labels.get("backend", "")
-               for s in (snap.get("dnsfleet_resolver_backend_info") if snap else ())}
-    usable = {(s.labels.get("target"), s.labels.get("module")): s.value
-              for s in (snap.get("dnsfleet_resolver_canary_usable") if snap else ())}
-    reason = {(s.labels.get("target"), s.labels.get("module")): s.labels.get("reason", "")
-              for s in (snap.get("dnsfleet_resolver_canary_unusable_reason") if snap else ())
-              if s.value == 1}
-    cached = {(s.labels.get("target"), s.labels.get("module")): s.value
-              for s in (snap.get("dnsfleet_resolver_canary_cached") if snap else ())}
-    states = sorted(exp.prober.states.values(),
-                    key=lambda s: (s.last is None or s.last.success, s.target.address,
-                                   s.target.module))
+    backend = {
+        (s.labels.get("target"), s.labels.get("module")): s.labels.get("backend", "")
+        for s in (snap.get("dnsfleet_resolver_backend_info") if snap else ())
+    }
+    usable = {
+        (s.labels.get("target"), s.labels.get("module")): s.value
+        for s in (snap.get("dnsfleet_resolver_canary_usable") if snap else ())
+    }
+    reason = {
+        (s.labels.get("target"), s.labels.get("module")): s.labels.get("reason", "")
+        for s in (snap.get("dnsfleet_resolver_canary_unusable_reason") if snap else ())
+        if s.value == 1
+    }
+    cached = {
+        (s.labels.get("target"), s.labels.get("module")): s.value
+        for s in (snap.get("dnsfleet_resolver_canary_cached") if snap else ())
+    }
+    states = sorted(
+        exp.prober.states.values(),
+        key=lambda s: (s.last is None or s.last.success, s.target.address, s.target.module),
+    )
     rows = []
     for st in states:
         t, r = st.target, st.last
@@ -299,11 +357,12 @@ def _targets_table(exp: Exporter, snap: Snapshot | None, hist: History, now: flo
         if r is None:
             result = '<td class="unk">not probed yet</td><td></td><td></td>'
         else:
-            verdict = ("OK" if r.success else
-                       f"FAIL: {r.reason.value if r.reason else '?'}")
+            verdict = "OK" if r.success else f"FAIL: {r.reason.value if r.reason else '?'}"
             detail = r.rcode_text if r.success else (r.detail or r.rcode_text)
-            result = (f'<td class="{"ok" if r.success else "bad"}">{e(verdict)}</td>'
-                      f"<td>{r.duration * 1000:.1f} ms</td><td>{e(detail)}</td>")
+            result = (
+                f'<td class="{"ok" if r.success else "bad"}">{e(verdict)}</td>'
+                f"<td>{r.duration * 1000:.1f} ms</td><td>{e(detail)}</td>"
+            )
         probed = f"{ago(now - st.last_wall)} ago" if r is not None else ""
         # the resolver's own statistics
         if t.stats is None:
@@ -312,8 +371,11 @@ def _targets_table(exp: Exporter, snap: Snapshot | None, hist: History, now: flo
             stats = '<span class="unk">not read yet</span>'
         elif stats_up[t.address][0].value == 1:
             soft = info.get(t.address)
-            sw = (f"{soft[0].labels.get('software', '')} {soft[0].labels.get('version', '')}"
-                  if soft else "")
+            sw = (
+                f"{soft[0].labels.get('software', '')} {soft[0].labels.get('version', '')}"
+                if soft
+                else ""
+            )
             up = start.get(t.address)
             since = f", up {ago(now - up[0].value)}" if up else ""
             stats = _span("ok", f"readable{': ' + sw.strip() if sw.strip() else ''}{since}")
@@ -321,33 +383,47 @@ def _targets_table(exp: Exporter, snap: Snapshot | None, hist: History, now: flo
             stats = _span("bad", "UNREADABLE (restarts seen only by the canary)")
         # the canary
         if key in usable:
-            canary = (_span("ok", "usable") if usable[key] == 1 else
-                      _span("warn", f"unusable: {reason.get(key, 'unknown')}"))
+            canary = (
+                _span("ok", "usable")
+                if usable[key] == 1
+                else _span("warn", f"unusable: {reason.get(key, 'unknown')}")
+            )
         elif key in cached:
-            canary = (_span("ok", "cached") if cached[key] == 1 else
-                      _span("warn", "authoritative: cannot see resets"))
+            canary = (
+                _span("ok", "cached")
+                if cached[key] == 1
+                else _span("warn", "authoritative: cannot see resets")
+            )
         else:
             canary = '<span class="unk">none</span>'
         events = hist.events.get(t.address, ())
         ev = "<br>".join(f"{e(ev.what)} {ago(now - ev.wall)} ago" for ev in reversed(events))
-        headroom = _headroom(capacity.get(t.address, []), lower.get(t.address, []),
-                             hist.qps.get(t.address), hist.hit_ratio.get(t.address))
+        headroom = _headroom(
+            capacity.get(t.address, []),
+            lower.get(t.address, []),
+            hist.qps.get(t.address),
+            hist.hit_ratio.get(t.address),
+        )
         rows.append(
             f'<tr data-target="{e(t.address)}" data-module="{e(t.module)}">'
             f"<td>{e(t.address)}</td><td>{e(t.module)}</td><td>{e(labels)}</td>{result}"
             f"<td>{probed}</td><td>{e(backend.get(key, ''))}</td><td>{stats}</td>"
-            f"<td>{canary}</td><td>{ev}</td><td>{headroom}</td></tr>")
+            f"<td>{canary}</td><td>{ev}</td><td>{headroom}</td></tr>"
+        )
     body = "\n".join(rows) or '<tr><td colspan="13">No targets configured.</td></tr>'
-    return ('<h2>Resolvers</h2><p><small>Failing targets first.</small></p>'
-            '<table id="targets"><tr><th>target</th><th>module</th><th>labels</th>'
-            "<th>result</th><th>latency</th><th>rcode / reason</th><th>probed</th>"
-            "<th>backend</th><th>statistics</th><th>canary</th>"
-            "<th>restarts and cache resets</th><th>capacity headroom</th></tr>\n"
-            f"{body}</table>")
+    return (
+        "<h2>Resolvers</h2><p><small>Failing targets first.</small></p>"
+        '<table id="targets"><tr><th>target</th><th>module</th><th>labels</th>'
+        "<th>result</th><th>latency</th><th>rcode / reason</th><th>probed</th>"
+        "<th>backend</th><th>statistics</th><th>canary</th>"
+        "<th>restarts and cache resets</th><th>capacity headroom</th></tr>\n"
+        f"{body}</table>"
+    )
 
 
-def _headroom(caps: list[Sample], lower: list[Sample], qps: float | None,
-              hit_ratio: float | None) -> str:
+def _headroom(
+    caps: list[Sample], lower: list[Sample], qps: float | None, hit_ratio: float | None
+) -> str:
     """The capacity cell, choosing the figure as the recording rule
     target:dnsfleet_resolver_capacity_effective:qps does: declared, else the hit/miss mix at
     the live cache-hit ratio, else the miss figure, else the (optimistic) hit figure."""
@@ -355,8 +431,10 @@ def _headroom(caps: list[Sample], lower: list[Sample], qps: float | None,
     bound = {s.labels.get("kind", "") for s in lower if s.value == 1}
     if not by_kind:
         return '<span class="unk">unknown</span>'
+
     def fig(kind: str) -> str:
         return f"{kind} {'≥' if kind in bound else ''}{by_kind[kind]:.0f}"
+
     figures = ", ".join(fig(k) for k in ("declared", "hit", "miss") if k in by_kind) + " qps"
     if "declared" in by_kind:
         eff, basis = by_kind["declared"], "declared"
@@ -370,8 +448,10 @@ def _headroom(caps: list[Sample], lower: list[Sample], qps: float | None,
     if qps is None:
         return f"capacity {eff:.0f} qps ({html.escape(basis)}; {figures})"
     head = 1 - qps / eff
-    return _span("bad" if head < 0.25 else "ok",
-                 f"{head:.0%} ({qps:.0f} of {eff:.0f} qps, {basis}; {figures})")
+    return _span(
+        "bad" if head < 0.25 else "ok",
+        f"{head:.0%} ({qps:.0f} of {eff:.0f} qps, {basis}; {figures})",
+    )
 
 
 def _stub_table(snap: Snapshot) -> str:
@@ -379,8 +459,10 @@ def _stub_table(snap: Snapshot) -> str:
     delays = snap.get("dnsfleet_stub_expected_delay_seconds")
     if not delays and not snap.get("dnsfleet_stub_resolv_conf_readable"):
         return ""
-    failing = {(s.labels.get("resolv_conf"), s.labels.get("libc")): s.value
-               for s in snap.get("dnsfleet_stub_resolution_failing")}
+    failing = {
+        (s.labels.get("resolv_conf"), s.labels.get("libc")): s.value
+        for s in snap.get("dnsfleet_stub_resolution_failing")
+    }
     total = {s.labels.get("resolv_conf"): s.value for s in snap.get("dnsfleet_stub_nameservers")}
     up: dict[str | None, float] = {}
     for s in snap.get("dnsfleet_stub_nameserver_up"):
@@ -389,32 +471,47 @@ def _stub_table(snap: Snapshot) -> str:
     for s in sorted(delays, key=lambda s: (-s.value, s.labels.get("resolv_conf", ""))):
         path = s.labels.get("resolv_conf", "")
         delay = _span("bad" if s.value >= 1 else "ok", f"{s.value:.2f}s")
-        fails = (_span("bad", "ALL LOOKUPS FAIL")
-                 if failing.get((path, s.labels.get("libc"))) == 1 else "")
-        servers = (f"{up.get(path, 0):.0f} of {total[path]:.0f} answer"
-                   if path in total else "")
-        rows.append(f"<tr><td>{e(path)}</td><td>{e(s.labels.get('libc', ''))}</td>"
-                    f"<td>{delay}</td><td>{servers}</td><td>{fails}</td></tr>")
+        fails = (
+            _span("bad", "ALL LOOKUPS FAIL")
+            if failing.get((path, s.labels.get("libc"))) == 1
+            else ""
+        )
+        servers = f"{up.get(path, 0):.0f} of {total[path]:.0f} answer" if path in total else ""
+        rows.append(
+            f"<tr><td>{e(path)}</td><td>{e(s.labels.get('libc', ''))}</td>"
+            f"<td>{delay}</td><td>{servers}</td><td>{fails}</td></tr>"
+        )
     for s in snap.get("dnsfleet_stub_resolv_conf_readable"):
         if s.value == 0:
-            rows.append(f"<tr><td>{e(s.labels.get('resolv_conf', ''))}</td><td></td>"
-                        f'<td>{_span("bad", "UNREADABLE")}</td><td></td><td></td></tr>')
-    return ('<h2>Clients (resolv.conf)</h2><p><small>Modelled extra delay a lookup suffers '
-            "from the failed nameservers listed before a working one.</small></p>"
-            '<table id="stub"><tr><th>resolv.conf</th><th>libc</th><th>modelled delay</th>'
-            "<th>nameservers</th><th></th></tr>\n" + "\n".join(rows) + "</table>")
+            rows.append(
+                f"<tr><td>{e(s.labels.get('resolv_conf', ''))}</td><td></td>"
+                f"<td>{_span('bad', 'UNREADABLE')}</td><td></td><td></td></tr>"
+            )
+    return (
+        "<h2>Clients (resolv.conf)</h2><p><small>Modelled extra delay a lookup suffers "
+        "from the failed nameservers listed before a working one.</small></p>"
+        '<table id="stub"><tr><th>resolv.conf</th><th>libc</th><th>modelled delay</th>'
+        "<th>nameservers</th><th></th></tr>\n" + "\n".join(rows) + "</table>"
+    )
 
 
 def _collector_table(snap: Snapshot) -> str:
     e = html.escape
-    durations = {s.labels.get("collector"): s.value
-                 for s in snap.get("dnsfleet_collector_duration_seconds")}
+    durations = {
+        s.labels.get("collector"): s.value for s in snap.get("dnsfleet_collector_duration_seconds")
+    }
     rows = []
-    for s in sorted(snap.get("dnsfleet_collector_success"),
-                    key=lambda s: (s.value == 1, s.labels.get("collector", ""))):
+    for s in sorted(
+        snap.get("dnsfleet_collector_success"),
+        key=lambda s: (s.value == 1, s.labels.get("collector", "")),
+    ):
         name = s.labels.get("collector", "")
         state = _span("ok", "ok") if s.value == 1 else _span("bad", "FAILING (see the log)")
-        rows.append(f'<tr data-collector="{e(name)}"><td>{e(name)}</td><td>{state}</td>'
-                    f"<td>{durations.get(name, 0) * 1000:.1f} ms</td></tr>")
-    return ('<h2>Collectors</h2><table id="collectors"><tr><th>collector</th><th>state</th>'
-            "<th>took</th></tr>\n" + "\n".join(rows) + "</table>")
+        rows.append(
+            f'<tr data-collector="{e(name)}"><td>{e(name)}</td><td>{state}</td>'
+            f"<td>{durations.get(name, 0) * 1000:.1f} ms</td></tr>"
+        )
+    return (
+        '<h2>Collectors</h2><table id="collectors"><tr><th>collector</th><th>state</th>'
+        "<th>took</th></tr>\n" + "\n".join(rows) + "</table>"
+    )

@@ -38,7 +38,7 @@ from enum import StrEnum
 from dnsfleet.parsers.resolvconf import RES_MAXRETRY, ResolvConf
 
 LIBCS: tuple[str, ...] = ("glibc", "musl")
-MUSL_MAX_TIMEOUT = 60      # src/network/resolvconf.c
+MUSL_MAX_TIMEOUT = 60  # src/network/resolvconf.c
 MUSL_MAX_ATTEMPTS = 10
 DEFAULT_TCP_SYN_RETRIES = 6
 
@@ -46,17 +46,18 @@ DEFAULT_TCP_SYN_RETRIES = 6
 class ServerState(StrEnum):
     """How a nameserver treats the client's query: a closed set, each always exported."""
 
-    ANSWERING = "answering"          # an answer that ends the lookup (NOERROR, NXDOMAIN, ...)
-    REFUSED = "refused"              # ICMP port unreachable / TCP RST: host up, no DNS
-    SILENT = "silent"                # nothing comes back: blackholed, firewalled, host down
-    UNREACHABLE = "unreachable"      # no route / host unreachable reported by the network
-    SERVFAIL = "servfail"            # answered SERVFAIL (or NOTIMP)
+    ANSWERING = "answering"  # an answer that ends the lookup (NOERROR, NXDOMAIN, ...)
+    REFUSED = "refused"  # ICMP port unreachable / TCP RST: host up, no DNS
+    SILENT = "silent"  # nothing comes back: blackholed, firewalled, host down
+    UNREACHABLE = "unreachable"  # no route / host unreachable reported by the network
+    SERVFAIL = "servfail"  # answered SERVFAIL (or NOTIMP)
     RCODE_REFUSED = "rcode_refused"  # answered REFUSED: the server will not serve us
-    ERROR = "error"                  # anything else that stops the exchange at once
+    ERROR = "error"  # anything else that stops the exchange at once
 
 
-FAILURE_STATES: tuple[ServerState, ...] = tuple(s for s in ServerState
-                                                if s is not ServerState.ANSWERING)
+FAILURE_STATES: tuple[ServerState, ...] = tuple(
+    s for s in ServerState if s is not ServerState.ANSWERING
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,11 +71,11 @@ class ServerOutcome:
 @dataclass(frozen=True, slots=True)
 class Verdict:
     libc: str
-    delay: float                  # expected extra seconds before the answer, or before
+    delay: float  # expected extra seconds before the answer, or before
     #                               the lookup gives up when ``failing``
-    failing: bool                 # no lookup gets an answer
-    costs: tuple[float, ...]      # seconds each server costs a lookup when it is tried
-    waits: tuple[float, ...]      # the per-server wait of the libc (glibc: per round)
+    failing: bool  # no lookup gets an answer
+    costs: tuple[float, ...]  # seconds each server costs a lookup when it is tried
+    waits: tuple[float, ...]  # the per-server wait of the libc (glibc: per round)
     delays_by_start: tuple[float, ...] = ()  # glibc rotate: delay for each start server
 
 
@@ -105,9 +106,15 @@ def _glibc_cost(outcome: ServerOutcome, wait: float) -> float:
     return min(max(outcome.duration, 0.0), wait)
 
 
-def glibc(outcomes: tuple[ServerOutcome, ...], *, timeout: int, attempts: int,
-          rotate: bool = False, use_vc: bool = False,
-          connect_timeout: float | None = None) -> Verdict:
+def glibc(
+    outcomes: tuple[ServerOutcome, ...],
+    *,
+    timeout: int,
+    attempts: int,
+    rotate: bool = False,
+    use_vc: bool = False,
+    connect_timeout: float | None = None,
+) -> Verdict:
     n = len(outcomes)
     if n == 0:
         return Verdict("glibc", 0.0, True, (), ())
@@ -150,16 +157,28 @@ def musl(outcomes: tuple[ServerOutcome, ...], *, timeout: int, attempts: int) ->
     # timeout:0 makes res_msend's loop run zero times: nothing is sent.
     usable = total > 0 and any(o.state is ServerState.ANSWERING for o in outcomes)
     costs = tuple(0.0 if usable else total for _ in outcomes)
-    return Verdict("musl", 0.0 if usable else total, not usable, costs,
-                   tuple(interval for _ in outcomes))
+    return Verdict(
+        "musl", 0.0 if usable else total, not usable, costs, tuple(interval for _ in outcomes)
+    )
 
 
-def model(conf: ResolvConf, outcomes: tuple[ServerOutcome, ...], libc: str, *,
-          connect_timeout: float | None = None) -> Verdict:
+def model(
+    conf: ResolvConf,
+    outcomes: tuple[ServerOutcome, ...],
+    libc: str,
+    *,
+    connect_timeout: float | None = None,
+) -> Verdict:
     """The verdict for ``libc`` given how each of ``conf.servers`` behaves."""
     if libc == "glibc":
-        return glibc(outcomes, timeout=conf.timeout, attempts=conf.attempts,
-                     rotate=conf.rotate, use_vc=conf.use_vc, connect_timeout=connect_timeout)
+        return glibc(
+            outcomes,
+            timeout=conf.timeout,
+            attempts=conf.attempts,
+            rotate=conf.rotate,
+            use_vc=conf.use_vc,
+            connect_timeout=connect_timeout,
+        )
     if libc == "musl":
         t = conf.timeout_written if conf.timeout_written is not None else 5
         a = conf.attempts_written if conf.attempts_written is not None else 2

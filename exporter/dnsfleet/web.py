@@ -39,8 +39,9 @@ def scrape_timeout_header(request: Request) -> float | None:
 
 def wants_openmetrics(accept: str) -> bool:
     """As prometheus_client decides: any listed media type application/openmetrics-text."""
-    return any(part.split(";")[0].strip() == "application/openmetrics-text"
-               for part in accept.split(","))
+    return any(
+        part.split(";")[0].strip() == "application/openmetrics-text" for part in accept.split(",")
+    )
 
 
 def accepts_gzip(accept_encoding: str) -> bool:
@@ -56,8 +57,14 @@ def accepts_gzip(accept_encoding: str) -> bool:
 
 
 class Handlers:
-    def __init__(self, exp: Exporter, metrics_path: str, *, enable_lifecycle: bool = False,
-                 max_requests: int = 40) -> None:
+    def __init__(
+        self,
+        exp: Exporter,
+        metrics_path: str,
+        *,
+        enable_lifecycle: bool = False,
+        max_requests: int = 40,
+    ) -> None:
         self.exp = exp
         self.metrics_path = metrics_path
         self.probe_handler = ProbeHandler(exp)
@@ -69,16 +76,17 @@ class Handlers:
 
     async def metrics(self, request: Request) -> Response:
         if self.max_requests and self.metrics_in_flight >= self.max_requests:
-            return _bad(503, f"too many concurrent scrapes (--web.max-requests "
-                             f"{self.max_requests})")
+            return _bad(
+                503, f"too many concurrent scrapes (--web.max-requests {self.max_requests})"
+            )
         self.metrics_in_flight += 1
         try:
             try:
-                fams = await self.exp.scrape_families(scrape_timeout_header(request),
-                                                      arrived=request.arrived or None)
+                fams = await self.exp.scrape_families(
+                    scrape_timeout_header(request), arrived=request.arrived or None
+                )
             except TimeoutError:
-                return _bad(503, "the scrape did not finish within this request's scrape "
-                                 "timeout")
+                return _bad(503, "the scrape did not finish within this request's scrape timeout")
             om = wants_openmetrics(request.headers.get("accept", ""))
             body = next((b for f, o, b in self._rendered if f is fams and o == om), None)
             if body is None:
@@ -95,13 +103,14 @@ class Handlers:
             # GIL, so compressing in a thread keeps the loop serving.
             body = await asyncio.to_thread(gzip.compress, body, 1)
             headers.append(("Content-Encoding", "gzip"))
-        return Response(body=body, content_type=OPENMETRICS_TYPE if om else CONTENT_TYPE,
-                        headers=headers)
+        return Response(
+            body=body, content_type=OPENMETRICS_TYPE if om else CONTENT_TYPE, headers=headers
+        )
 
     async def probe(self, request: Request) -> Response:
         outcome = await self.probe_handler.handle(
-            request.query, repeated=request.repeated,
-            header_timeout=scrape_timeout_header(request))
+            request.query, repeated=request.repeated, header_timeout=scrape_timeout_header(request)
+        )
         if isinstance(outcome, Refused):
             return _bad(REFUSAL_STATUS[outcome.kind], outcome.reason)
         return Response(body=probe_exposition(outcome).encode(), content_type=CONTENT_TYPE)
@@ -122,23 +131,29 @@ class Handlers:
         return Response.text(500, f"reload failed, old configuration kept: {st.error}\n")
 
     async def config(self, request: Request) -> Response:
-        return Response(body=to_yaml(self.exp.config).encode(),
-                        content_type="text/yaml; charset=utf-8")
+        return Response(
+            body=to_yaml(self.exp.config).encode(), content_type="text/yaml; charset=utf-8"
+        )
 
     async def index(self, request: Request) -> Response:
-        return Response(body=statuspage.render(self.exp, metrics_path=self.metrics_path)
-                        .encode(),
-                        content_type="text/html; charset=utf-8")
+        return Response(
+            body=statuspage.render(self.exp, metrics_path=self.metrics_path).encode(),
+            content_type="text/html; charset=utf-8",
+        )
 
 
 def _bad(status: int, reason: str) -> Response:
     return Response.text(status, reason + "\n")
 
 
-def make_router(exp: Exporter, *, metrics_path: str = "/metrics",
-                enable_lifecycle: bool = False, max_requests: int = 40) -> Router:
-    h = Handlers(exp, metrics_path, enable_lifecycle=enable_lifecycle,
-                 max_requests=max_requests)
+def make_router(
+    exp: Exporter,
+    *,
+    metrics_path: str = "/metrics",
+    enable_lifecycle: bool = False,
+    max_requests: int = 40,
+) -> Router:
+    h = Handlers(exp, metrics_path, enable_lifecycle=enable_lifecycle, max_requests=max_requests)
     router = Router()
     routes: list[tuple[str, str, Callable[[Request], Awaitable[Response]]]] = [
         ("GET", metrics_path, h.metrics),

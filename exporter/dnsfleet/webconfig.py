@@ -41,8 +41,8 @@ log = logging.getLogger(__name__)
 # A bcrypt hash as htpasswd -B and Go's x/crypto/bcrypt write it ($2y$ and $2b$ are the same
 # algorithm; $2a$ predates the 2011 fix and is still verified).
 BCRYPT_RE = re.compile(r"^\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}$")
-MIN_BCRYPT_COST = 4            # bcrypt's own minimum
-MAX_BCRYPT_COST = 14           # ~1 s of CPU per uncached check on a current core
+MIN_BCRYPT_COST = 4  # bcrypt's own minimum
+MAX_BCRYPT_COST = 14  # ~1 s of CPU per uncached check on a current core
 # bcrypt reads at most 72 bytes of the password; Go's x/crypto/bcrypt compares longer ones
 # on those 72 bytes (only GenerateFromPassword refuses them), while Python's bcrypt 5 raises.
 BCRYPT_MAX_PASSWORD = 72
@@ -82,8 +82,13 @@ CURVES: dict[str, str] = {
     "X25519": "X25519",
 }
 
-CLIENT_AUTH_TYPES = ("NoClientCert", "RequestClientCert", "RequireAnyClientCert",
-                     "VerifyClientCertIfGiven", "RequireAndVerifyClientCert")
+CLIENT_AUTH_TYPES = (
+    "NoClientCert",
+    "RequestClientCert",
+    "RequireAnyClientCert",
+    "VerifyClientCertIfGiven",
+    "RequireAndVerifyClientCert",
+)
 _UNVERIFIED_CLIENT_AUTH = ("RequestClientCert", "RequireAnyClientCert")
 
 # The toolkit's closed set of extra headers, with their allowed values where it fixes them.
@@ -120,7 +125,7 @@ class TLSServerConfig:
 
 @dataclass(frozen=True)
 class RateLimit:
-    interval: float        # seconds between requests; 0 disables
+    interval: float  # seconds between requests; 0 disables
     burst: int
 
 
@@ -156,18 +161,21 @@ def _parse_tls(node: Node, base: Path) -> TLSServerConfig:
         key=f.opt("key", "", lambda n: n.string()),
         client_ca_file=f.opt("client_ca_file", "", path),
         client_ca=f.opt("client_ca", "", lambda n: n.string()),
-        client_auth_type=f.opt("client_auth_type", "NoClientCert",
-                               lambda n: n.choice(CLIENT_AUTH_TYPES)),
+        client_auth_type=f.opt(
+            "client_auth_type", "NoClientCert", lambda n: n.choice(CLIENT_AUTH_TYPES)
+        ),
         client_allowed_sans=f.opt("client_allowed_sans", (), _strings),
         min_version=f.opt("min_version", "TLS12", lambda n: n.choice(tuple(TLS_VERSIONS))),
         max_version=f.opt("max_version", "TLS13", lambda n: n.choice(tuple(TLS_VERSIONS))),
-        cipher_suites=f.opt("cipher_suites", (),
-                            lambda n: tuple(i.choice(tuple(CIPHER_SUITES))
-                                            for i in n.sequence())),
+        cipher_suites=f.opt(
+            "cipher_suites",
+            (),
+            lambda n: tuple(i.choice(tuple(CIPHER_SUITES)) for i in n.sequence()),
+        ),
         prefer_server_cipher_suites=f.opt("prefer_server_cipher_suites", True, Node.boolean),
-        curve_preferences=f.opt("curve_preferences", (),
-                                lambda n: tuple(i.choice(tuple(CURVES))
-                                                for i in n.sequence())),
+        curve_preferences=f.opt(
+            "curve_preferences", (), lambda n: tuple(i.choice(tuple(CURVES)) for i in n.sequence())
+        ),
     )
     f.done()
     if tls.cert_file and tls.cert:
@@ -184,29 +192,34 @@ def _parse_tls(node: Node, base: Path) -> TLSServerConfig:
         raise node.child("client_auth_type").error(
             f"{tls.client_auth_type} accepts client certificates without verifying them; "
             "not supported, use RequireAndVerifyClientCert (or VerifyClientCertIfGiven) "
-            "with client_ca_file")
+            "with client_ca_file"
+        )
     verifying = tls.client_auth_type != "NoClientCert"
     if verifying and not (tls.client_ca_file or tls.client_ca):
         raise node.error(f"client_auth_type {tls.client_auth_type} needs client_ca_file")
     if (tls.client_ca_file or tls.client_ca) and not verifying:
-        raise node.error("client CA configured but client_auth_type is NoClientCert: "
-                         "client certificates would not be checked")
+        raise node.error(
+            "client CA configured but client_auth_type is NoClientCert: "
+            "client certificates would not be checked"
+        )
     if tls.client_allowed_sans and tls.client_auth_type != "RequireAndVerifyClientCert":
         raise node.child("client_allowed_sans").error(
-            "needs client_auth_type RequireAndVerifyClientCert")
+            "needs client_auth_type RequireAndVerifyClientCert"
+        )
     if tls.min_version in ("TLS10", "TLS11"):
         # Refused rather than half-working: OpenSSL 3 at its default security level (Debian
         # 12) rejects TLS 1.0/1.1 handshakes whatever the minimum says, and RFC 8996
         # deprecates both.
         raise node.child("min_version").error(
             f"{tls.min_version} is not supported: TLS 1.0 and 1.1 are deprecated (RFC 8996) "
-            "and disabled by this system's OpenSSL; use TLS12")
+            "and disabled by this system's OpenSSL; use TLS12"
+        )
     if TLS_VERSIONS[tls.min_version] > TLS_VERSIONS[tls.max_version]:
-        raise node.error(f"min_version {tls.min_version} is above max_version "
-                         f"{tls.max_version}")
+        raise node.error(f"min_version {tls.min_version} is above max_version {tls.max_version}")
     if len(tls.curve_preferences) > 1:
         raise node.child("curve_preferences").error(
-            "Python's ssl module can set one curve only: list a single curve")
+            "Python's ssl module can set one curve only: list a single curve"
+        )
     return tls
 
 
@@ -217,8 +230,10 @@ def _parse_http(node: Node) -> tuple[bool, tuple[tuple[str, str], ...]]:
     if f.has("headers"):
         for name, v in f.get("headers").items():
             if name not in EXTRA_HEADERS:
-                raise v.error(f"HTTP header {name!r} can not be configured "
-                              f"(configurable: {', '.join(EXTRA_HEADERS)})")
+                raise v.error(
+                    f"HTTP header {name!r} can not be configured "
+                    f"(configurable: {', '.join(EXTRA_HEADERS)})"
+                )
             value = v.string(allow_empty=True)
             if not value.isascii() or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
                 # CR or LF would let the file inject headers; the toolkit's values are ASCII.
@@ -240,14 +255,17 @@ def _parse_users(node: Node) -> dict[str, bytes]:
         h = v.string()
         m = BCRYPT_RE.match(h)
         if not m:
-            raise v.error("not a bcrypt hash (generate one with: htpasswd -nBC 10 \"\" | "
-                          "tr -d ':\\n')")
+            raise v.error(
+                "not a bcrypt hash (generate one with: htpasswd -nBC 10 \"\" | tr -d ':\\n')"
+            )
         cost = int(m.group(1))
         if not MIN_BCRYPT_COST <= cost <= MAX_BCRYPT_COST:
             # Each cost step doubles the work: 31 would take days per check. The toolkit's
             # documentation uses 10-12.
-            raise v.error(f"bcrypt cost {cost} is outside {MIN_BCRYPT_COST}-{MAX_BCRYPT_COST} "
-                          "(each step doubles the time of every login; use 10-12)")
+            raise v.error(
+                f"bcrypt cost {cost} is outside {MIN_BCRYPT_COST}-{MAX_BCRYPT_COST} "
+                "(each step doubles the time of every login; use 10-12)"
+            )
         users[name] = h.encode()
     return users
 
@@ -279,16 +297,24 @@ def parse(data: Any, *, source: str) -> WebConfig:
     rate = f.opt("rate_limit", None, _parse_rate_limit)
     f.done()
     ctx = ssl_context(tls, tls_node) if tls is not None else None
-    return WebConfig(source=source, tls=tls, basic_auth_users=users, headers=headers,
-                     http2=http2, rate_limit=rate, ssl_context=ctx)
+    return WebConfig(
+        source=source,
+        tls=tls,
+        basic_auth_users=users,
+        headers=headers,
+        http2=http2,
+        rate_limit=rate,
+        ssl_context=ctx,
+    )
 
 
 def load(path: str | Path) -> WebConfig:
     return parse(read_yaml_mapping(path), source=str(path))
 
 
-def ssl_context(tls: TLSServerConfig, node: Node,
-                ctx: ssl.SSLContext | None = None) -> ssl.SSLContext:
+def ssl_context(
+    tls: TLSServerConfig, node: Node, ctx: ssl.SSLContext | None = None
+) -> ssl.SSLContext:
     """Build the server context, or reconfigure ``ctx`` in place (the listening socket
     keeps the object: new connections see new certificates); every failure names the file
     and the key."""
@@ -302,8 +328,9 @@ def ssl_context(tls: TLSServerConfig, node: Node,
             _load_inline_chain(ctx, tls)
     except (OSError, ssl.SSLError) as e:
         what = tls.cert_file or "cert"
-        raise node.error(f"cannot load certificate and key ({what}): "
-                         f"{getattr(e, 'strerror', None) or e}") from None
+        raise node.error(
+            f"cannot load certificate and key ({what}): {getattr(e, 'strerror', None) or e}"
+        ) from None
     if tls.client_auth_type != "NoClientCert":
         try:
             if tls.client_ca_file:
@@ -312,10 +339,13 @@ def ssl_context(tls: TLSServerConfig, node: Node,
                 ctx.load_verify_locations(cadata=tls.client_ca)
         except (OSError, ssl.SSLError) as e:
             raise node.child("client_ca_file").error(
-                f"cannot load client CA: {getattr(e, 'strerror', None) or e}") from None
-        ctx.verify_mode = (ssl.CERT_REQUIRED
-                           if tls.client_auth_type == "RequireAndVerifyClientCert"
-                           else ssl.CERT_OPTIONAL)
+                f"cannot load client CA: {getattr(e, 'strerror', None) or e}"
+            ) from None
+        ctx.verify_mode = (
+            ssl.CERT_REQUIRED
+            if tls.client_auth_type == "RequireAndVerifyClientCert"
+            else ssl.CERT_OPTIONAL
+        )
     if tls.cipher_suites:
         try:
             ctx.set_ciphers(":".join(CIPHER_SUITES[c] for c in tls.cipher_suites))
@@ -365,12 +395,14 @@ class BasicAuth:
 
     def _dummy_hash(self) -> bytes:
         if self._dummy is None:
-            costs = [int(m.group(1)) for h in self.users.values()
-                     if (m := BCRYPT_RE.match(h.decode()))]
+            costs = [
+                int(m.group(1)) for h in self.users.values() if (m := BCRYPT_RE.match(h.decode()))
+            ]
             import bcrypt  # noqa: PLC0415 - see _checkpw
 
-            self._dummy = bcrypt.hashpw(secrets.token_bytes(16),
-                                        bcrypt.gensalt(rounds=max(costs, default=10)))
+            self._dummy = bcrypt.hashpw(
+                secrets.token_bytes(16), bcrypt.gensalt(rounds=max(costs, default=10))
+            )
         return self._dummy
 
     def _cache_key(self, user: str, hashed: bytes, password: bytes) -> bytes:
@@ -381,7 +413,7 @@ class BasicAuth:
         hashed = self.users.get(user)
         known = hashed is not None
         if hashed is None:
-            hashed = await asyncio.to_thread(self._dummy_hash)   # hashpw: off the loop
+            hashed = await asyncio.to_thread(self._dummy_hash)  # hashpw: off the loop
         key = self._cache_key(user, hashed, password)
         hit = self._cache.get(key)
         if hit is not None:
@@ -447,8 +479,9 @@ def _peer_sans(request: Request) -> set[str]:
     return {str(v) for _, v in cert.get("subjectAltName", ())}
 
 
-def guard(wc: WebConfig) -> tuple[Callable[[Request], Awaitable[Response | None]],
-                               BasicAuth | None]:
+def guard(
+    wc: WebConfig,
+) -> tuple[Callable[[Request], Awaitable[Response | None]], BasicAuth | None]:
     """Rate limit, client SAN check and basic auth, in the toolkit's order; 401 carries
     ``WWW-Authenticate: Basic``. Returns the guard and the BasicAuth it uses (or None)."""
     auth = BasicAuth(wc.basic_auth_users) if wc.basic_auth_users else None
@@ -463,8 +496,9 @@ def guard(wc: WebConfig) -> tuple[Callable[[Request], Awaitable[Response | None]
         if auth is not None:
             creds = parse_basic(request.headers.get("authorization", ""))
             if creds is None or not await auth.check(*creds):
-                return Response(status=401, body=b"Unauthorized\n",
-                                headers=[("WWW-Authenticate", "Basic")])
+                return Response(
+                    status=401, body=b"Unauthorized\n", headers=[("WWW-Authenticate", "Basic")]
+                )
         return None
 
     return check, auth
@@ -522,8 +556,9 @@ class LiveWebConfig:
             if (new.tls is None) != (self.wc.tls is None):
                 raise ConfigError(f"{self.wc.source}: turning TLS on or off needs a restart")
             if new.tls is not None and self.wc.ssl_context is not None:
-                ssl_context(new.tls, Node(new.source, "tls_server_config", None),
-                            self.wc.ssl_context)
+                ssl_context(
+                    new.tls, Node(new.source, "tls_server_config", None), self.wc.ssl_context
+                )
         except ConfigError as e:
             log.error("web config not reloaded, keeping the previous one: %s", e)
             return
@@ -531,9 +566,14 @@ class LiveWebConfig:
             self.router.extra_headers.remove(h)
         self.router.extra_headers.extend(new.headers)
         self.check, self.auth = guard(new)
-        self.wc = WebConfig(source=new.source, tls=new.tls,
-                            basic_auth_users=new.basic_auth_users, headers=new.headers,
-                            http2=new.http2, rate_limit=new.rate_limit,
-                            ssl_context=self.wc.ssl_context)
+        self.wc = WebConfig(
+            source=new.source,
+            tls=new.tls,
+            basic_auth_users=new.basic_auth_users,
+            headers=new.headers,
+            http2=new.http2,
+            rate_limit=new.rate_limit,
+            ssl_context=self.wc.ssl_context,
+        )
         self.reloads += 1
         log.info("web config %s reloaded", new.source)

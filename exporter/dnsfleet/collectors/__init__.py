@@ -28,5 +28,11 @@ _ALL: tuple[Collector, ...] = (
 
 COLLECTORS: dict[str, Collector] = {c.name: c for c in _ALL}
 
-__all__ = ["COLLECTORS", "CollectContext", "Collector", "CollectorError", "host_collector",
-           "run_collectors"]
+__all__ = [
+    "COLLECTORS",
+    "CollectContext",
+    "Collector",
+    "CollectorError",
+    "host_collector",
+    "run_collectors",
+]

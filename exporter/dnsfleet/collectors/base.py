@@ -40,7 +40,7 @@ class CollectorError(Exception):
 class CollectContext:
     fs: HostFS
     config: Config
-    deadline: float        # loop.time() by which the scrape must be done
+    deadline: float  # loop.time() by which the scrape must be done
     state: dict[str, Any]  # per-collector state kept between scrapes, keyed by collector
 
 
@@ -70,8 +70,7 @@ class HostLane:
     def __init__(self, stall: float = 1.0) -> None:
         self.stall = stall
         self._lock = threading.Lock()
-        self._queue: collections.deque[tuple[Future[Any], Callable[[], Any]]] = (
-            collections.deque())
+        self._queue: collections.deque[tuple[Future[Any], Callable[[], Any]]] = collections.deque()
         self._worker: _LaneWorker | None = None
         self.threads_started = 0
 
@@ -91,8 +90,11 @@ class HostLane:
     def _ensure_worker(self, stall: float | None = None) -> None:  # holds the lock
         w = self._worker
         limit = self.stall if stall is None else stall
-        if w is not None and not w.done and not (
-                w.busy_since is not None and time.monotonic() - w.busy_since > limit):
+        if (
+            w is not None
+            and not w.done
+            and not (w.busy_since is not None and time.monotonic() - w.busy_since > limit)
+        ):
             return
         if w is not None:
             w.retired = True
@@ -152,10 +154,13 @@ def host_collector(name: str, fn: HostCollectFn) -> Collector:
 
 async def run_collectors(ctx: CollectContext, collectors: dict[str, Collector]) -> list[Family]:
     chosen = [c for c in collectors.values() if c.enabled(ctx.config)]
-    success = Family("dnsfleet_collector_success",
-                     "1 if the collector produced its data in this scrape, 0 if it failed.")
-    duration = Family("dnsfleet_collector_duration_seconds",
-                      "Time the collector took in this scrape.")
+    success = Family(
+        "dnsfleet_collector_success",
+        "1 if the collector produced its data in this scrape, 0 if it failed.",
+    )
+    duration = Family(
+        "dnsfleet_collector_duration_seconds", "Time the collector took in this scrape."
+    )
     loop = asyncio.get_running_loop()
 
     async def one(c: Collector) -> list[Family]:
@@ -170,8 +175,12 @@ async def run_collectors(ctx: CollectContext, collectors: dict[str, Collector]) 
         except TimeoutError:
             log.warning("collector %s failed: did not finish before the scrape deadline", c.name)
         except Exception as e:  # a collector bug must not fail the scrape
-            log.warning("collector %s failed: %s", c.name, e,
-                        exc_info=not isinstance(e, CollectorError | OSError | ValueError))
+            log.warning(
+                "collector %s failed: %s",
+                c.name,
+                e,
+                exc_info=not isinstance(e, CollectorError | OSError | ValueError),
+            )
         labels = {"collector": c.name}
         success.add(ok, labels)
         duration.add(time.monotonic() - start, labels)

@@ -16,8 +16,16 @@ from dnsfleet.exposition import Family
 from dnsfleet.hostfs import HostFS, HostReadError
 from dnsfleet.parsers.bonding import ZERO_MAC, Bond, bond_from_sysfs, parse_bond_proc
 
-SYSFS_BOND_FILES = ("mode", "slaves", "active_slave", "miimon", "arp_interval",
-                    "arp_ip_target", "ad_aggregator", "ad_partner_mac")
+SYSFS_BOND_FILES = (
+    "mode",
+    "slaves",
+    "active_slave",
+    "miimon",
+    "arp_interval",
+    "arp_ip_target",
+    "ad_aggregator",
+    "ad_partner_mac",
+)
 SYSFS_SLAVE_FILES = ("mii_status", "link_failure_count", "ad_aggregator_id")
 
 
@@ -61,25 +69,40 @@ def families(bonds: list[Bond]) -> list[Family]:
     slaves = Family("dnsfleet_bond_slaves", "Slaves enslaved to the bond.")
     slaves_up = Family("dnsfleet_bond_slaves_up", "Slaves whose MII status is up.")
     slave_up = Family("dnsfleet_bond_slave_up", "1 if the slave's MII status is up.")
-    failures = Family("dnsfleet_bond_slave_link_failures_total",
-                      "Link failures the bonding driver counted on the slave.", "counter")
-    active = Family("dnsfleet_bond_active_slave_info",
-                    "The slave currently carrying traffic (active-backup, tlb, alb); always 1.")
-    monitor = Family("dnsfleet_bond_link_monitoring_interval_seconds",
-                     "Link monitoring interval by method (mii, arp); 0 means that method is "
-                     "off, both 0 means no link monitoring at all.")
-    mismatch = Family("dnsfleet_bond_ad_aggregator_mismatch_slaves",
-                      "802.3ad: slaves with link up whose aggregator ID differs from the "
-                      "active aggregator's (up, but carrying no traffic).")
-    zero_partner = Family("dnsfleet_bond_ad_partner_mac_zero",
-                          "802.3ad: 1 if the active aggregator's partner MAC is "
-                          "00:00:00:00:00:00 (no LACP partner answered).")
-    churned = Family("dnsfleet_bond_slave_ad_churned",
-                     "802.3ad: 1 if the actor or partner churn state of the slave is "
-                     "'churned' (LACP did not converge on that port).")
-    churns = Family("dnsfleet_bond_slave_ad_churns_total",
-                    "802.3ad: times the actor or partner state of the slave churned.",
-                    "counter")
+    failures = Family(
+        "dnsfleet_bond_slave_link_failures_total",
+        "Link failures the bonding driver counted on the slave.",
+        "counter",
+    )
+    active = Family(
+        "dnsfleet_bond_active_slave_info",
+        "The slave currently carrying traffic (active-backup, tlb, alb); always 1.",
+    )
+    monitor = Family(
+        "dnsfleet_bond_link_monitoring_interval_seconds",
+        "Link monitoring interval by method (mii, arp); 0 means that method is "
+        "off, both 0 means no link monitoring at all.",
+    )
+    mismatch = Family(
+        "dnsfleet_bond_ad_aggregator_mismatch_slaves",
+        "802.3ad: slaves with link up whose aggregator ID differs from the "
+        "active aggregator's (up, but carrying no traffic).",
+    )
+    zero_partner = Family(
+        "dnsfleet_bond_ad_partner_mac_zero",
+        "802.3ad: 1 if the active aggregator's partner MAC is "
+        "00:00:00:00:00:00 (no LACP partner answered).",
+    )
+    churned = Family(
+        "dnsfleet_bond_slave_ad_churned",
+        "802.3ad: 1 if the actor or partner churn state of the slave is "
+        "'churned' (LACP did not converge on that port).",
+    )
+    churns = Family(
+        "dnsfleet_bond_slave_ad_churns_total",
+        "802.3ad: times the actor or partner state of the slave churned.",
+        "counter",
+    )
     for b in bonds:
         bl = {"bond": b.name}
         info.add(1, {"bond": b.name, "mode": b.mode})
@@ -98,20 +121,39 @@ def families(bonds: list[Bond]) -> list[Family]:
             continue
         ref = reference_aggregator(b)
         if ref is not None:
-            mismatch.add(sum(1 for s in b.slaves if s.up and s.aggregator_id is not None
-                             and s.aggregator_id != ref), bl)
+            mismatch.add(
+                sum(
+                    1
+                    for s in b.slaves
+                    if s.up and s.aggregator_id is not None and s.aggregator_id != ref
+                ),
+                bl,
+            )
         if b.partner_mac is not None:
             zero_partner.add(1 if b.partner_mac == ZERO_MAC else 0, bl)
         for s in b.slaves:
-            for side, state, count in (("actor", s.actor_churn_state, s.actor_churned),
-                                       ("partner", s.partner_churn_state, s.partner_churned)):
+            for side, state, count in (
+                ("actor", s.actor_churn_state, s.actor_churned),
+                ("partner", s.partner_churn_state, s.partner_churned),
+            ):
                 labels = {"bond": b.name, "slave": s.name, "side": side}
                 if state is not None:
                     churned.add(1 if state == "churned" else 0, labels)
                 if count is not None:
                     churns.add(count, labels)
-    return [info, slaves, slaves_up, slave_up, failures, active, monitor, mismatch,
-            zero_partner, churned, churns]
+    return [
+        info,
+        slaves,
+        slaves_up,
+        slave_up,
+        failures,
+        active,
+        monitor,
+        mismatch,
+        zero_partner,
+        churned,
+        churns,
+    ]
 
 
 def collect(fs: HostFS, config: Config) -> list[Family]:

@@ -68,18 +68,23 @@ FILTERED_HEADER = "X-Consul-Results-Filtered-By-ACLs"
 
 @dataclass(frozen=True, slots=True)
 class Lookup:
-    query: str                   # the `query` label: "<name> <TYPE>"
+    query: str  # the `query` label: "<name> <TYPE>"
     result: ProbeResult
-    answers: int = 0             # answer RRs of the asked type
+    answers: int = 0  # answer RRs of the asked type
     addresses: frozenset[str] = frozenset()
 
 
 def _module(qtype: str, timeout: float, transport: str) -> Module:
     # NXDOMAIN is a valid answer: Consul gives it (with its SOA) for a service with no
     # healthy instance. DNS being up and the service being empty are separate signals.
-    return Module(name="consul", query_name=".", query_type=qtype,
-                  transport="tcp" if transport == "tcp" else "udp", timeout=timeout,
-                  valid_rcodes=("NOERROR", "NXDOMAIN"))
+    return Module(
+        name="consul",
+        query_name=".",
+        query_type=qtype,
+        transport="tcp" if transport == "tcp" else "udp",
+        timeout=timeout,
+        valid_rcodes=("NOERROR", "NXDOMAIN"),
+    )
 
 
 def decode_answer(wire: bytes, qtype: int) -> tuple[int, frozenset[str]]:
@@ -104,38 +109,63 @@ def decode_answer(wire: bytes, qtype: int) -> tuple[int, frozenset[str]]:
     if qtype == dns.rdatatype.SRV:
         for rrset in msg.additional:
             if rrset.rdtype in (dns.rdatatype.A, dns.rdatatype.AAAA) and (
-                    rrset.name.to_text().lower() in targets):
+                rrset.name.to_text().lower() in targets
+            ):
                 addrs.update(rd.address for rd in rrset)
     return count, frozenset(addrs)
 
 
-async def lookup(agent: ConsulAgent, name: str, qtype: str, *, timeout: float,
-                 transport: str = "udp") -> Lookup:
+async def lookup(
+    agent: ConsulAgent, name: str, qtype: str, *, timeout: float, transport: str = "udp"
+) -> Lookup:
     label = f"{name} {qtype}"
     if timeout <= 0:
         return Lookup(label, failed(Reason.TIMEOUT, 0.0, "scrape deadline reached"))
     rdtype = dns.rdatatype.from_text(qtype)
     module = _module(qtype, timeout, transport)
     query = build_query(name, rdtype, edns=True, payload=module.edns_udp_size, nsid=False)
-    res = await probe(sockaddr=agent.dns_sockaddr, family=agent.dns_family, module=module,
-                      query=query, timeout=timeout)
+    res = await probe(
+        sockaddr=agent.dns_sockaddr,
+        family=agent.dns_family,
+        module=module,
+        query=query,
+        timeout=timeout,
+    )
     if res.reason is Reason.TRUNCATED:
         # What a stub does with TC (Consul sets it only with dns_config.enable_truncate).
-        again = await lookup(agent, name, qtype, timeout=timeout - res.duration,
-                             transport="tcp")
+        again = await lookup(agent, name, qtype, timeout=timeout - res.duration, transport="tcp")
         r = again.result
-        return Lookup(label, ProbeResult(
-            success=r.success, reason=r.reason, duration=res.duration + r.duration,
-            rcode=r.rcode, answer_rrs=r.answer_rrs, detail=r.detail, response=r.response),
-            again.answers, again.addresses)
+        return Lookup(
+            label,
+            ProbeResult(
+                success=r.success,
+                reason=r.reason,
+                duration=res.duration + r.duration,
+                rcode=r.rcode,
+                answer_rrs=r.answer_rrs,
+                detail=r.detail,
+                response=r.response,
+            ),
+            again.answers,
+            again.addresses,
+        )
     if res.response is None or not res.success:
         return Lookup(label, res)
     try:
         count, addrs = decode_answer(res.response.wire, rdtype)
     except ValueError as e:
-        return Lookup(label, ProbeResult(
-            success=False, reason=Reason.MALFORMED, duration=res.duration, rcode=res.rcode,
-            answer_rrs=res.answer_rrs, detail=str(e), response=res.response))
+        return Lookup(
+            label,
+            ProbeResult(
+                success=False,
+                reason=Reason.MALFORMED,
+                duration=res.duration,
+                rcode=res.rcode,
+                answer_rrs=res.answer_rrs,
+                detail=str(e),
+                response=res.response,
+            ),
+        )
     return Lookup(label, res, count, addrs)
 
 
@@ -168,15 +198,21 @@ class Fetched:
     acl_filtered: bool
 
 
-async def fetch(session: aiohttp.ClientSession, url: str, *, timeout: float,
-                params: dict[str, str] | None = None) -> Fetched:
+async def fetch(
+    session: aiohttp.ClientSession,
+    url: str,
+    *,
+    timeout: float,
+    params: dict[str, str] | None = None,
+) -> Fetched:
     import aiohttp  # noqa: PLC0415 - see _aiohttp()
 
     if timeout <= 0:
         raise APIError("scrape deadline reached")
     try:
-        async with session.get(url, params=params,
-                               timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+        async with session.get(
+            url, params=params, timeout=aiohttp.ClientTimeout(total=timeout)
+        ) as resp:
             body = await resp.content.read(MAX_BODY + 1)
             if len(body) > MAX_BODY:
                 raise APIError(f"GET {url}: body larger than {MAX_BODY} bytes")
@@ -196,7 +232,7 @@ async def fetch(session: aiohttp.ClientSession, url: str, *, timeout: float,
 class AgentReport:
     agent: ConsulAgent
     lookups: list[Lookup] = field(default_factory=list)
-    service_dns: dict[str, Lookup] = field(default_factory=dict)    # label -> A lookup
+    service_dns: dict[str, Lookup] = field(default_factory=dict)  # label -> A lookup
     health: dict[str, ServiceHealth] = field(default_factory=dict)  # label -> catalog
     up: bool = False
     leader: bool | None = None
@@ -227,8 +263,9 @@ def raft_db_size(fs: HostFS, data_dir: str) -> int | None:
         return None
 
 
-async def check_agent(agent: ConsulAgent, cc: ConsulConfig, *, fs: HostFS,
-                      deadline: float) -> AgentReport:
+async def check_agent(
+    agent: ConsulAgent, cc: ConsulConfig, *, fs: HostFS, deadline: float
+) -> AgentReport:
     loop = asyncio.get_running_loop()
     rep = AgentReport(agent)
 
@@ -243,10 +280,12 @@ async def check_agent(agent: ConsulAgent, cc: ConsulConfig, *, fs: HostFS,
             return None
 
     async def dns_side() -> None:
-        jobs = [lookup(agent, service_name(s), t, timeout=budget())
-                for s in cc.services for t in ("A", "SRV")]
-        jobs += [lookup(agent, query_name(q), "A", timeout=budget())
-                 for q in cc.prepared_queries]
+        jobs = [
+            lookup(agent, service_name(s), t, timeout=budget())
+            for s in cc.services
+            for t in ("A", "SRV")
+        ]
+        jobs += [lookup(agent, query_name(q), "A", timeout=budget()) for q in cc.prepared_queries]
         rep.lookups = list(await asyncio.gather(*jobs))
         for svc, a in zip(cc.services, rep.lookups[0::2], strict=False):
             rep.service_dns[svc.label] = a
@@ -261,6 +300,7 @@ async def check_agent(agent: ConsulAgent, cc: ConsulConfig, *, fs: HostFS,
                 return
         base = agent.http_address + "/v1"
         async with _aiohttp().ClientSession(headers=headers) as session:
+
             def get(path: str, params: dict[str, str] | None = None) -> Awaitable[Fetched]:
                 return fetch(session, base + path, timeout=budget(), params=params)
 
@@ -278,8 +318,9 @@ async def check_agent(agent: ConsulAgent, cc: ConsulConfig, *, fs: HostFS,
             async def queries() -> None:
                 got = await get("/query")
                 if got.acl_filtered:
-                    rep.problems.append("query list filtered by ACLs: the token lacks "
-                                        "query:read on some queries")
+                    rep.problems.append(
+                        "query list filtered by ACLs: the token lacks query:read on some queries"
+                    )
                 rep.prepared_queries = parse_query_list(got.text)
 
             async def health(svc: ConsulService) -> None:
@@ -289,14 +330,19 @@ async def check_agent(agent: ConsulAgent, cc: ConsulConfig, *, fs: HostFS,
                 params = {"tag": svc.tag} if svc.tag else None
                 got = await get(f"/health/service/{svc.name}", params)
                 if got.acl_filtered:
-                    raise APIError("results filtered by ACLs: the token lacks service:read "
-                                   "or node:read, so the catalog looks emptier than it is")
+                    raise APIError(
+                        "results filtered by ACLs: the token lacks service:read "
+                        "or node:read, so the catalog looks emptier than it is"
+                    )
                 rep.health[svc.label] = parse_health_service(got.text)
 
             await asyncio.gather(
-                guarded("status/leader", leader()), guarded("status/peers", peers()),
-                guarded("agent/self", self_()), guarded("query", queries()),
-                *(guarded(f"health/service/{s.label}", health(s)) for s in cc.services))
+                guarded("status/leader", leader()),
+                guarded("status/peers", peers()),
+                guarded("agent/self", self_()),
+                guarded("query", queries()),
+                *(guarded(f"health/service/{s.label}", health(s)) for s in cc.services),
+            )
 
     async def raft() -> None:
         if agent.data_dir:
@@ -308,13 +354,17 @@ async def check_agent(agent: ConsulAgent, cc: ConsulConfig, *, fs: HostFS,
         log.warning("consul agent %s: %s", agent.name, p)
     for lk in rep.lookups:
         if not lk.result.success:
-            log.warning("consul agent %s: DNS %s failed: %s: %s", agent.name, lk.query,
-                        lk.result.reason, lk.result.detail)
+            log.warning(
+                "consul agent %s: DNS %s failed: %s: %s",
+                agent.name,
+                lk.query,
+                lk.result.reason,
+                lk.result.detail,
+            )
     return rep
 
 
-async def recheck_over_tcp(rep: AgentReport, cc: ConsulConfig,
-                           budget: Callable[[], float]) -> None:
+async def recheck_over_tcp(rep: AgentReport, cc: ConsulConfig, budget: Callable[[], float]) -> None:
     """Repeat over TCP the A lookups whose UDP answer was shorter than the catalog: Consul
     trims UDP answers to the requester's buffer without setting TC by default."""
     agent = rep.agent
@@ -328,13 +378,15 @@ async def recheck_over_tcp(rep: AgentReport, cc: ConsulConfig,
             todo.append(svc)
     if not todo:
         return
-    again = await asyncio.gather(*(lookup(agent, service_name(s), "A", timeout=budget(),
-                                          transport="tcp") for s in todo))
+    again = await asyncio.gather(
+        *(lookup(agent, service_name(s), "A", timeout=budget(), transport="tcp") for s in todo)
+    )
     for svc, lk in zip(todo, again, strict=True):
         if lk.result.success:
             first = rep.service_dns[svc.label]
-            rep.service_dns[svc.label] = Lookup(first.query, first.result, first.answers,
-                                                lk.addresses)
+            rep.service_dns[svc.label] = Lookup(
+                first.query, first.result, first.answers, lk.addresses
+            )
 
 
 # --------------------------------------------------------------------------- comparison
@@ -342,20 +394,26 @@ async def recheck_over_tcp(rep: AgentReport, cc: ConsulConfig,
 
 @dataclass(frozen=True, slots=True)
 class Comparison:
-    stale: int     # DNS answers that are no instance DNS should serve
-    missing: int   # instances DNS should serve but did not
+    stale: int  # DNS answers that are no instance DNS should serve
+    missing: int  # instances DNS should serve but did not
 
 
-def compare(dns_addresses: frozenset[str], health: ServiceHealth, *, only_passing: bool,
-            a_record_limit: int | None) -> Comparison:
+def compare(
+    dns_addresses: frozenset[str],
+    health: ServiceHealth,
+    *,
+    only_passing: bool,
+    a_record_limit: int | None,
+) -> Comparison:
     """Pure. What DNS should serve is the catalog's non-critical instances, or its passing
     ones with the agent's dns_config.only_passing; a "warning" instance in the answer is
     Consul's documented default, not a mismatch. "Missing" is capped by a_record_limit."""
     eligible = health.dns_addresses(only_passing=only_passing)
-    expected = len(eligible) if a_record_limit is None else min(len(eligible),
-                                                                  a_record_limit)
-    return Comparison(stale=len(dns_addresses - eligible),
-                      missing=max(expected - len(dns_addresses & eligible), 0))
+    expected = len(eligible) if a_record_limit is None else min(len(eligible), a_record_limit)
+    return Comparison(
+        stale=len(dns_addresses - eligible),
+        missing=max(expected - len(dns_addresses & eligible), 0),
+    )
 
 
 # --------------------------------------------------------------------------- metrics
@@ -363,33 +421,55 @@ def compare(dns_addresses: frozenset[str], health: ServiceHealth, *, only_passin
 
 def families(reports: list[AgentReport], cc: ConsulConfig) -> list[Family]:
     """Pure: reports -> metric families."""
-    up = Family("dnsfleet_consul_up",
-                "1 if the agent's HTTP API answered /v1/status/leader in this scrape.")
-    success = Family("dnsfleet_consul_dns_probe_success",
-                     "1 if the agent's DNS answered the lookup (NOERROR or NXDOMAIN).")
-    latency = Family("dnsfleet_consul_dns_latency_seconds",
-                     "Duration of the last DNS lookup, answer or not.")
-    failure = Family("dnsfleet_consul_dns_probe_failure",
-                     "1 for the reason the last DNS lookup failed, 0 for every other reason.")
-    query_answers = Family("dnsfleet_consul_dns_query_answers",
-                           "Answer records of the asked type in the last DNS lookup.")
-    answers = Family("dnsfleet_consul_dns_answers",
-                     "Distinct addresses in the service's DNS A answer.")
-    healthy = Family("dnsfleet_consul_healthy_instances",
-                     "Service instances with all checks passing, from the catalog.")
-    stale = Family("dnsfleet_consul_dns_stale_answers",
-                   "DNS A answers that are no instance the catalog says DNS should serve.")
-    missing = Family("dnsfleet_consul_dns_missing_instances",
-                     "Instances DNS should serve (per the catalog) that its answer lacks.")
-    prepared = Family("dnsfleet_consul_prepared_queries",
-                      "Prepared queries defined (readable with the configured token).")
-    leader = Family("dnsfleet_consul_leader_present",
-                    "1 if /v1/status/leader names a leader, 0 if it is empty.")
+    up = Family(
+        "dnsfleet_consul_up", "1 if the agent's HTTP API answered /v1/status/leader in this scrape."
+    )
+    success = Family(
+        "dnsfleet_consul_dns_probe_success",
+        "1 if the agent's DNS answered the lookup (NOERROR or NXDOMAIN).",
+    )
+    latency = Family(
+        "dnsfleet_consul_dns_latency_seconds", "Duration of the last DNS lookup, answer or not."
+    )
+    failure = Family(
+        "dnsfleet_consul_dns_probe_failure",
+        "1 for the reason the last DNS lookup failed, 0 for every other reason.",
+    )
+    query_answers = Family(
+        "dnsfleet_consul_dns_query_answers",
+        "Answer records of the asked type in the last DNS lookup.",
+    )
+    answers = Family(
+        "dnsfleet_consul_dns_answers", "Distinct addresses in the service's DNS A answer."
+    )
+    healthy = Family(
+        "dnsfleet_consul_healthy_instances",
+        "Service instances with all checks passing, from the catalog.",
+    )
+    stale = Family(
+        "dnsfleet_consul_dns_stale_answers",
+        "DNS A answers that are no instance the catalog says DNS should serve.",
+    )
+    missing = Family(
+        "dnsfleet_consul_dns_missing_instances",
+        "Instances DNS should serve (per the catalog) that its answer lacks.",
+    )
+    prepared = Family(
+        "dnsfleet_consul_prepared_queries",
+        "Prepared queries defined (readable with the configured token).",
+    )
+    leader = Family(
+        "dnsfleet_consul_leader_present", "1 if /v1/status/leader names a leader, 0 if it is empty."
+    )
     peers = Family("dnsfleet_consul_raft_peers", "Raft peers from /v1/status/peers.")
-    raft_db = Family("dnsfleet_consul_raft_db_bytes",
-                     "Size of <data_dir>/raft/raft.db; the BoltDB file never shrinks.")
-    info = Family("dnsfleet_consul_agent_info",
-                  "The agent's version, datacenter and node as labels; always 1.")
+    raft_db = Family(
+        "dnsfleet_consul_raft_db_bytes",
+        "Size of <data_dir>/raft/raft.db; the BoltDB file never shrinks.",
+    )
+    info = Family(
+        "dnsfleet_consul_agent_info",
+        "The agent's version, datacenter and node as labels; always 1.",
+    )
     for rep in reports:
         a = rep.agent
         agent_l = {"agent": a.name}
@@ -402,8 +482,9 @@ def families(reports: list[AgentReport], cc: ConsulConfig) -> list[Family]:
             query_answers.add(lk.answers, labels)
             base = labelset(labels)
             for reason in REASONS:
-                failure.add_raw(f'{base},reason="{reason.value}"',
-                                1.0 if r.reason is reason else 0.0)
+                failure.add_raw(
+                    f'{base},reason="{reason.value}"', 1.0 if r.reason is reason else 0.0
+                )
         for svc in cc.services:
             sl = {"agent": a.name, "service": svc.label}
             lk_a = rep.service_dns.get(svc.label)
@@ -413,8 +494,12 @@ def families(reports: list[AgentReport], cc: ConsulConfig) -> list[Family]:
             if h is not None:
                 healthy.add(len(h.passing), sl)
             if lk_a is not None and lk_a.result.success and h is not None:
-                c = compare(lk_a.addresses, h, only_passing=a.dns_only_passing,
-                            a_record_limit=a.a_record_limit)
+                c = compare(
+                    lk_a.addresses,
+                    h,
+                    only_passing=a.dns_only_passing,
+                    a_record_limit=a.a_record_limit,
+                )
                 stale.add(c.stale, sl)
                 missing.add(c.missing, sl)
         if rep.prepared_queries is not None:
@@ -426,18 +511,40 @@ def families(reports: list[AgentReport], cc: ConsulConfig) -> list[Family]:
         if rep.raft_db_bytes is not None:
             raft_db.add(rep.raft_db_bytes, agent_l)
         if rep.info is not None:
-            info.add(1, {"agent": a.name, "version": rep.info.version,
-                         "datacenter": rep.info.datacenter, "node": rep.info.node,
-                         "server": "true" if rep.info.server else "false"})
-    return [up, success, latency, failure, query_answers, answers, healthy, stale, missing,
-            prepared, leader, peers, raft_db, info]
+            info.add(
+                1,
+                {
+                    "agent": a.name,
+                    "version": rep.info.version,
+                    "datacenter": rep.info.datacenter,
+                    "node": rep.info.node,
+                    "server": "true" if rep.info.server else "false",
+                },
+            )
+    return [
+        up,
+        success,
+        latency,
+        failure,
+        query_answers,
+        answers,
+        healthy,
+        stale,
+        missing,
+        prepared,
+        leader,
+        peers,
+        raft_db,
+        info,
+    ]
 
 
 async def collect(ctx: CollectContext) -> list[Family]:
     cc = ctx.config.consul
     start = time.monotonic()
-    reports = await asyncio.gather(*(check_agent(a, cc, fs=ctx.fs, deadline=ctx.deadline)
-                                     for a in cc.agents))
+    reports = await asyncio.gather(
+        *(check_agent(a, cc, fs=ctx.fs, deadline=ctx.deadline) for a in cc.agents)
+    )
     log.debug("consul: %d agents in %.3fs", len(reports), time.monotonic() - start)
     return families(list(reports), cc)
 

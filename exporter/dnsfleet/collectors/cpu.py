@@ -49,7 +49,7 @@ US = 1_000_000  # µs per second
 class CpuIdle:
     cpu: int
     states: tuple[CpuidleState, ...]
-    resume_limit_us: int | None     # per-CPU PM QoS; None = no constraint
+    resume_limit_us: int | None  # per-CPU PM QoS; None = no constraint
 
 
 def online_cpus(fs: HostFS) -> list[int]:
@@ -87,24 +87,35 @@ def read_cpuidle(fs: HostFS, cpus: list[int]) -> list[CpuIdle]:
             shared = not fs.exists(f"{d}/driver")
             tmpl: list[tuple[str, dict[str, str]]] = []
             for n in names:
-                files = {f: text for f in STATE_FILES
-                         if (text := fs.read_optional(f"{d}/{n}/{f}")) is not None}
+                files = {
+                    f: text
+                    for f in STATE_FILES
+                    if (text := fs.read_optional(f"{d}/{n}/{f}")) is not None
+                }
                 states.append(parse_cpuidle_state(files, what=f"{d}/{n}"))
                 tmpl.append((n, {k: files[k] for k in STATIC_STATE_FILES if k in files}))
             if shared:
                 template = tmpl
         else:
             for n, static in template:
-                files = {f: text for f in PER_CPU_STATE_FILES
-                         if (text := fs.read_optional(f"{d}/{n}/{f}")) is not None}
+                files = {
+                    f: text
+                    for f in PER_CPU_STATE_FILES
+                    if (text := fs.read_optional(f"{d}/{n}/{f}")) is not None
+                }
                 if not files:
-                    break   # this CPU has no cpuidle device (e.g. not registered)
+                    break  # this CPU has no cpuidle device (e.g. not registered)
                 states.append(parse_cpuidle_state({**static, **files}, what=f"{d}/{n}"))
             if not states:
                 continue
         resume = fs.read_optional(f"{base}/cpu{cpu}/power/pm_qos_resume_latency_us")
-        out.append(CpuIdle(cpu=cpu, states=tuple(states),
-                           resume_limit_us=parse_resume_latency(resume) if resume else None))
+        out.append(
+            CpuIdle(
+                cpu=cpu,
+                states=tuple(states),
+                resume_limit_us=parse_resume_latency(resume) if resume else None,
+            )
+        )
     return out
 
 
@@ -147,30 +158,49 @@ def _collect(fs: HostFS) -> list[Family]:
 
     pm_qos = read_pm_qos(fs)
     if fs.exists(fs.dev("cpu_dma_latency")) or pm_qos is not None:
-        fams.append(Family("dnsfleet_pm_qos_readable",
-                           "1 if the PM QoS CPU latency limit could be read from "
-                           "/dev/cpu_dma_latency (root only).").add(1 if pm_qos is not None
-                                                                    else 0))
+        fams.append(
+            Family(
+                "dnsfleet_pm_qos_readable",
+                "1 if the PM QoS CPU latency limit could be read from "
+                "/dev/cpu_dma_latency (root only).",
+            ).add(1 if pm_qos is not None else 0)
+        )
     if pm_qos is not None:
-        fams.append(Family("dnsfleet_pm_qos_cpu_latency_seconds",
-                           "PM QoS CPU latency limit (/dev/cpu_dma_latency); 2000 means no "
-                           "limit was requested.").add(pm_qos / US))
+        fams.append(
+            Family(
+                "dnsfleet_pm_qos_cpu_latency_seconds",
+                "PM QoS CPU latency limit (/dev/cpu_dma_latency); 2000 means no "
+                "limit was requested.",
+            ).add(pm_qos / US)
+        )
         if idle:
-            fams.append(Family("dnsfleet_cpu_wakeup_latency_seconds",
-                               "Worst exit latency a CPU may incur now: the deepest enabled "
-                               "idle state the PM QoS limits allow, over all CPUs.").add(
-                                   wakeup_latency_us(idle, pm_qos) / US))
+            fams.append(
+                Family(
+                    "dnsfleet_cpu_wakeup_latency_seconds",
+                    "Worst exit latency a CPU may incur now: the deepest enabled "
+                    "idle state the PM QoS limits allow, over all CPUs.",
+                ).add(wakeup_latency_us(idle, pm_qos) / US)
+            )
 
     if idle:
-        exit_lat = Family("dnsfleet_cpuidle_state_exit_latency_seconds",
-                          "Exit latency of the idle state (the largest over CPUs).")
-        enabled = Family("dnsfleet_cpuidle_state_enabled_cpus",
-                         "CPUs on which the idle state is enabled.")
-        residency = Family("dnsfleet_cpuidle_state_residency_seconds_total",
-                           "Time CPUs spent in the idle state, summed over CPUs.", "counter")
-        entries = Family("dnsfleet_cpuidle_state_entries_total",
-                         "Times CPUs entered the idle state, summed over CPUs.", "counter")
-        agg: dict[str, list[int]] = {}   # name -> [latency, enabled, time, usage]
+        exit_lat = Family(
+            "dnsfleet_cpuidle_state_exit_latency_seconds",
+            "Exit latency of the idle state (the largest over CPUs).",
+        )
+        enabled = Family(
+            "dnsfleet_cpuidle_state_enabled_cpus", "CPUs on which the idle state is enabled."
+        )
+        residency = Family(
+            "dnsfleet_cpuidle_state_residency_seconds_total",
+            "Time CPUs spent in the idle state, summed over CPUs.",
+            "counter",
+        )
+        entries = Family(
+            "dnsfleet_cpuidle_state_entries_total",
+            "Times CPUs entered the idle state, summed over CPUs.",
+            "counter",
+        )
+        agg: dict[str, list[int]] = {}  # name -> [latency, enabled, time, usage]
         for c in idle:
             for s in c.states:
                 a = agg.setdefault(s.name, [0, 0, 0, 0])
@@ -189,12 +219,18 @@ def _collect(fs: HostFS) -> list[Family]:
     cpuidle_dir = fs.sys("devices", "system", "cpu", "cpuidle")
     driver = fs.read_optional(cpuidle_dir / "current_driver")
     if driver is not None:
-        governor = (fs.read_optional(cpuidle_dir / "current_governor")
-                    or fs.read_optional(cpuidle_dir / "current_governor_ro") or "")
-        fams.append(Family("dnsfleet_cpuidle_driver_info",
-                           "cpuidle driver and governor ('none': the architecture's default "
-                           "idle, no cpuidle states); always 1.").add(
-                               1, {"driver": driver.strip(), "governor": governor.strip()}))
+        governor = (
+            fs.read_optional(cpuidle_dir / "current_governor")
+            or fs.read_optional(cpuidle_dir / "current_governor_ro")
+            or ""
+        )
+        fams.append(
+            Family(
+                "dnsfleet_cpuidle_driver_info",
+                "cpuidle driver and governor ('none': the architecture's default "
+                "idle, no cpuidle states); always 1.",
+            ).add(1, {"driver": driver.strip(), "governor": governor.strip()})
+        )
 
     governors: dict[str, int] = {}
     base = str(fs.sys("devices", "system", "cpu"))
@@ -210,21 +246,30 @@ def _collect(fs: HostFS) -> list[Family]:
 
     profile = fs.read_optional(fs.root("etc", "tuned", "active_profile"))
     if profile is not None and profile.strip():
-        fams.append(Family("dnsfleet_tuned_profile_info",
-                           "The active tuned profile; always 1.").add(
-                               1, {"profile": profile.strip()}))
+        fams.append(
+            Family("dnsfleet_tuned_profile_info", "The active tuned profile; always 1.").add(
+                1, {"profile": profile.strip()}
+            )
+        )
 
     # The module parameter exists whenever intel_idle is built in, also where another
     # driver (acpi_idle, haltpoll) does the work and the parameter means nothing.
-    max_cstate = (fs.read_optional(fs.sys("module", "intel_idle", "parameters", "max_cstate"))
-                  if driver is not None and driver.strip() == "intel_idle" else None)
+    max_cstate = (
+        fs.read_optional(fs.sys("module", "intel_idle", "parameters", "max_cstate"))
+        if driver is not None and driver.strip() == "intel_idle"
+        else None
+    )
     if max_cstate is not None:
         v = max_cstate.strip()
         if not v.isdigit():
             raise ValueError(f"intel_idle max_cstate: unexpected {v[:40]!r}")
-        fams.append(Family("dnsfleet_intel_idle_max_cstate",
-                           "intel_idle.max_cstate: the deepest C-state intel_idle may use "
-                           "(0: intel_idle disabled).").add(int(v)))
+        fams.append(
+            Family(
+                "dnsfleet_intel_idle_max_cstate",
+                "intel_idle.max_cstate: the deepest C-state intel_idle may use "
+                "(0: intel_idle disabled).",
+            ).add(int(v))
+        )
     return fams
 
 

@@ -32,7 +32,7 @@ from dnsfleet.parsers.procstat import parse_stat_processor
 @dataclass(frozen=True)
 class Nic:
     name: str
-    msi_irqs: frozenset[str]     # empty: no msi_irqs in sysfs, map by name
+    msi_irqs: frozenset[str]  # empty: no msi_irqs in sysfs, map by name
     pci_slot: str | None
     # Receive queues (RSS channels) from /sys/class/net/<if>/queues/rx-N; None when the
     # directory is absent. Not the vector count: virtio_net with one rx/tx pair has two
@@ -45,8 +45,8 @@ class Queue:
     irq: str
     label: str
     total: int
-    affinity: frozenset[int] | None     # smp_affinity_list
-    effective: frozenset[int] | None    # effective_affinity_list (smp_affinity_list before 4.13)
+    affinity: frozenset[int] | None  # smp_affinity_list
+    effective: frozenset[int] | None  # effective_affinity_list (smp_affinity_list before 4.13)
 
 
 @dataclass
@@ -90,9 +90,14 @@ def find_nics(fs: HostFS, config: Config) -> list[Nic]:
             uevent = fs.read_optional(dev / ".." / "uevent")
         qdir = fs.sys("class", "net", name, "queues")
         rx = [q for q in fs.listdir(qdir) if q.startswith("rx-")]
-        nics.append(Nic(name=name, msi_irqs=frozenset(i for i in irqs if i.isdigit()),
-                        pci_slot=_uevent(uevent, "PCI_SLOT_NAME"),
-                        rx_queues=len(rx) if fs.exists(qdir) else None))
+        nics.append(
+            Nic(
+                name=name,
+                msi_irqs=frozenset(i for i in irqs if i.isdigit()),
+                pci_slot=_uevent(uevent, "PCI_SLOT_NAME"),
+                rx_queues=len(rx) if fs.exists(qdir) else None,
+            )
+        )
     return nics
 
 
@@ -113,8 +118,12 @@ def nic_irqs(fs: HostFS, nics: list[Nic]) -> tuple[list[NicIrqs], list[int]]:
         if nic.msi_irqs:
             candidates = [lines[i] for i in sorted(nic.msi_irqs, key=int) if i in lines]
         else:
-            candidates = [ln for ln in ints.lines if ln.irq.isdigit() and matches_interface(
-                ln.actions, ifname=nic.name, pci_slot=nic.pci_slot)]
+            candidates = [
+                ln
+                for ln in ints.lines
+                if ln.irq.isdigit()
+                and matches_interface(ln.actions, ifname=nic.name, pci_slot=nic.pci_slot)
+            ]
         result = NicIrqs(nic)
         seen: set[str] = set()
         counts: list[tuple[int, ...]] = []
@@ -127,10 +136,15 @@ def nic_irqs(fs: HostFS, nics: list[Nic]) -> tuple[list[NicIrqs], list[int]]:
             seen.add(label)
             affinity = _cpu_list(fs, f"{irq_root}/{ln.irq}/smp_affinity_list")
             effective = _cpu_list(fs, f"{irq_root}/{ln.irq}/effective_affinity_list")
-            result.queues.append(Queue(irq=ln.irq, label=label, total=sum(ln.counts),
-                                       affinity=affinity,
-                                       effective=effective if effective is not None
-                                       else affinity))
+            result.queues.append(
+                Queue(
+                    irq=ln.irq,
+                    label=label,
+                    total=sum(ln.counts),
+                    affinity=affinity,
+                    effective=effective if effective is not None else affinity,
+                )
+            )
             counts.append(ln.counts)
         if result.queues:
             # Column sums in C (zip(*rows)): a per-element Python loop over 32 queues x 128
@@ -212,21 +226,34 @@ def _collect(fs: HostFS, config: Config) -> list[Family]:
     nic_data: list[NicIrqs] = []
     if fs.exists(fs.proc("interrupts")):
         nic_data, _ = nic_irqs(fs, nics) if nics else ([], [])
-    queues = Family("dnsfleet_nic_queues",
-                    "Receive queues of the NIC (/sys/class/net/<if>/queues/rx-N).")
-    vectors = Family("dnsfleet_nic_queue_vectors",
-                     "Interrupt vectors serving the NIC's queues (one per rx/tx pair on most "
-                     "drivers, one per direction on virtio_net).")
-    q_total = Family("dnsfleet_nic_queue_interrupts_total",
-                     "Interrupts taken by the queue's vector, summed over CPUs.", "counter")
-    c_total = Family("dnsfleet_nic_cpu_interrupts_total",
-                     "Interrupts of the NIC's queue vectors taken by the CPU, summed over "
-                     "queues (CPUs that never took one are absent).", "counter")
-    aff = Family("dnsfleet_nic_queue_affinity_cpus",
-                 "CPUs allowed to take the queue's interrupt (smp_affinity_list).")
-    irq_cpus = Family("dnsfleet_nic_irq_cpus",
-                      "Distinct CPUs that effectively serve the NIC's queue interrupts "
-                      "(effective_affinity_list).")
+    queues = Family(
+        "dnsfleet_nic_queues", "Receive queues of the NIC (/sys/class/net/<if>/queues/rx-N)."
+    )
+    vectors = Family(
+        "dnsfleet_nic_queue_vectors",
+        "Interrupt vectors serving the NIC's queues (one per rx/tx pair on most "
+        "drivers, one per direction on virtio_net).",
+    )
+    q_total = Family(
+        "dnsfleet_nic_queue_interrupts_total",
+        "Interrupts taken by the queue's vector, summed over CPUs.",
+        "counter",
+    )
+    c_total = Family(
+        "dnsfleet_nic_cpu_interrupts_total",
+        "Interrupts of the NIC's queue vectors taken by the CPU, summed over "
+        "queues (CPUs that never took one are absent).",
+        "counter",
+    )
+    aff = Family(
+        "dnsfleet_nic_queue_affinity_cpus",
+        "CPUs allowed to take the queue's interrupt (smp_affinity_list).",
+    )
+    irq_cpus = Family(
+        "dnsfleet_nic_irq_cpus",
+        "Distinct CPUs that effectively serve the NIC's queue interrupts "
+        "(effective_affinity_list).",
+    )
     for d in nic_data:
         dev = d.nic.name
         if d.nic.rx_queues is not None:
@@ -246,18 +273,22 @@ def _collect(fs: HostFS, config: Config) -> list[Family]:
     softirqs = fs.read_optional(fs.proc("softirqs"))
     if softirqs is not None:
         parsed = parse_softirqs(softirqs, only=("NET_RX",))
-        net_rx = Family("dnsfleet_softirq_net_rx_total",
-                        "NET_RX softirqs run on the CPU (receive packet processing).",
-                        "counter")
+        net_rx = Family(
+            "dnsfleet_softirq_net_rx_total",
+            "NET_RX softirqs run on the CPU (receive packet processing).",
+            "counter",
+        )
         for cpu, n in zip(parsed.cpus, parsed.counts.get("NET_RX", ()), strict=False):
             net_rx.add(n, {"cpu": str(cpu)})
         fams.append(net_rx)
 
     names = ["irqbalance", *([resolver] if resolver else [])]
     pids = process_pids(fs, names)
-    fams.append(Family("dnsfleet_irqbalance_running",
-                       "1 if an irqbalance process is running.").add(
-                           1 if pids["irqbalance"] else 0))
+    fams.append(
+        Family("dnsfleet_irqbalance_running", "1 if an irqbalance process is running.").add(
+            1 if pids["irqbalance"] else 0
+        )
+    )
     if resolver:
         # Several processes may carry the name (two instances, a helper that shares the
         # comm): their threads are not one resolver's. Take the process with the most
@@ -270,17 +301,21 @@ def _collect(fs: HostFS, config: Config) -> list[Family]:
     return fams
 
 
-def locality_families(fs: HostFS, process: str, cpus: list[int],
-                      nic_data: list[NicIrqs]) -> list[Family]:
+def locality_families(
+    fs: HostFS, process: str, cpus: list[int], nic_data: list[NicIrqs]
+) -> list[Family]:
     """The NIC side of locality: the resolver's CPUs against those serving each NIC's
     queue interrupts (the resolver's own families are collectors/resolver.py's)."""
     ran_on = frozenset(cpus)
-    shared = Family("dnsfleet_nic_resolver_shared_cpus",
-                    "CPUs that both ran a resolver thread and serve the NIC's queue "
-                    "interrupts.")
-    local = Family("dnsfleet_nic_resolver_cache_local_threads",
-                   "Resolver threads whose CPU shares a cache of this level with a CPU "
-                   "serving the NIC's queue interrupts.")
+    shared = Family(
+        "dnsfleet_nic_resolver_shared_cpus",
+        "CPUs that both ran a resolver thread and serve the NIC's queue interrupts.",
+    )
+    local = Family(
+        "dnsfleet_nic_resolver_cache_local_threads",
+        "Resolver threads whose CPU shares a cache of this level with a CPU "
+        "serving the NIC's queue interrupts.",
+    )
     domains = cache_domains(fs, sorted(ran_on)) if nic_data else {}
     levels = sorted({lvl for d in domains.values() for lvl in d})
     for d in nic_data:
@@ -290,9 +325,10 @@ def locality_families(fs: HostFS, process: str, cpus: list[int],
         dl = {"device": d.nic.name, "process": process}
         shared.add(len(ran_on & serving), dl)
         for level in levels:
-            local.add(sum(1 for c in cpus
-                          if not serving.isdisjoint(domains[c].get(level, ()))),
-                      {**dl, "level": level})
+            local.add(
+                sum(1 for c in cpus if not serving.isdisjoint(domains[c].get(level, ()))),
+                {**dl, "level": level},
+            )
     return [shared, local]
 
 

@@ -46,42 +46,67 @@ def stats_targets(cfg: Config) -> list[Target]:
 
 def stats_families(rows: list[tuple[str, ResolverStats | None]]) -> list[Family]:
     """Pure: (resolver labels, stats or None when unreadable) -> families."""
-    up = Family("dnsfleet_resolver_stats_up",
-                "1 if the resolver's own statistics could be read in this scrape.")
-    start = Family("dnsfleet_resolver_start_time_seconds",
-                   "Start time of the resolver process, from the resolver's statistics "
-                   "(unbound time.now - time.up, BIND boot-time), seconds since the epoch.")
+    up = Family(
+        "dnsfleet_resolver_stats_up",
+        "1 if the resolver's own statistics could be read in this scrape.",
+    )
+    start = Family(
+        "dnsfleet_resolver_start_time_seconds",
+        "Start time of the resolver process, from the resolver's statistics "
+        "(unbound time.now - time.up, BIND boot-time), seconds since the epoch.",
+    )
     info = Family("dnsfleet_resolver_info", "Resolver software and version; always 1.")
-    queries = Family("dnsfleet_resolver_queries_total",
-                     "Client queries the resolver received (its own counter).", "counter")
-    hits = Family("dnsfleet_resolver_cache_hits_total",
-                  "Client queries answered from the resolver's cache.", "counter")
-    misses = Family("dnsfleet_resolver_cache_misses_total",
-                    "Client queries the resolver could not answer from cache.", "counter")
-    responses = Family("dnsfleet_resolver_responses_total",
-                       "Responses the resolver sent, by rcode.", "counter")
-    by_rcode = Family("dnsfleet_resolver_rcode_stats_available",
-                      "1 if the resolver counts responses by rcode; 0 if it does not "
-                      "(unbound without extended-statistics: yes), and then "
-                      "dnsfleet_resolver_responses_total is absent rather than zero.")
-    stale = Family("dnsfleet_resolver_stale_answers_total",
-                   "Answers the resolver served from expired records (serve-stale: unbound "
-                   "serve-expired); absent where the software does not count them.",
-                   "counter")
-    b_up = Family("dnsfleet_resolver_backend_up",
-                  "1 if the load balancer (dnsdist) counts the backend as up.")
-    b_queries = Family("dnsfleet_resolver_backend_queries_total",
-                       "Queries the load balancer sent to the backend.", "counter")
-    b_latency = Family("dnsfleet_resolver_backend_latency_seconds",
-                       "The load balancer's average latency of the backend.")
+    queries = Family(
+        "dnsfleet_resolver_queries_total",
+        "Client queries the resolver received (its own counter).",
+        "counter",
+    )
+    hits = Family(
+        "dnsfleet_resolver_cache_hits_total",
+        "Client queries answered from the resolver's cache.",
+        "counter",
+    )
+    misses = Family(
+        "dnsfleet_resolver_cache_misses_total",
+        "Client queries the resolver could not answer from cache.",
+        "counter",
+    )
+    responses = Family(
+        "dnsfleet_resolver_responses_total", "Responses the resolver sent, by rcode.", "counter"
+    )
+    by_rcode = Family(
+        "dnsfleet_resolver_rcode_stats_available",
+        "1 if the resolver counts responses by rcode; 0 if it does not "
+        "(unbound without extended-statistics: yes), and then "
+        "dnsfleet_resolver_responses_total is absent rather than zero.",
+    )
+    stale = Family(
+        "dnsfleet_resolver_stale_answers_total",
+        "Answers the resolver served from expired records (serve-stale: unbound "
+        "serve-expired); absent where the software does not count them.",
+        "counter",
+    )
+    b_up = Family(
+        "dnsfleet_resolver_backend_up", "1 if the load balancer (dnsdist) counts the backend as up."
+    )
+    b_queries = Family(
+        "dnsfleet_resolver_backend_queries_total",
+        "Queries the load balancer sent to the backend.",
+        "counter",
+    )
+    b_latency = Family(
+        "dnsfleet_resolver_backend_latency_seconds",
+        "The load balancer's average latency of the backend.",
+    )
     for labels, st in rows:
         up.add_raw(labels, 0.0 if st is None else 1.0)
         if st is None:
             continue
         if st.start_time is not None:
             start.add_raw(labels, st.start_time)
-        info.add_raw(join_labels(labels, labelset(
-            [("software", st.software), ("version", st.version)])), 1.0)
+        info.add_raw(
+            join_labels(labels, labelset([("software", st.software), ("version", st.version)])), 1.0
+        )
         queries.add_raw(labels, st.queries)
         hits.add_raw(labels, st.cache_hits)
         misses.add_raw(labels, st.cache_misses)
@@ -91,24 +116,41 @@ def stats_families(rows: list[tuple[str, ResolverStats | None]]) -> list[Family]
         if st.stale_answers is not None:
             stale.add_raw(labels, st.stale_answers)
         for b in st.backends:
-            bl = join_labels(labels, labelset([("backend", b.name),
-                                               ("backend_address", b.address)]))
+            bl = join_labels(
+                labels, labelset([("backend", b.name), ("backend_address", b.address)])
+            )
             b_up.add_raw(bl, 1.0 if b.up else 0.0)
             b_queries.add_raw(bl, b.queries)
             b_latency.add_raw(bl, b.latency_seconds)
-    return [up, start, info, queries, hits, misses, responses, by_rcode, stale,
-            b_up, b_queries, b_latency]
+    return [
+        up,
+        start,
+        info,
+        queries,
+        hits,
+        misses,
+        responses,
+        by_rcode,
+        stale,
+        b_up,
+        b_queries,
+        b_latency,
+    ]
 
 
-async def _one(target: Target, session: aiohttp.ClientSession | None,
-               budget: float) -> ResolverStats | None:
+async def _one(
+    target: Target, session: aiohttp.ClientSession | None, budget: float
+) -> ResolverStats | None:
     assert target.stats is not None
     try:
         async with asyncio.timeout(max(budget, 0.001)):
             return await read_stats(target.stats, session)
     except TimeoutError:
-        log.warning("resolver stats %s: no answer within %.3gs", target.address,
-                    min(budget, target.stats.timeout))
+        log.warning(
+            "resolver stats %s: no answer within %.3gs",
+            target.address,
+            min(budget, target.stats.timeout),
+        )
     except StatsError as e:
         log.warning("resolver stats %s: %s", target.address, e)
     return None
@@ -127,42 +169,62 @@ async def collect(ctx: CollectContext) -> list[Family]:
         import aiohttp  # noqa: PLC0415
 
         async with aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=None),
-                connector=aiohttp.TCPConnector(limit=64, force_close=True)) as session:
+            timeout=aiohttp.ClientTimeout(total=None),
+            connector=aiohttp.TCPConnector(limit=64, force_close=True),
+        ) as session:
             results = await asyncio.gather(*(_one(t, session, budget) for t in targets))
-    return stats_families([(resolver_labels(t), r) for t, r in zip(targets, results,
-                                                                   strict=True)])
+    return stats_families([(resolver_labels(t), r) for t, r in zip(targets, results, strict=True)])
 
 
-COLLECTOR = Collector(name="resolver_stats", run=collect,
-                      enabled=lambda cfg: any(t.stats is not None for t in cfg.targets))
+COLLECTOR = Collector(
+    name="resolver_stats",
+    run=collect,
+    enabled=lambda cfg: any(t.stats is not None for t in cfg.targets),
+)
 
 
 def canary_families(watch: ResolverWatch) -> list[Family]:
     """Pure: the canary and backend-identity families of :class:`ResolverWatch`'s state
     (cache resets, restarts and backend changes seen from outside; model in restarts.py)."""
-    ttl = Family("dnsfleet_resolver_canary_ttl_seconds",
-                 "TTL of the canary name in the last answer (counts down while cached).")
-    resets = Family("dnsfleet_resolver_cache_resets_total",
-                    "Cache resets (flush or restart) seen from outside: the canary TTL went "
-                    "up before the cached record could have expired.", "counter")
-    last = Family("dnsfleet_resolver_last_cache_reset_timestamp_seconds",
-                  "When the last cache reset was seen, seconds since the epoch.")
-    info = Family("dnsfleet_resolver_backend_info",
-                  "Backend that answered the last probe (EDNS NSID or CHAOS TXT); "
-                  "always 1.")
-    cached = Family("dnsfleet_resolver_canary_cached",
-                    "1 if the last canary answer came from the resolver's cache, 0 if it "
-                    "was authoritative (then its TTL cannot show cache resets).")
-    usable = Family("dnsfleet_resolver_canary_usable",
-                    "1 if the canary can show cache resets, 0 if not (the reason is in "
-                    "dnsfleet_resolver_canary_unusable_reason); nothing is counted while 0.")
-    why = Family("dnsfleet_resolver_canary_unusable_reason",
-                 "1 for the reason the canary cannot show cache resets; present only "
-                 "while dnsfleet_resolver_canary_usable is 0.")
-    changes = Family("dnsfleet_resolver_backend_changes_total",
-                     "Times the backend identity answering at this address changed "
-                     "(not counted on a `backends: pool` target).", "counter")
+    ttl = Family(
+        "dnsfleet_resolver_canary_ttl_seconds",
+        "TTL of the canary name in the last answer (counts down while cached).",
+    )
+    resets = Family(
+        "dnsfleet_resolver_cache_resets_total",
+        "Cache resets (flush or restart) seen from outside: the canary TTL went "
+        "up before the cached record could have expired.",
+        "counter",
+    )
+    last = Family(
+        "dnsfleet_resolver_last_cache_reset_timestamp_seconds",
+        "When the last cache reset was seen, seconds since the epoch.",
+    )
+    info = Family(
+        "dnsfleet_resolver_backend_info",
+        "Backend that answered the last probe (EDNS NSID or CHAOS TXT); always 1.",
+    )
+    cached = Family(
+        "dnsfleet_resolver_canary_cached",
+        "1 if the last canary answer came from the resolver's cache, 0 if it "
+        "was authoritative (then its TTL cannot show cache resets).",
+    )
+    usable = Family(
+        "dnsfleet_resolver_canary_usable",
+        "1 if the canary can show cache resets, 0 if not (the reason is in "
+        "dnsfleet_resolver_canary_unusable_reason); nothing is counted while 0.",
+    )
+    why = Family(
+        "dnsfleet_resolver_canary_unusable_reason",
+        "1 for the reason the canary cannot show cache resets; present only "
+        "while dnsfleet_resolver_canary_usable is 0.",
+    )
+    changes = Family(
+        "dnsfleet_resolver_backend_changes_total",
+        "Times the backend identity answering at this address changed "
+        "(not counted on a `backends: pool` target).",
+        "counter",
+    )
     for st in watch.states.values():
         c = st.canary
         has_canary = st.target.module in watch.canary_queries
@@ -177,8 +239,7 @@ def canary_families(watch: ResolverWatch) -> list[Family]:
             if c.baselines or c.unusable is not None:
                 usable.add_raw(st.labels, 0.0 if c.unusable else 1.0)
             if c.unusable is not None:
-                why.add_raw(join_labels(st.labels,
-                                        labelset([("reason", c.unusable.value)])), 1.0)
+                why.add_raw(join_labels(st.labels, labelset([("reason", c.unusable.value)])), 1.0)
         if st.backend is not None:
             info.add_raw(join_labels(st.labels, labelset([("backend", st.backend)])), 1.0)
             changes.add_raw(st.labels, st.backend_changes)
@@ -190,15 +251,21 @@ def process_families(process: str, *, processes: int, cpus: list[int]) -> list[F
     ``cpus`` are the CPUs the threads of the one with the most threads last ran on."""
     pl = {"process": process}
     fams = [
-        Family("dnsfleet_resolver_processes",
-               "Processes named like the configured resolver process; the thread and "
-               "locality metrics describe the one with the most threads.").add(processes, pl),
-        Family("dnsfleet_resolver_threads",
-               "Threads of the configured resolver process (0: not running); of the one "
-               "with the most threads when several share the name.").add(len(cpus), pl),
+        Family(
+            "dnsfleet_resolver_processes",
+            "Processes named like the configured resolver process; the thread and "
+            "locality metrics describe the one with the most threads.",
+        ).add(processes, pl),
+        Family(
+            "dnsfleet_resolver_threads",
+            "Threads of the configured resolver process (0: not running); of the one "
+            "with the most threads when several share the name.",
+        ).add(len(cpus), pl),
     ]
     if cpus:
-        fams.append(Family("dnsfleet_resolver_cpus",
-                           "Distinct CPUs the resolver's threads last ran on.").add(
-                               len(frozenset(cpus)), pl))
+        fams.append(
+            Family(
+                "dnsfleet_resolver_cpus", "Distinct CPUs the resolver's threads last ran on."
+            ).add(len(frozenset(cpus)), pl)
+        )
     return fams

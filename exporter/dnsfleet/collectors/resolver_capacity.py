@@ -23,25 +23,34 @@ STATE_KEY = "resolver_capacity"
 def capacity_families(cfg: Config, measured: State) -> list[Family]:
     """Pure: the figures of every resolver address that has one, by kind: ``declared``
     (``capacity_qps`` in the config), ``hit`` and ``miss`` (measured)."""
-    cap = Family("dnsfleet_resolver_capacity_qps",
-                 "Queries per second the resolver can answer, by kind: declared (capacity_qps "
-                 "in the config), hit (all queries cached) or miss (no query cached), the last "
-                 "two measured by `dnsfleet capacity-test`.")
-    lower = Family("dnsfleet_resolver_capacity_lower_bound",
-                   "1 if the measured capacity is a lower bound: the run never reached its "
-                   "loss limit (the ramp or the sending client ended first).")
-    when = Family("dnsfleet_resolver_capacity_measured_timestamp_seconds",
-                  "When `dnsfleet capacity-test` measured the capacity of the resolver.")
+    cap = Family(
+        "dnsfleet_resolver_capacity_qps",
+        "Queries per second the resolver can answer, by kind: declared (capacity_qps "
+        "in the config), hit (all queries cached) or miss (no query cached), the last "
+        "two measured by `dnsfleet capacity-test`.",
+    )
+    lower = Family(
+        "dnsfleet_resolver_capacity_lower_bound",
+        "1 if the measured capacity is a lower bound: the run never reached its "
+        "loss limit (the ramp or the sending client ended first).",
+    )
+    when = Family(
+        "dnsfleet_resolver_capacity_measured_timestamp_seconds",
+        "When `dnsfleet capacity-test` measured the capacity of the resolver.",
+    )
     chosen: dict[str, Target] = {}
     for t in cfg.targets:
         key = t.endpoint.key()
         # The entry carrying capacity_qps or stats names the resolver; else the first one.
-        if key not in chosen or (t.capacity_qps is not None or
-                                 (t.stats is not None and chosen[key].capacity_qps is None)):
+        if key not in chosen or (
+            t.capacity_qps is not None or (t.stats is not None and chosen[key].capacity_qps is None)
+        ):
             chosen[key] = t
     for key, t in chosen.items():
+
         def labels(kind: str, t: Target = t) -> str:
             return labelset([("target", t.address), ("kind", kind), *t.labels])
+
         if t.capacity_qps is not None:
             cap.add_raw(labels("declared"), t.capacity_qps)
         for kind, m in sorted(measured.get(key, {}).items()):
@@ -73,5 +82,4 @@ async def collect(ctx: CollectContext) -> list[Family]:
     return capacity_families(ctx.config, measured)
 
 
-COLLECTOR = Collector(name="resolver_capacity", run=collect,
-                      enabled=lambda cfg: bool(cfg.targets))
+COLLECTOR = Collector(name="resolver_capacity", run=collect, enabled=lambda cfg: bool(cfg.targets))

@@ -95,11 +95,11 @@ def classify(result: ProbeResult, *, transport: str) -> ServerOutcome:
 class FileReport:
     watch: ResolvConfWatch
     conf: ResolvConf | None
-    read_failure: str = ""             # one of READ_FAILURES, "" when read
+    read_failure: str = ""  # one of READ_FAILURES, "" when read
     detail: str = ""
     servers: tuple[Nameserver, ...] = ()
     outcomes: tuple[ServerOutcome, ...] = ()
-    details: tuple[str, ...] = ()      # probe detail per server, for the on-call tool
+    details: tuple[str, ...] = ()  # probe detail per server, for the on-call tool
     verdicts: tuple[Verdict, ...] = ()
 
 
@@ -125,45 +125,71 @@ def syn_retries(fs: HostFS) -> int:
         return DEFAULT_TCP_SYN_RETRIES
 
 
-async def assess(fs: HostFS, watches: tuple[ResolvConfWatch, ...], *, deadline: float,
-                 resolve: Resolve = default_resolve) -> list[FileReport]:
+async def assess(
+    fs: HostFS,
+    watches: tuple[ResolvConfWatch, ...],
+    *,
+    deadline: float,
+    resolve: Resolve = default_resolve,
+) -> list[FileReport]:
     """Read, probe and model every watched file. ``deadline`` is ``loop.time()``-based."""
     loop = asyncio.get_running_loop()
     read = await asyncio.to_thread(lambda: [read_watch(fs, w) for w in watches])
     connect_timeout = tcp_connect_timeout(await asyncio.to_thread(syn_retries, fs))
     tasks: dict[tuple[object, ...], asyncio.Task[ProbeResult]] = {}
 
-    def probe_task(ns: Nameserver, watch: ResolvConfWatch,
-                   conf: ResolvConf) -> asyncio.Task[ProbeResult]:
+    def probe_task(
+        ns: Nameserver, watch: ResolvConfWatch, conf: ResolvConf
+    ) -> asyncio.Task[ProbeResult]:
         transport: Transport = "tcp" if conf.use_vc else "udp"
         sockaddr, family = resolve(ns)
-        key = (sockaddr, transport, watch.query_name, watch.qtype, conf.edns0,
-               watch.probe_timeout)
+        key = (sockaddr, transport, watch.query_name, watch.qtype, conf.edns0, watch.probe_timeout)
         if key not in tasks:
-            module = Module(name="stub", query_name=watch.query_name,
-                            query_type=watch.query_type, transport=transport,
-                            edns=conf.edns0)
+            module = Module(
+                name="stub",
+                query_name=watch.query_name,
+                query_type=watch.query_type,
+                transport=transport,
+                edns=conf.edns0,
+            )
             # glibc sends EDNS only with options edns0, and never NSID.
-            query: Query = build_query(watch.query_name, watch.qtype, module.qclass,
-                                       recursion_desired=True, edns=conf.edns0,
-                                       payload=1232, nsid=False)
-            timeout = max(min(watch.probe_timeout, deadline - loop.time() - DEADLINE_MARGIN),
-                          MIN_PROBE_TIMEOUT)
-            tasks[key] = asyncio.ensure_future(probe(sockaddr=sockaddr, family=family,
-                                                     module=module, query=query,
-                                                     timeout=timeout))
+            query: Query = build_query(
+                watch.query_name,
+                watch.qtype,
+                module.qclass,
+                recursion_desired=True,
+                edns=conf.edns0,
+                payload=1232,
+                nsid=False,
+            )
+            timeout = max(
+                min(watch.probe_timeout, deadline - loop.time() - DEADLINE_MARGIN),
+                MIN_PROBE_TIMEOUT,
+            )
+            tasks[key] = asyncio.ensure_future(
+                probe(sockaddr=sockaddr, family=family, module=module, query=query, timeout=timeout)
+            )
         return tasks[key]
 
-    pending: list[tuple[ResolvConfWatch, ResolvConf | None, str, str,
-                        tuple[Nameserver, ...], list[asyncio.Task[ProbeResult]]]] = []
+    pending: list[
+        tuple[
+            ResolvConfWatch,
+            ResolvConf | None,
+            str,
+            str,
+            tuple[Nameserver, ...],
+            list[asyncio.Task[ProbeResult]],
+        ]
+    ] = []
     for watch, (conf, failure, detail) in zip(watches, read, strict=True):
         if conf is None:
             log.warning("stub: resolv.conf %s: %s", watch.path, detail)
             pending.append((watch, None, failure, detail, (), []))
             continue
         servers = conf.servers or (IMPLICIT_NAMESERVER,)
-        pending.append((watch, conf, "", "", servers,
-                        [probe_task(ns, watch, conf) for ns in servers]))
+        pending.append(
+            (watch, conf, "", "", servers, [probe_task(ns, watch, conf) for ns in servers])
+        )
     if tasks:
         await asyncio.gather(*tasks.values())
 
@@ -175,47 +201,71 @@ async def assess(fs: HostFS, watches: tuple[ResolvConfWatch, ...], *, deadline: 
         transport = "tcp" if conf.use_vc else "udp"
         results = [t.result() for t in probes]
         outcomes = tuple(classify(r, transport=transport) for r in results)
-        verdicts = tuple(model(conf, outcomes, libc, connect_timeout=connect_timeout)
-                         for libc in LIBCS)
-        reports.append(FileReport(watch, conf, servers=servers, outcomes=outcomes,
-                                  details=tuple(r.detail for r in results),
-                                  verdicts=verdicts))
+        verdicts = tuple(
+            model(conf, outcomes, libc, connect_timeout=connect_timeout) for libc in LIBCS
+        )
+        reports.append(
+            FileReport(
+                watch,
+                conf,
+                servers=servers,
+                outcomes=outcomes,
+                details=tuple(r.detail for r in results),
+                verdicts=verdicts,
+            )
+        )
     return reports
 
 
 def families(reports: list[FileReport]) -> list[Family]:
-    readable = Family("dnsfleet_stub_resolv_conf_readable",
-                      "1 if the watched resolv.conf could be read and parsed.")
-    read_failure = Family("dnsfleet_stub_resolv_conf_read_failure",
-                          "Why the watched resolv.conf could not be read: 1 for the current "
-                          "reason, 0 for the others.")
-    problems = Family("dnsfleet_stub_resolv_conf_problems",
-                      "Lines of the resolv.conf that glibc ignores or reads differently "
-                      "than written.")
-    count = Family("dnsfleet_stub_nameservers",
-                   "Nameservers in the resolv.conf that clients query (at most 3).")
-    up = Family("dnsfleet_stub_nameserver_up",
-                "1 if the nameserver gives clients an answer that ends their lookup.")
-    failure = Family("dnsfleet_stub_nameserver_failure",
-                     "How the nameserver fails clients: 1 for the current reason, 0 for "
-                     "the others (all 0 when it answers).")
-    timeout = Family("dnsfleet_stub_timeout_seconds",
-                     "Seconds glibc waits for the first nameserver in each round "
-                     "(options timeout, at least 1).")
-    attempts = Family("dnsfleet_stub_attempts",
-                      "Rounds glibc makes over the nameservers (options attempts).")
-    delay = Family("dnsfleet_stub_expected_delay_seconds",
-                   "Extra seconds a lookup waits before its answer because of failing "
-                   "nameservers (0 when the first answers); when resolution fails, the "
-                   "seconds until the lookup gives up.")
-    failing = Family("dnsfleet_stub_resolution_failing",
-                     "1 if no nameserver gives these clients an answer: lookups fail.")
+    readable = Family(
+        "dnsfleet_stub_resolv_conf_readable",
+        "1 if the watched resolv.conf could be read and parsed.",
+    )
+    read_failure = Family(
+        "dnsfleet_stub_resolv_conf_read_failure",
+        "Why the watched resolv.conf could not be read: 1 for the current "
+        "reason, 0 for the others.",
+    )
+    problems = Family(
+        "dnsfleet_stub_resolv_conf_problems",
+        "Lines of the resolv.conf that glibc ignores or reads differently than written.",
+    )
+    count = Family(
+        "dnsfleet_stub_nameservers",
+        "Nameservers in the resolv.conf that clients query (at most 3).",
+    )
+    up = Family(
+        "dnsfleet_stub_nameserver_up",
+        "1 if the nameserver gives clients an answer that ends their lookup.",
+    )
+    failure = Family(
+        "dnsfleet_stub_nameserver_failure",
+        "How the nameserver fails clients: 1 for the current reason, 0 for "
+        "the others (all 0 when it answers).",
+    )
+    timeout = Family(
+        "dnsfleet_stub_timeout_seconds",
+        "Seconds glibc waits for the first nameserver in each round (options timeout, at least 1).",
+    )
+    attempts = Family(
+        "dnsfleet_stub_attempts", "Rounds glibc makes over the nameservers (options attempts)."
+    )
+    delay = Family(
+        "dnsfleet_stub_expected_delay_seconds",
+        "Extra seconds a lookup waits before its answer because of failing "
+        "nameservers (0 when the first answers); when resolution fails, the "
+        "seconds until the lookup gives up.",
+    )
+    failing = Family(
+        "dnsfleet_stub_resolution_failing",
+        "1 if no nameserver gives these clients an answer: lookups fail.",
+    )
     for rep in reports:
         f = {"resolv_conf": rep.watch.path}
         readable.add(0.0 if rep.conf is None else 1.0, f)
         for reason in READ_FAILURES:
-            read_failure.add(1.0 if rep.read_failure == reason else 0.0,
-                             {**f, "reason": reason})
+            read_failure.add(1.0 if rep.read_failure == reason else 0.0, {**f, "reason": reason})
         if rep.conf is None:
             continue
         conf = rep.conf
@@ -227,13 +277,11 @@ def families(reports: list[FileReport]) -> list[Family]:
             labels = {**f, "nameserver": ns.text, "position": str(pos)}
             up.add(1.0 if out.state is ServerState.ANSWERING else 0.0, labels)
             for state in FAILURE_STATES:
-                failure.add(1.0 if out.state is state else 0.0,
-                            {**labels, "reason": state.value})
+                failure.add(1.0 if out.state is state else 0.0, {**labels, "reason": state.value})
         for v in rep.verdicts:
             delay.add(v.delay, {**f, "libc": v.libc})
             failing.add(1.0 if v.failing else 0.0, {**f, "libc": v.libc})
-    return [readable, read_failure, problems, count, up, failure, timeout, attempts, delay,
-            failing]
+    return [readable, read_failure, problems, count, up, failure, timeout, attempts, delay, failing]
 
 
 async def collect(ctx: CollectContext) -> list[Family]:

@@ -52,15 +52,19 @@ def parse_bind_server(text: str | bytes) -> ResolverStats:
     start = parse_iso_time(doc["boot-time"])
     version = doc.get("version", "")
     opcodes = _mapping(doc.get("opcodes"), "opcodes")
-    rcodes = {str(k): _count(v, f"rcodes.{k}")
-              for k, v in _mapping(doc.get("rcodes"), "rcodes").items()}
+    rcodes = {
+        str(k): _count(v, f"rcodes.{k}") for k, v in _mapping(doc.get("rcodes"), "rcodes").items()
+    }
     hits = misses = 0
     for view, body in _mapping(doc.get("views"), "views").items():
         if view == "_bind":
             continue
-        cs = _mapping(_mapping(_mapping(body, f"views.{view}").get("resolver"),
-                               f"views.{view}.resolver").get("cachestats"),
-                      f"views.{view}.resolver.cachestats")
+        cs = _mapping(
+            _mapping(_mapping(body, f"views.{view}").get("resolver"), f"views.{view}.resolver").get(
+                "cachestats"
+            ),
+            f"views.{view}.resolver.cachestats",
+        )
         hits += _count(cs.get("QueryHits", 0), f"views.{view}...QueryHits")
         misses += _count(cs.get("QueryMisses", 0), f"views.{view}...QueryMisses")
     return ResolverStats(
@@ -72,5 +76,6 @@ def parse_bind_server(text: str | bytes) -> ResolverStats:
         cache_misses=misses,
         # Only real rcodes: BIND lists unassigned codes as "17", "RESERVED11", ...
         responses=responses_with_common(
-            {k: v for k, v in rcodes.items() if not k.isdigit() and "RESERVED" not in k}),
+            {k: v for k, v in rcodes.items() if not k.isdigit() and "RESERVED" not in k}
+        ),
     )

@@ -21,19 +21,26 @@ PROC_MODE_NAMES = {
     "transmit load balancing": "balance-tlb",
     "adaptive load balancing": "balance-alb",
 }
-MODES = ("balance-rr", "active-backup", "balance-xor", "broadcast", "802.3ad", "balance-tlb",
-         "balance-alb")
+MODES = (
+    "balance-rr",
+    "active-backup",
+    "balance-xor",
+    "broadcast",
+    "802.3ad",
+    "balance-tlb",
+    "balance-alb",
+)
 ZERO_MAC = "00:00:00:00:00:00"
 
 
 @dataclass(frozen=True, slots=True)
 class BondSlave:
     name: str
-    mii_status: str                     # "up", "down", "going down", "going back"
+    mii_status: str  # "up", "down", "going down", "going back"
     link_failures: int | None = None
     # 802.3ad only
     aggregator_id: int | None = None
-    actor_churn_state: str | None = None     # "none", "churned", "monitoring"
+    actor_churn_state: str | None = None  # "none", "churned", "monitoring"
     partner_churn_state: str | None = None
     actor_churned: int | None = None
     partner_churned: int | None = None
@@ -47,7 +54,7 @@ class BondSlave:
 @dataclass(frozen=True, slots=True)
 class Bond:
     name: str
-    mode: str                           # one of MODES, "unknown" when sysfs lacks it
+    mode: str  # one of MODES, "unknown" when sysfs lacks it
     slaves: tuple[BondSlave, ...]
     active_slave: str | None = None
     miimon_ms: int = 0
@@ -92,7 +99,7 @@ def parse_bond_proc(name: str, text: str) -> Bond:
     agg_id: int | None = None
     partner_mac: str | None = None
     slaves: list[dict[str, str]] = []
-    section = "master"   # master | aggregator | slave | actor | partner
+    section = "master"  # master | aggregator | slave | actor | partner
     for raw in text.splitlines():
         if not raw.strip():
             continue
@@ -148,21 +155,34 @@ def parse_bond_proc(name: str, text: str) -> Bond:
         def opt_int(key: str, s: dict[str, str] = s, swhat: str = swhat) -> int | None:
             return _int(s[key], f"{swhat}: {key}") if key in s else None
 
-        out.append(BondSlave(
-            name=sname,
-            mii_status=s["MII Status"],
-            link_failures=opt_int("Link Failure Count"),
-            aggregator_id=(_opt_id(s["Aggregator ID"], f"{swhat}: Aggregator ID")
-                           if "Aggregator ID" in s else None),
-            actor_churn_state=s.get("Actor Churn State"),
-            partner_churn_state=s.get("Partner Churn State"),
-            actor_churned=opt_int("Actor Churned Count"),
-            partner_churned=opt_int("Partner Churned Count"),
-            partner_system_mac=s["partner_mac"].lower() if "partner_mac" in s else None,
-        ))
-    return Bond(name=name, mode=mode, slaves=tuple(out), active_slave=active, miimon_ms=miimon,
-                arp_interval_ms=arp_interval, arp_targets=arp_targets, aggregator_id=agg_id,
-                partner_mac=partner_mac)
+        out.append(
+            BondSlave(
+                name=sname,
+                mii_status=s["MII Status"],
+                link_failures=opt_int("Link Failure Count"),
+                aggregator_id=(
+                    _opt_id(s["Aggregator ID"], f"{swhat}: Aggregator ID")
+                    if "Aggregator ID" in s
+                    else None
+                ),
+                actor_churn_state=s.get("Actor Churn State"),
+                partner_churn_state=s.get("Partner Churn State"),
+                actor_churned=opt_int("Actor Churned Count"),
+                partner_churned=opt_int("Partner Churned Count"),
+                partner_system_mac=s["partner_mac"].lower() if "partner_mac" in s else None,
+            )
+        )
+    return Bond(
+        name=name,
+        mode=mode,
+        slaves=tuple(out),
+        active_slave=active,
+        miimon_ms=miimon,
+        arp_interval_ms=arp_interval,
+        arp_targets=arp_targets,
+        aggregator_id=agg_id,
+        partner_mac=partner_mac,
+    )
 
 
 def parse_bond_mode(text: str) -> str:
@@ -173,8 +193,9 @@ def parse_bond_mode(text: str) -> str:
     return parts[0]
 
 
-def bond_from_sysfs(name: str, *, bonding: Mapping[str, str | None],
-                    slaves: Mapping[str, Mapping[str, str | None]]) -> Bond:
+def bond_from_sysfs(
+    name: str, *, bonding: Mapping[str, str | None], slaves: Mapping[str, Mapping[str, str | None]]
+) -> Bond:
     """Build a :class:`Bond` from the text of ``/sys/class/net/<bond>/bonding/<file>``
     (``bonding``) and ``.../lower_<slave>/bonding_slave/<file>`` (``slaves``, in the order of
     ``bonding/slaves``). Missing files are None."""
@@ -198,13 +219,24 @@ def bond_from_sysfs(name: str, *, bonding: Mapping[str, str | None],
             raise ValueError(f"{swhat}/mii_status: missing or empty")
         lf = (files.get("link_failure_count") or "").strip()
         sagg = (files.get("ad_aggregator_id") or "").strip()
-        out.append(BondSlave(
-            name=sname, mii_status=status,
-            link_failures=_int(lf, f"{swhat}/link_failure_count") if lf else None,
-            aggregator_id=(_int(sagg, f"{swhat}/ad_aggregator_id")
-                           if sagg and mode == "802.3ad" else None)))
-    return Bond(name=name, mode=mode, slaves=tuple(out), active_slave=active,
-                miimon_ms=num("miimon"), arp_interval_ms=num("arp_interval"),
-                arp_targets=tuple((bonding.get("arp_ip_target") or "").split()),
-                aggregator_id=_int(agg, f"{what}/ad_aggregator") if agg else None,
-                partner_mac=partner)
+        out.append(
+            BondSlave(
+                name=sname,
+                mii_status=status,
+                link_failures=_int(lf, f"{swhat}/link_failure_count") if lf else None,
+                aggregator_id=(
+                    _int(sagg, f"{swhat}/ad_aggregator_id") if sagg and mode == "802.3ad" else None
+                ),
+            )
+        )
+    return Bond(
+        name=name,
+        mode=mode,
+        slaves=tuple(out),
+        active_slave=active,
+        miimon_ms=num("miimon"),
+        arp_interval_ms=num("arp_interval"),
+        arp_targets=tuple((bonding.get("arp_ip_target") or "").split()),
+        aggregator_id=_int(agg, f"{what}/ad_aggregator") if agg else None,
+        partner_mac=partner,
+    )

@@ -20,7 +20,7 @@ CRITICAL = "critical"
 @dataclass(frozen=True, slots=True)
 class Instance:
     node: str
-    address: str          # what Consul DNS answers: Service.Address, else Node.Address
+    address: str  # what Consul DNS answers: Service.Address, else Node.Address
     port: int
     statuses: tuple[str, ...]
 
@@ -85,8 +85,7 @@ def parse_health_service(text: str) -> ServiceHealth:
         if not isinstance(entry, dict):
             raise ValueError(f"{what}: not an object")
         node, svc, checks = entry.get("Node"), entry.get("Service"), entry.get("Checks")
-        if not isinstance(node, dict) or not isinstance(svc, dict) or not isinstance(checks,
-                                                                                     list):
+        if not isinstance(node, dict) or not isinstance(svc, dict) or not isinstance(checks, list):
             raise ValueError(f"{what}: lacks Node, Service or Checks")
         addr = svc.get("Address") or node.get("Address")
         statuses = []
@@ -95,9 +94,14 @@ def parse_health_service(text: str) -> ServiceHealth:
                 raise ValueError(f"{what}: a check without a Status")
             statuses.append(c["Status"])
         port = svc.get("Port", 0)
-        out.append(Instance(node=str(node.get("Node", "")), address=_address(addr, what),
-                            port=port if isinstance(port, int) else 0,
-                            statuses=tuple(statuses)))
+        out.append(
+            Instance(
+                node=str(node.get("Node", "")),
+                address=_address(addr, what),
+                port=port if isinstance(port, int) else 0,
+                statuses=tuple(statuses),
+            )
+        )
     return ServiceHealth(instances=tuple(out))
 
 
@@ -121,10 +125,12 @@ def parse_agent_self(text: str) -> AgentSelf:
     cfg = data.get("Config") if isinstance(data, dict) else None
     if not isinstance(cfg, dict):
         raise ValueError("agent/self: no Config object")
-    return AgentSelf(datacenter=str(cfg.get("Datacenter", "")),
-                     node=str(cfg.get("NodeName", "")),
-                     version=str(cfg.get("Version", "")),
-                     server=bool(cfg.get("Server", False)))
+    return AgentSelf(
+        datacenter=str(cfg.get("Datacenter", "")),
+        node=str(cfg.get("NodeName", "")),
+        version=str(cfg.get("Version", "")),
+        server=bool(cfg.get("Server", False)),
+    )
 
 
 def parse_query_list(text: str) -> int:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 # PM_QOS_CPU_LATENCY_DEFAULT_VALUE: 2000 s, i.e. nobody asked for a limit.
 PM_QOS_NO_LIMIT_US = 2_000_000_000
-STATIC_STATE_FILES = ("name", "latency")          # the driver's, same on every CPU
+STATIC_STATE_FILES = ("name", "latency")  # the driver's, same on every CPU
 PER_CPU_STATE_FILES = ("disable", "time", "usage")
 STATE_FILES = STATIC_STATE_FILES + PER_CPU_STATE_FILES
 
@@ -22,11 +22,11 @@ STATE_FILES = STATIC_STATE_FILES + PER_CPU_STATE_FILES
 @dataclass(frozen=True, slots=True)
 class CpuidleState:
     name: str
-    latency_us: int        # exit latency
+    latency_us: int  # exit latency
     disabled: bool
-    time_us: int           # total residency
-    usage: int             # entries
-    residency_us: int | None = None   # target residency
+    time_us: int  # total residency
+    usage: int  # entries
+    residency_us: int | None = None  # target residency
     desc: str = ""
 
 

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class IrqLine:
-    irq: str                    # "58", "IPI0", "NMI"
-    counts: tuple[int, ...]     # per CPU column; () when the caller did not ask for them
-    description: str            # what follows the counts: chip, hwirq, trigger, actions
-    actions: str                # action names (device names), "" on architecture lines
+    irq: str  # "58", "IPI0", "NMI"
+    counts: tuple[int, ...]  # per CPU column; () when the caller did not ask for them
+    description: str  # what follows the counts: chip, hwirq, trigger, actions
+    actions: str  # action names (device names), "" on architecture lines
 
     @property
     def total(self) -> int:
@@ -33,7 +33,7 @@ class IrqLine:
 
 @dataclass(frozen=True, slots=True)
 class Interrupts:
-    cpus: tuple[int, ...]       # CPU numbers of the count columns
+    cpus: tuple[int, ...]  # CPU numbers of the count columns
     lines: tuple[IrqLine, ...]
 
     def by_irq(self) -> dict[str, IrqLine]:
@@ -73,8 +73,7 @@ def parse_interrupts(text: str, *, counts_for: Container[str] | None = None) -> 
         want = counts_for is None or irq in counts_for
         if not want:
             # Only the action names: the last few fields, without splitting every count.
-            lines.append(IrqLine(irq, (), "", _actions(rest.rsplit(None, 4)) if numbered
-                                 else ""))
+            lines.append(IrqLine(irq, (), "", _actions(rest.rsplit(None, 4)) if numbered else ""))
             continue
         fields = rest.split(None, ncpu)
         if numbered:
@@ -84,15 +83,19 @@ def parse_interrupts(text: str, *, counts_for: Container[str] | None = None) -> 
                     raise ValueError
                 counts = tuple(map(int, fields[:ncpu]))
             except ValueError:
-                raise ValueError(f"/proc/interrupts: line {lineno}: IRQ {irq} does not have "
-                                 f"{ncpu} counts") from None
+                raise ValueError(
+                    f"/proc/interrupts: line {lineno}: IRQ {irq} does not have {ncpu} counts"
+                ) from None
         else:
             n = 0
             while n < ncpu and n < len(fields) and fields[n].isdigit():
                 n += 1
             counts = tuple(map(int, fields[:n]))
-        description = fields[ncpu] if numbered and len(fields) > ncpu else (
-            " ".join(fields[n:]) if not numbered else "")
+        description = (
+            fields[ncpu]
+            if numbered and len(fields) > ncpu
+            else (" ".join(fields[n:]) if not numbered else "")
+        )
         actions = _actions(description.split()) if numbered and description else ""
         lines.append(IrqLine(irq, counts, description, actions))
     return Interrupts(cpus=cpus, lines=tuple(lines))
@@ -114,7 +117,7 @@ def _actions(parts: list[str]) -> str:
 @dataclass(frozen=True, slots=True)
 class Softirqs:
     cpus: tuple[int, ...]
-    counts: dict[str, tuple[int, ...]]   # "NET_RX" -> per CPU column
+    counts: dict[str, tuple[int, ...]]  # "NET_RX" -> per CPU column
 
 
 def parse_softirqs(text: str, *, only: Container[str] | None = None) -> Softirqs:
@@ -134,8 +137,9 @@ def parse_softirqs(text: str, *, only: Container[str] | None = None) -> Softirqs
             continue
         fields = rest.split()
         if len(fields) != len(cpus) or not all(f.isdigit() for f in fields):
-            raise ValueError(f"/proc/softirqs: line {lineno}: {name} does not have "
-                             f"{len(cpus)} counts")
+            raise ValueError(
+                f"/proc/softirqs: line {lineno}: {name} does not have {len(cpus)} counts"
+            )
         counts[name] = tuple(map(int, fields))
     return Softirqs(cpus=cpus, counts=counts)
 

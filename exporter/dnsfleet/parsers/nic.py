@@ -19,8 +19,10 @@ from __future__ import annotations
 import re
 
 # Control vectors: configuration, admin/async event queues, link state, errors.
-_CONTROL = re.compile(r"(?i)(config|async|mgmnt|mgmt|misc|ctrl|control|event|other|lsc|"
-                      r"link|err|admin|fw)")
+_CONTROL = re.compile(
+    r"(?i)(config|async|mgmnt|mgmt|misc|ctrl|control|event|other|lsc|"
+    r"link|err|admin|fw)"
+)
 _TRAILING_NUMBER = re.compile(r"\d+$")
 
 

@@ -14,7 +14,7 @@ def parse_stat_processor(text: str) -> int:
     end = text.rfind(")")
     if end < 0:
         raise ValueError("stat: no ')' after comm")
-    fields = text[end + 1:].split()
+    fields = text[end + 1 :].split()
     idx = PROCESSOR_FIELD - _AFTER_COMM
     if len(fields) <= idx or not fields[idx].isdigit():
         raise ValueError(f"stat: no processor field (have {len(fields) + 2} fields)")

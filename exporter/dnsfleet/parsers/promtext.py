@@ -33,8 +33,10 @@ from dataclasses import dataclass
 from dnsfleet.parsers.resolver import Backend, ResolverStats, responses_with_common
 
 # name{labels} value [timestamp]; label values may contain escaped quotes.
-_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?'
-                     r"\s+(\S+)(?:\s+-?\d+)?\s*$")
+_SAMPLE = re.compile(
+    r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?'
+    r"\s+(\S+)(?:\s+-?\d+)?\s*$"
+)
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
@@ -59,8 +61,10 @@ def parse_prometheus_text(text: str) -> list[Sample]:
         m = _SAMPLE.match(line)
         if not m:
             raise ValueError(f"line {n}: not a sample: {line[:80]!r}")
-        labels = tuple((k, v.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\"))
-                       for k, v in _LABEL.findall(m.group(2) or ""))
+        labels = tuple(
+            (k, v.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\"))
+            for k, v in _LABEL.findall(m.group(2) or "")
+        )
         try:
             value = float(m.group(3))
         except ValueError:
@@ -80,9 +84,11 @@ class Samples:
 
     def total(self, name: str, **match: str) -> float:
         """Sum of a family's samples whose labels include ``match``; 0 when absent."""
-        return sum(s.value for s in self.by_name.get(name, ())
-                   if all(s.label(k) == v for k, v in match.items())
-                   and not math.isnan(s.value))
+        return sum(
+            s.value
+            for s in self.by_name.get(name, ())
+            if all(s.label(k) == v for k, v in match.items()) and not math.isnan(s.value)
+        )
 
     def need(self, name: str) -> float:
         if name not in self.by_name:
@@ -99,55 +105,74 @@ def _int(v: float) -> int:
 
 def pdns_recursor(s: Samples, *, now: float) -> ResolverStats:
     p = "pdns_recursor_"
-    rcodes = {"NOERROR": s.total(p + "noerror_answers"),
-              "NXDOMAIN": s.total(p + "nxdomain_answers"),
-              "SERVFAIL": s.total(p + "servfail_answers")}
+    rcodes = {
+        "NOERROR": s.total(p + "noerror_answers"),
+        "NXDOMAIN": s.total(p + "nxdomain_answers"),
+        "SERVFAIL": s.total(p + "servfail_answers"),
+    }
     return ResolverStats(
-        software="pdns-recursor", version="",
+        software="pdns-recursor",
+        version="",
         start_time=round(now - s.need(p + "uptime")),
         queries=_int(s.need(p + "questions")),
         # A question answered from the packet cache never reaches the record cache.
         cache_hits=_int(s.total(p + "packetcache_hits") + s.total(p + "cache_hits")),
         cache_misses=_int(s.total(p + "cache_misses")),
-        responses=responses_with_common({k: _int(v) for k, v in rcodes.items()}))
+        responses=responses_with_common({k: _int(v) for k, v in rcodes.items()}),
+    )
 
 
 def dnsdist(s: Samples, *, now: float) -> ResolverStats:
     p = "dnsdist_"
-    rcodes = {"NOERROR": s.total(p + "frontend_noerror"),
-              "NXDOMAIN": s.total(p + "frontend_nxdomain"),
-              "SERVFAIL": s.total(p + "frontend_servfail")}
+    rcodes = {
+        "NOERROR": s.total(p + "frontend_noerror"),
+        "NXDOMAIN": s.total(p + "frontend_nxdomain"),
+        "SERVFAIL": s.total(p + "frontend_servfail"),
+    }
     backends = tuple(
-        Backend(name=b.label("server") or b.label("address"), address=b.label("address"),
-                up=b.value == 1,
-                queries=_int(s.total(p + "server_queries", server=b.label("server"),
-                                     address=b.label("address"))),
-                latency_seconds=s.total(p + "server_latency", server=b.label("server"),
-                                        address=b.label("address")) / 1000)
-        for b in s.get(p + "server_status"))
+        Backend(
+            name=b.label("server") or b.label("address"),
+            address=b.label("address"),
+            up=b.value == 1,
+            queries=_int(
+                s.total(p + "server_queries", server=b.label("server"), address=b.label("address"))
+            ),
+            latency_seconds=s.total(
+                p + "server_latency", server=b.label("server"), address=b.label("address")
+            )
+            / 1000,
+        )
+        for b in s.get(p + "server_status")
+    )
     return ResolverStats(
-        software="dnsdist", version="",
+        software="dnsdist",
+        version="",
         start_time=round(now - s.need(p + "uptime")),
         queries=_int(s.need(p + "queries")),
         cache_hits=_int(s.total(p + "cache_hits")),
         cache_misses=_int(s.total(p + "cache_misses")),
         responses=responses_with_common({k: _int(v) for k, v in rcodes.items()}),
-        backends=backends)
+        backends=backends,
+    )
 
 
 def knot_resolver(s: Samples, *, now: float) -> ResolverStats:
-    rcodes = {"NOERROR": s.total("answer_noerror"),
-              "NXDOMAIN": s.total("answer_nxdomain"),
-              "SERVFAIL": s.total("answer_servfail")}
+    rcodes = {
+        "NOERROR": s.total("answer_noerror"),
+        "NXDOMAIN": s.total("answer_nxdomain"),
+        "SERVFAIL": s.total("answer_servfail"),
+    }
     answers = s.need("answer_total")
     cached = s.total("answer_cached")
     return ResolverStats(
-        software="knot-resolver", version="",
+        software="knot-resolver",
+        version="",
         start_time=None,
         queries=_int(s.need("request_total") - s.total("request_internal")),
         cache_hits=_int(cached),
         cache_misses=_int(answers - cached),
-        responses=responses_with_common({k: _int(v) for k, v in rcodes.items()}))
+        responses=responses_with_common({k: _int(v) for k, v in rcodes.items()}),
+    )
 
 
 def coredns(s: Samples, *, now: float) -> ResolverStats:
@@ -156,12 +181,14 @@ def coredns(s: Samples, *, now: float) -> ResolverStats:
         rcodes[r.label("rcode")] = rcodes.get(r.label("rcode"), 0) + _int(r.value)
     build = s.get("coredns_build_info")
     return ResolverStats(
-        software="coredns", version=build[0].label("version") if build else "",
+        software="coredns",
+        version=build[0].label("version") if build else "",
         start_time=s.need("process_start_time_seconds"),
         queries=_int(s.need("coredns_dns_requests_total")),
         cache_hits=_int(s.total("coredns_cache_hits_total")),
         cache_misses=_int(s.total("coredns_cache_misses_total")),
-        responses=responses_with_common(rcodes) if rcodes else None)
+        responses=responses_with_common(rcodes) if rcodes else None,
+    )
 
 
 MAPPINGS: dict[str, Callable[..., ResolverStats]] = {

@@ -16,30 +16,41 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-MAXNS = 3                 # resolv.h: name servers glibc and musl query
-MAXDNSRCH = 6             # resolv.h: search domains glibc < 2.26 used
-RES_TIMEOUT = 5           # resolv.h: default options timeout
-RES_DFLRETRY = 2          # resolv.h: default options attempts
-RES_MAXRETRANS = 30       # resolv.h: largest timeout glibc accepts from resolv.conf
-RES_MAXRETRY = 5          # resolv.h: largest attempts
+MAXNS = 3  # resolv.h: name servers glibc and musl query
+MAXDNSRCH = 6  # resolv.h: search domains glibc < 2.26 used
+RES_TIMEOUT = 5  # resolv.h: default options timeout
+RES_DFLRETRY = 2  # resolv.h: default options attempts
+RES_MAXRETRANS = 30  # resolv.h: largest timeout glibc accepts from resolv.conf
+RES_MAXRETRY = 5  # resolv.h: largest attempts
 RES_MAXNDOTS = 15
 NAMESERVER_PORT = 53
 
 # res_setoptions' flag table, in glibc's order: each entry matches as a *prefix* of the
 # option word (strncmp), so "single-request-reopen" must come before "single-request".
 FLAG_OPTIONS: tuple[str, ...] = (
-    "inet6", "rotate", "edns0", "single-request-reopen", "single-request", "no_tld_query",
-    "no-tld-query", "no-reload", "use-vc", "trust-ad", "no-aaaa", "debug")
+    "inet6",
+    "rotate",
+    "edns0",
+    "single-request-reopen",
+    "single-request",
+    "no_tld_query",
+    "no-tld-query",
+    "no-reload",
+    "use-vc",
+    "trust-ad",
+    "no-aaaa",
+    "debug",
+)
 VALUE_OPTIONS: tuple[str, ...] = ("ndots:", "timeout:", "attempts:")
 KEYWORDS: tuple[str, ...] = ("domain", "search", "nameserver", "sortlist", "options")
 
 
 @dataclass(frozen=True, slots=True)
 class Nameserver:
-    address: str          # normalised IP literal without zone ("127.0.0.1", "fe80::1")
-    version: int          # 4 or 6
-    scope: str = ""       # IPv6 zone as written after "%" (interface name or index)
-    line: int = 0         # 1-based line in the file
+    address: str  # normalised IP literal without zone ("127.0.0.1", "fe80::1")
+    version: int  # 4 or 6
+    scope: str = ""  # IPv6 zone as written after "%" (interface name or index)
+    line: int = 0  # 1-based line in the file
 
     @property
     def text(self) -> str:
@@ -49,7 +60,7 @@ class Nameserver:
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    line: int             # 1-based; 0 for the file as a whole
+    line: int  # 1-based; 0 for the file as a whole
     message: str
 
     def __str__(self) -> str:
@@ -61,7 +72,7 @@ class ResolvConf:
     # Addresses of the nameservers glibc queries (at most three), as text; the exporter's
     # built-in default probes exactly these.
     nameservers: tuple[str, ...] = ()
-    servers: tuple[Nameserver, ...] = ()        # the same, typed
+    servers: tuple[Nameserver, ...] = ()  # the same, typed
     ignored_servers: tuple[Nameserver, ...] = ()  # valid, but after the third
     search: tuple[str, ...] = ()
     # glibc's values after its own clamping (RES_MAXRETRANS, RES_MAXRETRY, RES_MAXNDOTS).
@@ -153,22 +164,27 @@ def parse_resolv_conf(text: str) -> ResolvConf:
         if line[0] in "#;":
             continue
         if line.endswith("\r"):
-            problem(n, "line ends in a carriage return (CRLF file): glibc keeps it as part "
-                       "of the last word")
+            problem(
+                n,
+                "line ends in a carriage return (CRLF file): glibc keeps it as part "
+                "of the last word",
+            )
         kw = _keyword(line)
         if kw is None:
             first = line.split(maxsplit=1)[0]
             if first[0] in "#;":
                 continue  # an indented comment: ignored, as intended
             if line[0] in " \t" and _keyword(line.lstrip(" \t")):
-                problem(n, "indented line: glibc only reads keywords in column one, "
-                           "this line is ignored")
+                problem(
+                    n,
+                    "indented line: glibc only reads keywords in column one, this line is ignored",
+                )
             elif first in KEYWORDS:
                 problem(n, f"{first} without a value: ignored")
             else:
                 problem(n, f"unknown keyword {first!r}: ignored")
             continue
-        rest = line[len(kw):].lstrip(" \t")
+        rest = line[len(kw) :].lstrip(" \t")
         if kw in ("domain", "search"):
             if not rest.strip("\n"):
                 problem(n, f"{kw} without a value: ignored")
@@ -183,13 +199,17 @@ def parse_resolv_conf(text: str) -> ResolvConf:
                 if any(w.startswith(("#", ";")) for w in search):
                     problem(n, "inline comment: glibc reads its words as search domains")
                 if len(search) > MAXDNSRCH:
-                    problem(n, f"{len(search)} search domains: glibc before 2.26 and "
-                               f"musl use only the first {MAXDNSRCH}")
+                    problem(
+                        n,
+                        f"{len(search)} search domains: glibc before 2.26 and "
+                        f"musl use only the first {MAXDNSRCH}",
+                    )
         elif kw == "nameserver":
             ns = _nameserver(rest, n)
             if ns is None:
-                problem(n, f"nameserver {rest.strip()!r} is not an IP address glibc can "
-                           "read: ignored")
+                problem(
+                    n, f"nameserver {rest.strip()!r} is not an IP address glibc can read: ignored"
+                )
                 continue
             tail = re.split(r"[ \t]+", rest.strip(), maxsplit=1)
             if len(tail) > 1:
@@ -201,15 +221,17 @@ def parse_resolv_conf(text: str) -> ResolvConf:
 
     used, ignored = tuple(servers[:MAXNS]), tuple(servers[MAXNS:])
     for ns in ignored:
-        problem(ns.line, f"nameserver {ns.text}: only the first {MAXNS} nameservers are "
-                         "used, this one is never queried")
+        problem(
+            ns.line,
+            f"nameserver {ns.text}: only the first {MAXNS} nameservers are "
+            "used, this one is never queried",
+        )
     if not servers:
         problem(0, "no usable nameserver line: glibc and musl then query 127.0.0.1")
     timeout_w = opts.get("timeout")
     attempts_w = opts.get("attempts")
     timeout = RES_TIMEOUT if not isinstance(timeout_w, int) else min(timeout_w, RES_MAXRETRANS)
-    attempts = (RES_DFLRETRY if not isinstance(attempts_w, int)
-                else min(attempts_w, RES_MAXRETRY))
+    attempts = RES_DFLRETRY if not isinstance(attempts_w, int) else min(attempts_w, RES_MAXRETRY)
     ndots_w = opts.get("ndots")
     ndots = 1 if not isinstance(ndots_w, int) else min(ndots_w, RES_MAXNDOTS)
     return ResolvConf(
@@ -250,24 +272,30 @@ def _nameserver(rest: str, n: int) -> Nameserver | None:
     return Nameserver(address=str(ip), version=6, scope=scope.rstrip("\r"), line=n)
 
 
-def _options(rest: str, n: int, opts: dict[str, object],
-             report: Callable[[int, str], None]) -> None:
+def _options(
+    rest: str, n: int, opts: dict[str, object], report: Callable[[int, str], None]
+) -> None:
     for word in _words(rest.rstrip("\n")):
         word_c = word.rstrip("\r")
         for prefix in VALUE_OPTIONS:
             if word_c.startswith(prefix):
-                value_text = word_c[len(prefix):]
+                value_text = word_c[len(prefix) :]
                 value = c_atoi(value_text)
                 name = prefix[:-1]
                 if not re.fullmatch(r"[+-]?\d+", value_text):
                     report(n, f"options {word_c!r}: not a number, glibc reads {value}")
-                limit = {"timeout": RES_MAXRETRANS, "attempts": RES_MAXRETRY,
-                         "ndots": RES_MAXNDOTS}[name]
+                limit = {
+                    "timeout": RES_MAXRETRANS,
+                    "attempts": RES_MAXRETRY,
+                    "ndots": RES_MAXNDOTS,
+                }[name]
                 if value > limit:
                     report(n, f"options {word_c!r}: glibc caps {name} at {limit}")
                 if name == "attempts" and value <= 0:
-                    report(n, f"options {word_c!r}: glibc then sends no query at all, "
-                              "every lookup fails")
+                    report(
+                        n,
+                        f"options {word_c!r}: glibc then sends no query at all, every lookup fails",
+                    )
                 if name == "timeout" and value <= 0:
                     report(n, f"options {word_c!r}: glibc waits 1 s instead")
                 opts[name] = value
@@ -277,8 +305,10 @@ def _options(rest: str, n: int, opts: dict[str, object],
                 if word_c.startswith(flag):
                     opts[flag] = True
                     if word_c != flag:
-                        report(n, f"options {word_c!r}: glibc matches prefixes and reads "
-                                  f"it as {flag!r}")
+                        report(
+                            n,
+                            f"options {word_c!r}: glibc matches prefixes and reads it as {flag!r}",
+                        )
                     break
             else:
                 report(n, f"unknown option {word_c!r}: ignored")

@@ -6,8 +6,7 @@ from dataclasses import dataclass
 
 # Always exported (0 when the resolver has not sent one) so that rate() sees the first
 # SERVFAIL instead of a series appearing out of nothing; other rcodes appear when non-zero.
-COMMON_RCODES: tuple[str, ...] = ("NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP",
-                                  "REFUSED")
+COMMON_RCODES: tuple[str, ...] = ("NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED")
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,12 +22,12 @@ class Backend:
 
 @dataclass(frozen=True, slots=True)
 class ResolverStats:
-    software: str                 # "unbound", "bind"
-    version: str                  # "" when the resolver does not say
+    software: str  # "unbound", "bind"
+    version: str  # "" when the resolver does not say
     # epoch seconds of the resolver's process start; None where the software does not say
     # (Knot Resolver): restarts are then seen only by the canary
     start_time: float | None
-    queries: int                  # client queries received
+    queries: int  # client queries received
     cache_hits: int
     cache_misses: int
     # (rcode name as dnspython spells it, count); None when the resolver does not count
@@ -38,7 +37,7 @@ class ResolverStats:
     # Answers served from expired records (unbound `num.expired` with serve-expired);
     # None when the software does not report it.
     stale_answers: int | None = None
-    backends: tuple[Backend, ...] = ()     # a load balancer's view of its backends
+    backends: tuple[Backend, ...] = ()  # a load balancer's view of its backends
 
 
 def responses_with_common(counts: dict[str, int]) -> tuple[tuple[str, int], ...]:

@@ -29,11 +29,11 @@ _FELL_BEHIND = re.compile(r"^\[Status\] Fell behind by (\d+) queries", re.MULTIL
 
 @dataclass(frozen=True, slots=True)
 class ResperfResult:
-    max_qps: float          # "Maximum throughput"
-    lost_percent: float     # "Lost at that point" (percent)
+    max_qps: float  # "Maximum throughput"
+    lost_percent: float  # "Lost at that point" (percent)
     queries_sent: int
     queries_completed: int
-    fell_behind: bool       # resperf stopped early: it could not keep up with its schedule
+    fell_behind: bool  # resperf stopped early: it could not keep up with its schedule
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +44,7 @@ class PlotPoint:
     target_qps: float
     sent_qps: float
     responses_qps: float
-    failures_qps: float     # responses other than NOERROR and NXDOMAIN
+    failures_qps: float  # responses other than NOERROR and NXDOMAIN
 
 
 def parse_resperf(text: str) -> ResperfResult:
@@ -76,16 +76,23 @@ def parse_plot(text: str) -> tuple[PlotPoint, ...]:
             t, target, sent, responses, failures = (float(c) for c in cols[:5])
         except ValueError:
             raise ValueError(f"plot line {n}: not numbers: {line.strip()[:80]!r}") from None
-        points.append(PlotPoint(time=t, target_qps=target, sent_qps=sent,
-                                responses_qps=responses, failures_qps=failures))
+        points.append(
+            PlotPoint(
+                time=t,
+                target_qps=target,
+                sent_qps=sent,
+                responses_qps=responses,
+                failures_qps=failures,
+            )
+        )
     return tuple(points)
 
 
 @dataclass(frozen=True, slots=True)
 class PlotCapacity:
-    capacity_qps: float     # highest served rate before the first bucket past the limit
+    capacity_qps: float  # highest served rate before the first bucket past the limit
     unserved_percent: float  # lost or failed, in that bucket
-    limit_reached: bool     # some bucket lost or failed more than the limit
+    limit_reached: bool  # some bucket lost or failed more than the limit
 
 
 def capacity_from_plot(points: tuple[PlotPoint, ...], max_loss_percent: float) -> PlotCapacity:

@@ -68,7 +68,7 @@ def parse_unbound_stats(text: str, *, version: str = "") -> ResolverStats:
     prefix = "num.answer.rcode."
     for key in values:
         if key.startswith(prefix) and key != prefix + "nodata":
-            name = key[len(prefix):].upper()
+            name = key[len(prefix) :].upper()
             rcodes[_RCODE_NAMES.get(name, name)] = _int(values, key)
     return ResolverStats(
         software="unbound",
@@ -79,6 +79,5 @@ def parse_unbound_stats(text: str, *, version: str = "") -> ResolverStats:
         cache_misses=_int(values, "total.num.cachemiss"),
         # unbound prints no num.answer.rcode.* lines without extended-statistics.
         responses=responses_with_common(rcodes) if rcodes else None,
-        stale_answers=_int(values, "total.num.expired") if "total.num.expired" in values
-        else None,
+        stale_answers=_int(values, "total.num.expired") if "total.num.expired" in values else None,
     )

@@ -20,20 +20,41 @@ PROBES: dict[Transport, ExchangeFn] = {
 
 def query_for(module: Module) -> Query:
     """The query a module sends (ID 0): the one place a module's settings become a query."""
-    return build_query(module.query_name, module.qtype, module.qclass,
-                       recursion_desired=module.recursion_desired, edns=module.edns,
-                       payload=module.edns_udp_size, nsid=module.edns)
+    return build_query(
+        module.query_name,
+        module.qtype,
+        module.qclass,
+        recursion_desired=module.recursion_desired,
+        edns=module.edns,
+        payload=module.edns_udp_size,
+        nsid=module.edns,
+    )
 
 
-async def probe(*, sockaddr: tuple[str, int] | tuple[str, int, int, int],
-                family: socket.AddressFamily, module: Module, query: Query,
-                timeout: float) -> ProbeResult:
+async def probe(
+    *,
+    sockaddr: tuple[str, int] | tuple[str, int, int, int],
+    family: socket.AddressFamily,
+    module: Module,
+    query: Query,
+    timeout: float,
+) -> ProbeResult:
     """Send ``query`` to ``sockaddr`` over the module's transport and judge the answer.
     Never raises for network conditions."""
-    ex = await PROBES[module.transport](sockaddr=sockaddr, family=family, query=query,
-                                        timeout=timeout)
+    ex = await PROBES[module.transport](
+        sockaddr=sockaddr, family=family, query=query, timeout=timeout
+    )
     return judge(ex, module)
 
 
-__all__ = ["PROBES", "REASONS", "Exchange", "ProbeResult", "Reason", "failed", "judge", "probe",
-           "query_for"]
+__all__ = [
+    "PROBES",
+    "REASONS",
+    "Exchange",
+    "ProbeResult",
+    "Reason",
+    "failed",
+    "judge",
+    "probe",
+    "query_for",
+]

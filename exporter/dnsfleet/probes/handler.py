@@ -35,9 +35,9 @@ if TYPE_CHECKING:
 class Refusal(enum.Enum):
     """Why a /probe request was not probed; the HTTP layer maps each to a status code."""
 
-    INVALID = "invalid"      # malformed or missing parameters
+    INVALID = "invalid"  # malformed or missing parameters
     FORBIDDEN = "forbidden"  # a target or override the configuration does not allow
-    BUSY = "busy"            # the concurrency cap is reached
+    BUSY = "busy"  # the concurrency cap is reached
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +53,13 @@ class ProbeHandler:
         self.exp = exp
         self.in_flight = 0
 
-    async def handle(self, params: Mapping[str, str], *, repeated: Iterable[str] = (),
-                     header_timeout: float | None = None) -> ProbeResult | Refused:
+    async def handle(
+        self,
+        params: Mapping[str, str],
+        *,
+        repeated: Iterable[str] = (),
+        header_timeout: float | None = None,
+    ) -> ProbeResult | Refused:
         exp = self.exp
         cfg = exp.config
         repeated = sorted(repeated)
@@ -74,8 +79,7 @@ class ProbeHandler:
             # in the allowlist cannot open the IPv4 space (or a v4 target hide behind v6).
             ip = ip.ipv4_mapped
             host, scope = str(ip), 0
-        configured = [t for t in cfg.targets
-                      if (t.host, t.port, t.scope_id) == (host, port, scope)]
+        configured = [t for t in cfg.targets if (t.host, t.port, t.scope_id) == (host, port, scope)]
         module_name = params.get("module") or (configured[0].module if configured else "")
         if not module_name:
             return Refused(Refusal.INVALID, "missing parameter: module")
@@ -84,23 +88,31 @@ class ProbeHandler:
             return Refused(Refusal.INVALID, f"unknown module {module_name!r}")
         allowed = bool(configured) or any(ip in net for net in cfg.probe_allowlist)
         if not allowed:
-            return Refused(Refusal.FORBIDDEN, f"target {raw_target} is neither configured "
-                                              "nor inside probe_allowlist")
+            return Refused(
+                Refusal.FORBIDDEN,
+                f"target {raw_target} is neither configured nor inside probe_allowlist",
+            )
         qname, qtype = params.get("name"), params.get("type")
         if (qname or qtype) and not module.allow_query_override:
-            return Refused(Refusal.FORBIDDEN,
-                           f"module {module_name!r} does not allow overriding the query")
+            return Refused(
+                Refusal.FORBIDDEN, f"module {module_name!r} does not allow overriding the query"
+            )
         budget = exp.scrape_budget(header_timeout)
-        target = Target(address=raw_target, host=host, port=port, module=module_name,
-                        scope_id=scope)
+        target = Target(
+            address=raw_target, host=host, port=port, module=module_name, scope_id=scope
+        )
         if self.in_flight >= cfg.limits.max_concurrent_probes:
             # Each /probe holds a socket: a flood must not exhaust descriptors.
-            return Refused(Refusal.BUSY, "too many concurrent probes "
-                           f"(limits.max_concurrent_probes: {cfg.limits.max_concurrent_probes})")
+            return Refused(
+                Refusal.BUSY,
+                "too many concurrent probes "
+                f"(limits.max_concurrent_probes: {cfg.limits.max_concurrent_probes})",
+            )
         self.in_flight += 1
         try:
-            return await exp.probe_one(target, module, budget, qname=qname,
-                                       qtype=qtype.upper() if qtype else None)
+            return await exp.probe_one(
+                target, module, budget, qname=qname, qtype=qtype.upper() if qtype else None
+            )
         except (ValueError, dns.exception.DNSException) as e:  # invalid override name/type
             return Refused(Refusal.INVALID, f"invalid query: {e}")
         finally:

@@ -16,14 +16,14 @@ from dnsfleet.dnswire import Malformed, Response, answer_texts
 class Reason(StrEnum):
     """Why a probe failed: a closed set, each member always exported (1 current, 0 others)."""
 
-    TIMEOUT = "timeout"                  # nothing usable before the deadline
-    REFUSED = "refused"                  # ICMP port unreachable / TCP RST: host up, no DNS
-    UNREACHABLE = "unreachable"          # no route, host or network unreachable
-    RCODE = "rcode"                      # answered with an rcode not in valid_rcodes
+    TIMEOUT = "timeout"  # nothing usable before the deadline
+    REFUSED = "refused"  # ICMP port unreachable / TCP RST: host up, no DNS
+    UNREACHABLE = "unreachable"  # no route, host or network unreachable
+    RCODE = "rcode"  # answered with an rcode not in valid_rcodes
     ANSWER_MISMATCH = "answer_mismatch"  # answered, but not what the module expects
-    TRUNCATED = "truncated"              # TC bit set on a UDP answer
-    MALFORMED = "malformed"              # bytes came back, but no well-formed answer
-    NETWORK_ERROR = "network_error"      # any other socket error
+    TRUNCATED = "truncated"  # TC bit set on a UDP answer
+    MALFORMED = "malformed"  # bytes came back, but no well-formed answer
+    NETWORK_ERROR = "network_error"  # any other socket error
 
 
 REASONS: tuple[Reason, ...] = tuple(Reason)
@@ -44,7 +44,7 @@ class ProbeResult:
     success: bool
     reason: Reason | None
     duration: float
-    rcode: int          # -1 when no response
+    rcode: int  # -1 when no response
     answer_rrs: int
     detail: str
     response: Response | None = None
@@ -67,8 +67,9 @@ def _compile(pattern: str) -> Any:
 
 
 def failed(reason: Reason, duration: float, detail: str) -> ProbeResult:
-    return ProbeResult(success=False, reason=reason, duration=duration, rcode=-1,
-                       answer_rrs=0, detail=detail)
+    return ProbeResult(
+        success=False, reason=reason, duration=duration, rcode=-1, answer_rrs=0, detail=detail
+    )
 
 
 def judge(ex: Exchange, module: Module) -> ProbeResult:
@@ -78,20 +79,33 @@ def judge(ex: Exchange, module: Module) -> ProbeResult:
         return failed(ex.error or Reason.NETWORK_ERROR, ex.duration, ex.detail)
 
     def verdict(reason: Reason | None, detail: str) -> ProbeResult:
-        return ProbeResult(success=reason is None, reason=reason, duration=ex.duration,
-                           rcode=r.rcode, answer_rrs=r.answer_rrs, detail=detail, response=r)
+        return ProbeResult(
+            success=reason is None,
+            reason=reason,
+            duration=ex.duration,
+            rcode=r.rcode,
+            answer_rrs=r.answer_rrs,
+            detail=detail,
+            response=r,
+        )
 
     if r.truncated:
         # Over TCP nothing is ever too large: a TC answer there is a broken server.
-        return verdict(Reason.TRUNCATED, "TC bit set: the answer does not fit in UDP"
-                       if module.transport == "udp" else "TC bit set on a TCP answer")
+        return verdict(
+            Reason.TRUNCATED,
+            "TC bit set: the answer does not fit in UDP"
+            if module.transport == "udp"
+            else "TC bit set on a TCP answer",
+        )
     if r.rcode not in module.valid_rcode_numbers:
         text = dns.rcode.to_text(r.rcode)  # type: ignore[arg-type]
         return verdict(Reason.RCODE, f"rcode {text} not in {', '.join(module.valid_rcodes)}")
     if r.matching_answers < module.min_answers:
-        return verdict(Reason.ANSWER_MISMATCH,
-                       f"{r.matching_answers} {module.query_type} answers, "
-                       f"expected at least {module.min_answers}")
+        return verdict(
+            Reason.ANSWER_MISMATCH,
+            f"{r.matching_answers} {module.query_type} answers, "
+            f"expected at least {module.min_answers}",
+        )
     if module.fail_if_not_matches or module.fail_if_matches:
         try:
             texts = answer_texts(r.wire)

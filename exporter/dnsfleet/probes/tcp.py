@@ -12,8 +12,9 @@ from dnsfleet.probes.result import Exchange, Reason
 from dnsfleet.probes.udp import classify_oserror
 
 
-async def _read_exactly(loop: asyncio.AbstractEventLoop, sock: socket.socket, n: int,
-                        got: list[int]) -> bytes:
+async def _read_exactly(
+    loop: asyncio.AbstractEventLoop, sock: socket.socket, n: int, got: list[int]
+) -> bytes:
     # ``got`` counts every byte as it arrives, so a peer that sends one octet of the length
     # prefix and closes reads as a broken answer (malformed), not as a network error.
     buf = bytearray()
@@ -26,8 +27,13 @@ async def _read_exactly(loop: asyncio.AbstractEventLoop, sock: socket.socket, n:
     return bytes(buf)
 
 
-async def exchange(*, sockaddr: tuple[str, int] | tuple[str, int, int, int],
-                   family: socket.AddressFamily, query: Query, timeout: float) -> Exchange:
+async def exchange(
+    *,
+    sockaddr: tuple[str, int] | tuple[str, int, int, int],
+    family: socket.AddressFamily,
+    query: Query,
+    timeout: float,
+) -> Exchange:
     loop = asyncio.get_running_loop()
     start = time.monotonic()
 
@@ -52,13 +58,17 @@ async def exchange(*, sockaddr: tuple[str, int] | tuple[str, int, int, int],
             data = await _read_exactly(loop, sock, expected - 2, got)
     except TimeoutError:
         if got[0]:
-            return Exchange(None, Reason.TIMEOUT, elapsed(),
-                            f"incomplete response: {got[0]} of {expected or '?'} bytes "
-                            f"within {timeout:.3g}s")
+            return Exchange(
+                None,
+                Reason.TIMEOUT,
+                elapsed(),
+                f"incomplete response: {got[0]} of {expected or '?'} bytes within {timeout:.3g}s",
+            )
         return Exchange(None, Reason.TIMEOUT, elapsed(), f"no answer within {timeout:.3g}s")
     except EOFError as e:
-        return Exchange(None, Reason.MALFORMED if got[0] else Reason.NETWORK_ERROR, elapsed(),
-                        str(e))
+        return Exchange(
+            None, Reason.MALFORMED if got[0] else Reason.NETWORK_ERROR, elapsed(), str(e)
+        )
     except OSError as e:
         return Exchange(None, classify_oserror(e), elapsed(), e.strerror or str(e))
     finally:
@@ -70,6 +80,10 @@ async def exchange(*, sockaddr: tuple[str, int] | tuple[str, int, int, int],
     if resp is None:
         # On a connection of our own anything but our answer is a broken server.
         rid = header_id(data)
-        return Exchange(None, Reason.MALFORMED, elapsed(),
-                        f"answer does not match the query (id {rid}, sent {qid})")
+        return Exchange(
+            None,
+            Reason.MALFORMED,
+            elapsed(),
+            f"answer does not match the query (id {rid}, sent {qid})",
+        )
     return Exchange(resp, None, elapsed())

@@ -26,8 +26,9 @@ from dnsfleet.dnswire import Malformed, Query, parse_response
 from dnsfleet.probes.result import Exchange, Reason
 
 MAX_DATAGRAM = 65535
-UNREACHABLE_ERRNOS = frozenset({errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN,
-                                errno.EHOSTDOWN, errno.EADDRNOTAVAIL})
+UNREACHABLE_ERRNOS = frozenset(
+    {errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN, errno.EHOSTDOWN, errno.EADDRNOTAVAIL}
+)
 
 
 class _Mux:
@@ -61,8 +62,7 @@ class _Mux:
                 del _MUXES[self.loop]
 
 
-_MUXES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Mux] = (
-    weakref.WeakKeyDictionary())
+_MUXES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Mux] = weakref.WeakKeyDictionary()
 
 
 def _mux(loop: asyncio.AbstractEventLoop) -> _Mux:
@@ -80,8 +80,13 @@ def classify_oserror(e: OSError) -> Reason:
     return Reason.NETWORK_ERROR
 
 
-async def exchange(*, sockaddr: tuple[str, int] | tuple[str, int, int, int],
-                   family: socket.AddressFamily, query: Query, timeout: float) -> Exchange:
+async def exchange(
+    *,
+    sockaddr: tuple[str, int] | tuple[str, int, int, int],
+    family: socket.AddressFamily,
+    query: Query,
+    timeout: float,
+) -> Exchange:
     loop = asyncio.get_running_loop()
     start = time.monotonic()
     try:
@@ -105,8 +110,11 @@ async def exchange(*, sockaddr: tuple[str, int] | tuple[str, int, int, int],
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as e:
-                finish(Exchange(None, classify_oserror(e), time.monotonic() - start,
-                                e.strerror or str(e)))
+                finish(
+                    Exchange(
+                        None, classify_oserror(e), time.monotonic() - start, e.strerror or str(e)
+                    )
+                )
                 return
             try:
                 resp = parse_response(data, query, qid)
@@ -120,12 +128,24 @@ async def exchange(*, sockaddr: tuple[str, int] | tuple[str, int, int, int],
 
     def on_timeout() -> None:
         if ignored:
-            finish(Exchange(None, Reason.MALFORMED, time.monotonic() - start,
-                            f"{ignored} datagram(s) that were not an answer to the query, "
-                            "and no answer before the timeout"))
+            finish(
+                Exchange(
+                    None,
+                    Reason.MALFORMED,
+                    time.monotonic() - start,
+                    f"{ignored} datagram(s) that were not an answer to the query, "
+                    "and no answer before the timeout",
+                )
+            )
         else:
-            finish(Exchange(None, Reason.TIMEOUT, time.monotonic() - start,
-                            f"no answer within {timeout:.3g}s"))
+            finish(
+                Exchange(
+                    None,
+                    Reason.TIMEOUT,
+                    time.monotonic() - start,
+                    f"no answer within {timeout:.3g}s",
+                )
+            )
 
     fd = sock.fileno()
     mux: _Mux | None = None
@@ -135,8 +155,9 @@ async def exchange(*, sockaddr: tuple[str, int] | tuple[str, int, int, int],
             sock.connect(sockaddr)
             sock.send(query.with_id(qid))
         except OSError as e:
-            return Exchange(None, classify_oserror(e), time.monotonic() - start,
-                            e.strerror or str(e))
+            return Exchange(
+                None, classify_oserror(e), time.monotonic() - start, e.strerror or str(e)
+            )
         mux = _mux(loop)
         mux.add(fd, on_readable)
         handle = loop.call_at(loop.time() + timeout, on_timeout)
