@@ -11,8 +11,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
-
+from tests.samples import exact, parse
 from tests.tools import free_port
 
 EXPORTER = [sys.executable, "-m", "dnsfleet"]
@@ -66,13 +65,6 @@ class ExporterProcess:
         self.log.close()
 
 
-def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    out = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out[(s.name, frozenset(s.labels.items()))] = s.value
-    return out
-
-
 def value(text: str, name: str, **labels: str) -> float | None:
-    return samples(text).get((name, frozenset(labels.items())))
+    """The sample of an exposition the process served with exactly these labels."""
+    return exact(parse(text), name, **labels)

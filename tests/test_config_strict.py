@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from dnsfleet import config
 from dnsfleet.config import RESERVED_LABELS, ConfigError
+from tests.samples import parse
 
 pytestmark = pytest.mark.integration
 
@@ -86,8 +87,6 @@ def test_every_label_the_exporter_sets_is_reserved(tmp_path: Path, label: str) -
 def test_emitted_label_names_are_all_reserved() -> None:
     """Every label name in the host collectors' golden exposition, the resolver and canary
     families and the probe families is reserved, so no configured label can collide."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     from dnsfleet.collectors.resolver import stats_families
     from dnsfleet.exposition import render
     from dnsfleet.parsers.promtext import parse_resolver_metrics
@@ -102,13 +101,7 @@ def test_emitted_label_names_are_all_reserved() -> None:
         ),
     ]
     texts.append(render(stats_families([('target="t"', st) for st in stats])))
-    names = {
-        k
-        for text in texts
-        for fam in text_string_to_metric_families(text)
-        for sample in fam.samples
-        for k in sample.labels
-    }
+    names = {k for text in texts for _, labels in parse(text) for k, _ in labels}
     assert names - RESERVED_LABELS == set(), sorted(names - RESERVED_LABELS)
 
 

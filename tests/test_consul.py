@@ -8,21 +8,20 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from dnsfleet import config as config_mod
 from dnsfleet.app import Exporter
 from dnsfleet.collectors import COLLECTORS, CollectContext, run_collectors
 from dnsfleet.collectors.consul import compare, decode_answer
 from dnsfleet.config import Config, ConfigError
-from dnsfleet.exposition import Family, render
+from dnsfleet.exposition import Family
 from dnsfleet.hostfs import HostFS
 from dnsfleet.parsers.consul import parse_health_service
 from tests.consul_double import CRITICAL, WARNING, ConsulDouble, consul_double
+from tests.samples import Samples, exact, of
 from tests.servers import scripted
 from tests.tools import binary, free_port, num
 
@@ -195,27 +194,22 @@ def make_config(
     return config_mod.parse(doc, source="test.yml")
 
 
-def collect(cfg: Config, fs: HostFS | None = None) -> dict[tuple[str, tuple[Any, ...]], float]:
+def collect(cfg: Config, fs: HostFS | None = None) -> Samples:
     async def run() -> list[Family]:
         loop = asyncio.get_running_loop()
         ctx = CollectContext(fs=fs or HostFS(), config=cfg, deadline=loop.time() + 5, state={})
         return await run_collectors(ctx, {"consul": COLLECTORS["consul"]})
 
-    fams = asyncio.run(run())
-    out = {}
-    for fam in text_string_to_metric_families(render(fams)):
-        for s in fam.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
+    return of(asyncio.run(run()))
 
 
-def v(m: dict[tuple[str, tuple[Any, ...]], float], name: str, **labels: str) -> float | None:
-    return m.get((name, tuple(sorted({"agent": "local", **labels}.items()))))
+def v(m: Samples, name: str, **labels: str) -> float | None:
+    return exact(m, name, **{"agent": "local", **labels})
 
 
 def test_healthy_cluster(consul: ConsulDouble) -> None:
     m = collect(make_config(consul))
-    assert m[("dnsfleet_collector_success", (("collector", "consul"),))] == 1
+    assert exact(m, "dnsfleet_collector_success", collector="consul") == 1
     assert v(m, "dnsfleet_consul_up") == 1
     for q in (
         "web.service.consul A",
@@ -314,7 +308,7 @@ def test_unreadable_data_dir_is_no_failed_scrape(consul: ConsulDouble, tmp_path:
         # root reads anything: make the path component a file instead.
         (tmp_path / "opt").write_text("not a directory")
     m = collect(make_config(consul, data_dir="/opt/consul"), HostFS(rootfs=tmp_path))
-    assert m[("dnsfleet_collector_success", (("collector", "consul"),))] == 1
+    assert exact(m, "dnsfleet_collector_success", collector="consul") == 1
     assert v(m, "dnsfleet_consul_raft_db_bytes") is None
     assert v(m, "dnsfleet_consul_up") == 1
 
@@ -322,7 +316,7 @@ def test_unreadable_data_dir_is_no_failed_scrape(consul: ConsulDouble, tmp_path:
 def test_http_down(consul: ConsulDouble) -> None:
     consul.stop_http()
     m = collect(make_config(consul))
-    assert m[("dnsfleet_collector_success", (("collector", "consul"),))] == 1
+    assert exact(m, "dnsfleet_collector_success", collector="consul") == 1
     assert v(m, "dnsfleet_consul_up") == 0
     assert v(m, "dnsfleet_consul_dns_probe_success", query="web.service.consul A") == 1
     assert v(m, "dnsfleet_consul_leader_present") is None
@@ -429,7 +423,7 @@ def test_deadline_bounds_a_silent_agent(blackhole: object) -> None:
         source="t",
     )
     m = collect(cfg)
-    assert m[("dnsfleet_collector_success", (("collector", "consul"),))] == 1
+    assert exact(m, "dnsfleet_collector_success", collector="consul") == 1
     q = "web.service.consul A"
     assert v(m, "dnsfleet_consul_dns_probe_failure", query=q, reason="timeout") == 1
     assert v(m, "dnsfleet_consul_up") == 0

@@ -19,6 +19,7 @@ from dnsfleet.config import Config, ConfigError, parse
 from dnsfleet.exposition import Family, render
 from dnsfleet.hostfs import HostFS, HostReadError, StrPath
 from tests.hosttree import FIXTURES, TREES, host_fs
+from tests.samples import exact, of
 from tests.tools import binary
 
 pytestmark = pytest.mark.integration
@@ -42,16 +43,8 @@ async def _run(fs: HostFS, cfg: Config) -> list[Family]:
     return await run_collectors(ctx, {n: COLLECTORS[n] for n in HOST})
 
 
-def samples(fams: list[Family]) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    out = {}
-    for fam in text_string_to_metric_families(render(fams)):
-        for s in fam.samples:
-            out[(s.name, frozenset(s.labels.items()))] = s.value
-    return out
-
-
 def value(fams: list[Family], name: str, **labels: str) -> float | None:
-    return samples(fams).get((name, frozenset(labels.items())))
+    return exact(of(fams), name, **labels)
 
 
 def success(fams: list[Family]) -> dict[str, float]:
@@ -156,7 +149,7 @@ def test_x86_tree_values() -> None:
 def test_cardinality_is_queues_plus_cpus() -> None:
     fams = collect(host_fs(TREES / "x86"))
     per_device: dict[str, int] = {}
-    for (name, labels), _ in samples(fams).items():
+    for (name, labels), _ in of(fams).items():
         if name.startswith("dnsfleet_nic_"):
             dev = dict(labels)["device"]
             per_device[dev] = per_device.get(dev, 0) + 1
@@ -206,7 +199,7 @@ def test_arm_ena_tree_maps_queues_by_name() -> None:
         == 1
     )
     # No cpuidle, no /dev/cpu_dma_latency: no CPU latency families, and no failure.
-    assert not [n for n, _ in samples(fams) if n.startswith(("dnsfleet_cpu", "dnsfleet_pm"))]
+    assert not [n for n, _ in of(fams) if n.startswith(("dnsfleet_cpu", "dnsfleet_pm"))]
 
 
 def test_wakeup_latency_with_deep_states_disabled_and_pm_qos(tmp_path: Path) -> None:
@@ -259,7 +252,7 @@ def test_unreadable_file_fails_only_its_collector(tmp_path: Path, collector: str
         "bonding": ("dnsfleet_bond",),
         "cpu_latency": ("dnsfleet_cpuidle", "dnsfleet_cpu_"),
     }[collector]
-    assert not [n for n, _ in samples(fams) if n.startswith(prefix)]
+    assert not [n for n, _ in of(fams) if n.startswith(prefix)]
 
 
 @pytest.mark.parametrize(
@@ -321,7 +314,7 @@ def test_missing_subsystems_are_no_data(tmp_path: Path) -> None:
     (root / "root" / "etc" / "tuned" / "active_profile").unlink()
     fams = collect(host_fs(root))
     assert success(fams) == {"bonding": 1, "nic": 1, "cpu_latency": 1}
-    names = {n for n, _ in samples(fams)}
+    names = {n for n, _ in of(fams)}
     assert not [
         n
         for n in names
@@ -384,7 +377,7 @@ def test_nic_include_exclude() -> None:
     from dnsfleet.collectors.nic import collect as nic_collect
 
     fams = nic_collect(host_fs(TREES / "x86"), cfg)
-    devices = {dict(lab)["device"] for n, lab in samples(fams) if n == "dnsfleet_nic_queues"}
+    devices = {dict(lab)["device"] for n, lab in of(fams) if n == "dnsfleet_nic_queues"}
     assert devices == {"eth0"}
 
 
@@ -434,7 +427,7 @@ def test_smoke_on_this_machines_proc_and_sys() -> None:
     fams = collect(HostFS(), resolver="systemd")
     assert success(fams) == {"bonding": 1, "nic": 1, "cpu_latency": 1}
     ncpu = len(Path("/proc/softirqs").read_text().splitlines()[0].split())
-    net_rx = [k for k in samples(fams) if k[0] == "dnsfleet_softirq_net_rx_total"]
+    net_rx = [k for k in of(fams) if k[0] == "dnsfleet_softirq_net_rx_total"]
     assert len(net_rx) == ncpu
     # Every interface with MSI vectors of its own (or a virtio function's) reports queues.
     for dev in Path("/sys/class/net").iterdir():

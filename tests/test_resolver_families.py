@@ -22,8 +22,9 @@ from dnsfleet.app import Exporter
 from dnsfleet.hostfs import HostFS
 from dnsfleet.parsers.promtext import parse_prometheus_text, parse_resolver_metrics
 from tests.resolverfamilies import Dnsdist, Kresd, PdnsRecursor, wait_http
+from tests.samples import value
 from tests.servers import Named, Unbound
-from tests.test_resolver_real import scrape, value
+from tests.test_resolver_real import scrape
 from tests.tools import num
 
 pytestmark = pytest.mark.integration

@@ -21,7 +21,6 @@ import dns.message
 import dns.query
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from dnsfleet.app import Exporter
 from dnsfleet.capacity import Measurement, effective_capacity, read_state
@@ -30,6 +29,7 @@ from dnsfleet.config import Endpoint, parse_address
 from dnsfleet.hostfs import HostFS
 from dnsfleet.parsers.unbound import parse_unbound_stats
 from tests.resolverfamilies import Dnsdist
+from tests.samples import Samples, parse, value
 from tests.servers import Named, Unbound
 from tests.tools import binary, free_port, num
 
@@ -40,23 +40,9 @@ canary  3600 IN A 192.0.2.11
 brief   8 IN A 192.0.2.13
 """
 
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
 
 def scrape(exp: Exporter) -> Samples:
-    text = asyncio.run(exp.scrape(8.0)).decode()
-    out: Samples = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out[(s.name, frozenset(s.labels.items()))] = s.value
-    return out
-
-
-def value(samples: Samples, name: str, **labels: str) -> float | None:
-    want = set(labels.items())
-    hits = [v for (n, lab), v in samples.items() if n == name and want <= lab]
-    assert len(hits) <= 1, f"{name} {labels}: {len(hits)} series"
-    return hits[0] if hits else None
+    return parse(asyncio.run(exp.scrape(8.0)).decode())
 
 
 def exporter(tmp_path: Path, doc: dict[str, Any]) -> Exporter:

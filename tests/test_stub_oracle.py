@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from dnsfleet.parsers.resolvconf import parse_resolv_conf
 from dnsfleet.stubmodel import ServerOutcome, ServerState, Verdict, model
 from tests.netlab import ANSWERING, CLOSED, QUERY_NAME, RCODE_REFUSED, SILENT, NetLab, netlab
+from tests.samples import parse
 
 pytestmark = [pytest.mark.integration, pytest.mark.netns]
 
@@ -168,14 +168,6 @@ def test_rotate_expected_delay_is_the_mean_over_start_positions() -> None:
     assert v.delay == pytest.approx(4 / 3)
 
 
-def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    out = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
 def test_exporter_in_namespace_against_port_53(lab: NetLab, tmp_path: Path) -> None:
     """The real exporter (--once) in the namespace: the resolv.conf names servers on port 53
     exactly as a client's does, no seam."""
@@ -194,13 +186,13 @@ def test_exporter_in_namespace_against_port_53(lab: NetLab, tmp_path: Path) -> N
         timeout=60,
     )
     assert out.returncode == 0, out.stderr
-    got = _samples(out.stdout)
+    got = parse(out.stdout)
     f = ("resolv_conf", str(rc))
 
     def v(name: str, *labels: tuple[str, str]) -> float | None:
-        return got.get((name, tuple(sorted((f, *labels)))))
+        return got.get((name, frozenset((f, *labels))))
 
-    assert got[("dnsfleet_collector_success", (("collector", "stub"),))] == 1
+    assert got[("dnsfleet_collector_success", frozenset({("collector", "stub")}))] == 1
     assert v("dnsfleet_stub_nameservers") == 3
     assert (
         v(
