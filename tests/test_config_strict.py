@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from dnsfleet import config
 from dnsfleet.config import RESERVED_LABELS, ConfigError
-from tests.samples import parse
+from tests.harness.metrics import samples
 
 pytestmark = pytest.mark.integration
 
@@ -101,7 +101,7 @@ def test_emitted_label_names_are_all_reserved() -> None:
         ),
     ]
     texts.append(render(stats_families([('target="t"', st) for st in stats])))
-    names = {k for text in texts for _, labels in parse(text) for k, _ in labels}
+    names = {k for text in texts for _, labels in samples(text) for k, _ in labels}
     assert names - RESERVED_LABELS == set(), sorted(names - RESERVED_LABELS)
 
 

@@ -21,7 +21,7 @@ from dnsfleet.exposition import Family
 from dnsfleet.hostfs import HostFS
 from dnsfleet.parsers.consul import parse_health_service
 from tests.consul_double import CRITICAL, WARNING, ConsulDouble, consul_double
-from tests.samples import Samples, exact, of
+from tests.harness.metrics import Samples, of, value
 from tests.servers import scripted
 from tests.tools import binary, free_port, num
 
@@ -204,12 +204,12 @@ def collect(cfg: Config, fs: HostFS | None = None) -> Samples:
 
 
 def v(m: Samples, name: str, **labels: str) -> float | None:
-    return exact(m, name, **{"agent": "local", **labels})
+    return value(m, name, **{"agent": "local", **labels})
 
 
 def test_healthy_cluster(consul: ConsulDouble) -> None:
     m = collect(make_config(consul))
-    assert exact(m, "dnsfleet_collector_success", collector="consul") == 1
+    assert value(m, "dnsfleet_collector_success", collector="consul") == 1
     assert v(m, "dnsfleet_consul_up") == 1
     for q in (
         "web.service.consul A",
@@ -308,7 +308,7 @@ def test_unreadable_data_dir_is_no_failed_scrape(consul: ConsulDouble, tmp_path:
         # root reads anything: make the path component a file instead.
         (tmp_path / "opt").write_text("not a directory")
     m = collect(make_config(consul, data_dir="/opt/consul"), HostFS(rootfs=tmp_path))
-    assert exact(m, "dnsfleet_collector_success", collector="consul") == 1
+    assert value(m, "dnsfleet_collector_success", collector="consul") == 1
     assert v(m, "dnsfleet_consul_raft_db_bytes") is None
     assert v(m, "dnsfleet_consul_up") == 1
 
@@ -316,7 +316,7 @@ def test_unreadable_data_dir_is_no_failed_scrape(consul: ConsulDouble, tmp_path:
 def test_http_down(consul: ConsulDouble) -> None:
     consul.stop_http()
     m = collect(make_config(consul))
-    assert exact(m, "dnsfleet_collector_success", collector="consul") == 1
+    assert value(m, "dnsfleet_collector_success", collector="consul") == 1
     assert v(m, "dnsfleet_consul_up") == 0
     assert v(m, "dnsfleet_consul_dns_probe_success", query="web.service.consul A") == 1
     assert v(m, "dnsfleet_consul_leader_present") is None
@@ -423,7 +423,7 @@ def test_deadline_bounds_a_silent_agent(blackhole: object) -> None:
         source="t",
     )
     m = collect(cfg)
-    assert exact(m, "dnsfleet_collector_success", collector="consul") == 1
+    assert value(m, "dnsfleet_collector_success", collector="consul") == 1
     q = "web.service.consul A"
     assert v(m, "dnsfleet_consul_dns_probe_failure", query=q, reason="timeout") == 1
     assert v(m, "dnsfleet_consul_up") == 0

@@ -40,7 +40,7 @@ from dashboards import generate
 from dnsfleet.capacity import Measurement, format_state
 from dnsfleet.config import Endpoint
 from tests.consul_double import ConsulDouble
-from tests.exporter_proc import ExporterProcess
+from tests.harness.exporter import ExporterProcess
 from tests.monitoring import (
     Alertmanager,
     Prometheus,

@@ -18,8 +18,9 @@ from dnsfleet.collectors import COLLECTORS, CollectContext, run_collectors
 from dnsfleet.config import Config, ConfigError, parse
 from dnsfleet.exposition import Family, render
 from dnsfleet.hostfs import HostFS, HostReadError, StrPath
+from tests.harness import metrics
+from tests.harness.metrics import of
 from tests.hosttree import FIXTURES, TREES, host_fs
-from tests.samples import exact, of
 from tests.tools import binary
 
 pytestmark = pytest.mark.integration
@@ -44,7 +45,7 @@ async def _run(fs: HostFS, cfg: Config) -> list[Family]:
 
 
 def value(fams: list[Family], name: str, **labels: str) -> float | None:
-    return exact(of(fams), name, **labels)
+    return metrics.value(of(fams), name, **labels)
 
 
 def success(fams: list[Family]) -> dict[str, float]:

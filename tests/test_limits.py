@@ -27,7 +27,7 @@ from dnsfleet.cli import raise_fd_limit
 from dnsfleet.config import ConfigError
 from dnsfleet.hostfs import HostFS
 from dnsfleet.probes import Reason
-from tests.proc_exporter import ExporterProc, running_exporter
+from tests.harness.exporter import ExporterProc, running_exporter
 from tests.servers import Blackhole, Unbound, answer, scripted
 from tests.tools import free_port
 from tests.wildcard import WildcardUnbound, answering_and_silent

@@ -21,8 +21,8 @@ import yaml
 from dnsfleet.app import Exporter
 from dnsfleet.hostfs import HostFS
 from dnsfleet.parsers.promtext import parse_prometheus_text, parse_resolver_metrics
+from tests.harness.metrics import matching
 from tests.resolverfamilies import Dnsdist, Kresd, PdnsRecursor, wait_http
-from tests.samples import value
 from tests.servers import Named, Unbound
 from tests.test_resolver_real import scrape
 from tests.tools import num
@@ -85,13 +85,13 @@ def test_pdns_recursor(pdns: PdnsRecursor, tmp_path: Path) -> None:
     ask(pdns.address, "nope.example.test", 3)
     s = scrape(exp)
     t = pdns.address
-    assert value(s, "dnsfleet_resolver_stats_up", target=t) == 1
-    assert value(s, "dnsfleet_resolver_info", target=t, software="pdns-recursor") == 1
-    assert num(value(s, "dnsfleet_resolver_queries_total", target=t)) >= 8
-    assert num(value(s, "dnsfleet_resolver_cache_hits_total", target=t)) >= 4
-    assert num(value(s, "dnsfleet_resolver_responses_total", target=t, rcode="NXDOMAIN")) >= 3
-    assert value(s, "dnsfleet_resolver_rcode_stats_available", target=t) == 1
-    start = num(value(s, "dnsfleet_resolver_start_time_seconds", target=t))
+    assert matching(s, "dnsfleet_resolver_stats_up", target=t) == 1
+    assert matching(s, "dnsfleet_resolver_info", target=t, software="pdns-recursor") == 1
+    assert num(matching(s, "dnsfleet_resolver_queries_total", target=t)) >= 8
+    assert num(matching(s, "dnsfleet_resolver_cache_hits_total", target=t)) >= 4
+    assert num(matching(s, "dnsfleet_resolver_responses_total", target=t, rcode="NXDOMAIN")) >= 3
+    assert matching(s, "dnsfleet_resolver_rcode_stats_available", target=t) == 1
+    start = num(matching(s, "dnsfleet_resolver_start_time_seconds", target=t))
     assert start == pytest.approx(time.time(), abs=30)
     capture("pdns-recursor-4.8.metrics.txt", pdns.metrics_url, {"X-API-Key": pdns.api_key})
     # A restart moves the start time (uptime has a resolution of one second).
@@ -99,7 +99,7 @@ def test_pdns_recursor(pdns: PdnsRecursor, tmp_path: Path) -> None:
     pdns.stop()
     pdns.start()
     s = scrape(exp)
-    assert num(value(s, "dnsfleet_resolver_start_time_seconds", target=t)) > start
+    assert num(matching(s, "dnsfleet_resolver_start_time_seconds", target=t)) > start
     # /config never shows the API key.
     from dnsfleet.config import to_yaml
 
@@ -118,7 +118,7 @@ def test_pdns_recursor_wrong_url_is_unreadable(pdns: PdnsRecursor, tmp_path: Pat
         },
     )
     s = scrape(exp)
-    assert value(s, "dnsfleet_resolver_stats_up", target=pdns.address) == 0
+    assert matching(s, "dnsfleet_resolver_stats_up", target=pdns.address) == 0
 
 
 @pytest.fixture
@@ -159,30 +159,32 @@ def test_dnsdist_pool(pool: tuple[Dnsdist, Unbound, Unbound], tmp_path: Path) ->
         s = scrape(exp)
         time.sleep(0.6)
     t = d.address
-    assert value(s, "dnsfleet_resolver_stats_up", target=t) == 1
-    assert value(s, "dnsfleet_resolver_info", target=t, software="dnsdist") == 1
-    assert num(value(s, "dnsfleet_resolver_queries_total", target=t)) >= 14
+    assert matching(s, "dnsfleet_resolver_stats_up", target=t) == 1
+    assert matching(s, "dnsfleet_resolver_info", target=t, software="dnsdist") == 1
+    assert num(matching(s, "dnsfleet_resolver_queries_total", target=t)) >= 14
     for name, u in (("b1", b1), ("b2", b2)):
         assert (
-            value(
+            matching(
                 s, "dnsfleet_resolver_backend_up", target=t, backend=name, backend_address=u.address
             )
             == 1
         )
-        assert num(value(s, "dnsfleet_resolver_backend_queries_total", target=t, backend=name)) >= 3
-    assert value(s, "dnsfleet_resolver_backend_changes_total", target=t, module="m") == 0
+        assert (
+            num(matching(s, "dnsfleet_resolver_backend_queries_total", target=t, backend=name)) >= 3
+        )
+    assert matching(s, "dnsfleet_resolver_backend_changes_total", target=t, module="m") == 0
     watch = next(iter(exp.prober.watch.states.values()))
     seen = set(watch.canary.baselines)
     assert seen <= {"b1", "b2"} and seen, seen
     assert watch.canary.resets == 0
     # The backend label describes the canary's answer, not the main probe's.
-    assert value(s, "dnsfleet_resolver_backend_info", target=t, backend=sorted(seen)[0]) == 1
+    assert matching(s, "dnsfleet_resolver_backend_info", target=t, backend=sorted(seen)[0]) == 1
     flushed = {"b1": b1, "b2": b2}[sorted(seen)[0]]
     flushed.control("flush", "canary.example.test")
     for _ in range(3):
         time.sleep(0.6)
         s = scrape(exp)
-    assert value(s, "dnsfleet_resolver_cache_resets_total", target=t) == 1
+    assert matching(s, "dnsfleet_resolver_cache_resets_total", target=t) == 1
     capture("dnsdist-1.7.metrics.txt", d.metrics_url)
 
 
@@ -198,12 +200,14 @@ def test_knot_resolver(tmp_path: Path, named: Named) -> None:
         ask(k.address, "nope.example.test", 2)
         s = scrape(exp)
         t = k.address
-        assert value(s, "dnsfleet_resolver_stats_up", target=t) == 1
-        assert value(s, "dnsfleet_resolver_info", target=t, software="knot-resolver") == 1
-        assert num(value(s, "dnsfleet_resolver_queries_total", target=t)) >= 6
-        assert num(value(s, "dnsfleet_resolver_responses_total", target=t, rcode="NXDOMAIN")) >= 2
+        assert matching(s, "dnsfleet_resolver_stats_up", target=t) == 1
+        assert matching(s, "dnsfleet_resolver_info", target=t, software="knot-resolver") == 1
+        assert num(matching(s, "dnsfleet_resolver_queries_total", target=t)) >= 6
+        assert (
+            num(matching(s, "dnsfleet_resolver_responses_total", target=t, rcode="NXDOMAIN")) >= 2
+        )
         # kresd publishes no start time: nothing rather than a made-up one.
-        assert value(s, "dnsfleet_resolver_start_time_seconds", target=t) is None
+        assert matching(s, "dnsfleet_resolver_start_time_seconds", target=t) is None
         capture("knot-resolver-5.6.metrics.txt", k.metrics_url)
     finally:
         k.stop()

@@ -28,8 +28,8 @@ from dnsfleet.cli import main as dnsfleet_main
 from dnsfleet.config import Endpoint, parse_address
 from dnsfleet.hostfs import HostFS
 from dnsfleet.parsers.unbound import parse_unbound_stats
+from tests.harness.metrics import Samples, matching, samples
 from tests.resolverfamilies import Dnsdist
-from tests.samples import Samples, parse, value
 from tests.servers import Named, Unbound
 from tests.tools import binary, free_port, num
 
@@ -42,7 +42,7 @@ brief   8 IN A 192.0.2.13
 
 
 def scrape(exp: Exporter) -> Samples:
-    return parse(asyncio.run(exp.scrape(8.0)).decode())
+    return samples(asyncio.run(exp.scrape(8.0)).decode())
 
 
 def exporter(tmp_path: Path, doc: dict[str, Any]) -> Exporter:
@@ -116,24 +116,24 @@ def test_flush_restart_and_backend_change(pair: tuple[Named, Unbound], tmp_path:
     start = "dnsfleet_resolver_start_time_seconds"
 
     s = scrape(exp)
-    assert value(s, "dnsfleet_probe_success", target=u) == 1
-    assert value(s, resets, target=u, site="lab1") == 0
-    assert 3595 <= num(value(s, "dnsfleet_resolver_canary_ttl_seconds", target=u)) <= 3600
-    assert value(s, "dnsfleet_resolver_backend_info", target=u, backend="backend-a") == 1
-    assert value(s, "dnsfleet_resolver_stats_up", target=u, site="lab1") == 1
-    assert value(s, "dnsfleet_resolver_stats_up", target=b) == 1
-    assert value(s, "dnsfleet_resolver_info", target=u, software="unbound") == 1
-    assert value(s, "dnsfleet_resolver_info", target=b, software="bind") == 1
-    u_start, b_start = value(s, start, target=u), num(value(s, start, target=b))
+    assert matching(s, "dnsfleet_probe_success", target=u) == 1
+    assert matching(s, resets, target=u, site="lab1") == 0
+    assert 3595 <= num(matching(s, "dnsfleet_resolver_canary_ttl_seconds", target=u)) <= 3600
+    assert matching(s, "dnsfleet_resolver_backend_info", target=u, backend="backend-a") == 1
+    assert matching(s, "dnsfleet_resolver_stats_up", target=u, site="lab1") == 1
+    assert matching(s, "dnsfleet_resolver_stats_up", target=b) == 1
+    assert matching(s, "dnsfleet_resolver_info", target=u, software="unbound") == 1
+    assert matching(s, "dnsfleet_resolver_info", target=b, software="bind") == 1
+    u_start, b_start = matching(s, start, target=u), num(matching(s, start, target=b))
     assert u_start == pytest.approx(process_start(unbound.proc.pid), abs=2)  # type: ignore[union-attr]
     assert b_start == pytest.approx(process_start(named.proc.pid), abs=2)  # type: ignore[union-attr]
-    assert num(value(s, "dnsfleet_resolver_queries_total", target=u)) >= 1
+    assert num(matching(s, "dnsfleet_resolver_queries_total", target=u)) >= 1
 
     # A second scrape without any event: nothing counted, start times identical.
     time.sleep(1.5)
     s = scrape(exp)
-    assert value(s, resets, target=u) == 0
-    assert (value(s, start, target=u), value(s, start, target=b)) == (u_start, b_start)
+    assert matching(s, resets, target=u) == 0
+    assert (matching(s, start, target=u), matching(s, start, target=b)) == (u_start, b_start)
 
     # unbound-control flush of the canary: one reset, counted when the next answer counts
     # down from the refetched TTL; the process did not restart.
@@ -141,12 +141,12 @@ def test_flush_restart_and_backend_change(pair: tuple[Named, Unbound], tmp_path:
     unbound.control("flush", "canary.example.test")
     flushed = time.time()
     s = scrape(exp)
-    assert value(s, resets, target=u) == 0
+    assert matching(s, resets, target=u) == 0
     time.sleep(1.5)
     s = scrape(exp)
-    assert value(s, resets, target=u) == 1
-    assert value(s, start, target=u) == u_start
-    assert value(
+    assert matching(s, resets, target=u) == 1
+    assert matching(s, start, target=u) == u_start
+    assert matching(
         s, "dnsfleet_resolver_last_cache_reset_timestamp_seconds", target=u
     ) == pytest.approx(flushed, abs=1)
 
@@ -156,27 +156,27 @@ def test_flush_restart_and_backend_change(pair: tuple[Named, Unbound], tmp_path:
     s = scrape(exp)
     time.sleep(1.5)
     s = scrape(exp)
-    assert value(s, resets, target=u) == 2
-    new_start = value(s, start, target=u)
+    assert matching(s, resets, target=u) == 2
+    new_start = matching(s, start, target=u)
     assert new_start is not None and new_start > u_start  # type: ignore[operator]
-    assert value(s, "dnsfleet_resolver_backend_changes_total", target=u) == 0
+    assert matching(s, "dnsfleet_resolver_backend_changes_total", target=u) == 0
 
     # Another nsid (another backend behind the address): a backend change.
     time.sleep(1.0)
     unbound.extra_server = '  nsid: "ascii_backend-b"'
     unbound.restart()
     s = scrape(exp)
-    assert value(s, "dnsfleet_resolver_backend_changes_total", target=u, site="lab1") == 1
-    assert value(s, "dnsfleet_resolver_backend_info", target=u, backend="backend-b") == 1
-    assert value(s, "dnsfleet_resolver_backend_info", target=u, backend="backend-a") is None
+    assert matching(s, "dnsfleet_resolver_backend_changes_total", target=u, site="lab1") == 1
+    assert matching(s, "dnsfleet_resolver_backend_info", target=u, backend="backend-b") == 1
+    assert matching(s, "dnsfleet_resolver_backend_info", target=u, backend="backend-a") is None
     # Its cache is another cache: its fresh canary is not a reset of the old one.
-    assert value(s, resets, target=u) == 2
+    assert matching(s, resets, target=u) == 2
 
     # Restart BIND: its boot-time moves.
     named.restart()
     s = scrape(exp)
-    assert value(s, "dnsfleet_resolver_stats_up", target=b) == 1
-    assert num(value(s, start, target=b)) > b_start
+    assert matching(s, "dnsfleet_resolver_stats_up", target=b) == 1
+    assert num(matching(s, start, target=b)) > b_start
 
 
 def test_natural_expiry_is_not_a_reset(pair: tuple[Named, Unbound], tmp_path: Path) -> None:
@@ -185,15 +185,15 @@ def test_natural_expiry_is_not_a_reset(pair: tuple[Named, Unbound], tmp_path: Pa
     u = unbound.address
     ttl = "dnsfleet_resolver_canary_ttl_seconds"
     t0 = time.monotonic()
-    first = value(scrape(exp), ttl, target=u)
+    first = matching(scrape(exp), ttl, target=u)
     time.sleep(2.0)
-    second = value(scrape(exp), ttl, target=u)
+    second = matching(scrape(exp), ttl, target=u)
     assert first is not None and second is not None and second < first
     time.sleep(max(0.0, 9.5 - (time.monotonic() - t0)))  # TTL 8: expired and refetched
     s = scrape(exp)
-    third = value(s, ttl, target=u)
+    third = matching(s, ttl, target=u)
     assert third is not None and third > second, "the canary was not fetched afresh"
-    assert value(s, "dnsfleet_resolver_cache_resets_total", target=u) == 0
+    assert matching(s, "dnsfleet_resolver_cache_resets_total", target=u) == 0
 
 
 def test_authoritative_canary_never_counts_resets(unbound: Unbound, tmp_path: Path) -> None:
@@ -216,9 +216,9 @@ def test_authoritative_canary_never_counts_resets(unbound: Unbound, tmp_path: Pa
     for _ in range(3):
         s = scrape(exp)
         time.sleep(1.2)
-    assert value(s, "dnsfleet_resolver_canary_ttl_seconds", target=u) == 300
-    assert value(s, "dnsfleet_resolver_canary_cached", target=u) == 0
-    assert value(s, "dnsfleet_resolver_cache_resets_total", target=u) == 0
+    assert matching(s, "dnsfleet_resolver_canary_ttl_seconds", target=u) == 300
+    assert matching(s, "dnsfleet_resolver_canary_cached", target=u) == 0
+    assert matching(s, "dnsfleet_resolver_cache_resets_total", target=u) == 0
 
 
 # ------------------------------------------------------------------ the real channels
@@ -248,21 +248,25 @@ def test_unbound_control_socket_live_counters(unbound: Unbound, tmp_path: Path) 
     _query(unbound.host, unbound.port, "a.local.test", 25)
     s2 = scrape(exp)
     # Our 25 plus the probe of scrape 2 (scrape 1's probe may race its stats read).
-    assert value(s2, q, target=unbound.address) - value(s1, q, target=unbound.address) >= 25  # type: ignore[operator]
+    assert matching(s2, q, target=unbound.address) - matching(s1, q, target=unbound.address) >= 25  # type: ignore[operator]
     # stats_noreset: the counters unbound-control sees were not zeroed by our reads.
     theirs = parse_unbound_stats(unbound.control("stats_noreset"))
-    assert theirs.queries >= value(s2, q, target=unbound.address)  # type: ignore[operator]
-    assert theirs.start_time == value(
+    assert theirs.queries >= matching(s2, q, target=unbound.address)  # type: ignore[operator]
+    assert theirs.start_time == matching(
         s2, "dnsfleet_resolver_start_time_seconds", target=unbound.address
     )
     assert (
-        num(value(s2, "dnsfleet_resolver_responses_total", target=unbound.address, rcode="NOERROR"))
+        num(
+            matching(
+                s2, "dnsfleet_resolver_responses_total", target=unbound.address, rcode="NOERROR"
+            )
+        )
         >= 25
     )
-    assert value(s2, "dnsfleet_resolver_rcode_stats_available", target=unbound.address) == 1
-    assert value(s2, "dnsfleet_resolver_stale_answers_total", target=unbound.address) == 0
+    assert matching(s2, "dnsfleet_resolver_rcode_stats_available", target=unbound.address) == 1
+    assert matching(s2, "dnsfleet_resolver_stale_answers_total", target=unbound.address) == 0
     assert (
-        value(
+        matching(
             s2,
             "dnsfleet_resolver_info",
             target=unbound.address,
@@ -305,10 +309,10 @@ def test_unbound_without_extended_statistics(tmp_path: Path) -> None:
                     dns.message.make_query("x.dead.test", "A"), u.host, port=u.port, timeout=3
                 )
         s = scrape(exp)
-        assert value(s, "dnsfleet_resolver_stats_up", target=u.address) == 1
-        assert value(s, "dnsfleet_resolver_rcode_stats_available", target=u.address) == 0
+        assert matching(s, "dnsfleet_resolver_stats_up", target=u.address) == 1
+        assert matching(s, "dnsfleet_resolver_rcode_stats_available", target=u.address) == 0
         assert not [k for k in s if k[0] == "dnsfleet_resolver_responses_total"]
-        assert num(value(s, "dnsfleet_resolver_queries_total", target=u.address)) >= 3
+        assert num(matching(s, "dnsfleet_resolver_queries_total", target=u.address)) >= 3
     finally:
         u.stop()
 
@@ -331,11 +335,11 @@ def test_bind_statistics_channel(named: Named, tmp_path: Path) -> None:
     _query(named.host, named.port, "www.example.test", 10)
     s2 = scrape(exp)
     q = "dnsfleet_resolver_queries_total"
-    assert value(s2, q, target=named.address) - value(s1, q, target=named.address) >= 10  # type: ignore[operator]
+    assert matching(s2, q, target=named.address) - matching(s1, q, target=named.address) >= 10  # type: ignore[operator]
     assert named.proc is not None
-    assert value(s2, "dnsfleet_resolver_start_time_seconds", target=named.address) == pytest.approx(
-        process_start(named.proc.pid), abs=2
-    )
+    assert matching(
+        s2, "dnsfleet_resolver_start_time_seconds", target=named.address
+    ) == pytest.approx(process_start(named.proc.pid), abs=2)
 
 
 class TlsUnbound(Unbound):
@@ -415,11 +419,11 @@ def test_unbound_control_tls(tmp_path: Path) -> None:
             },
         )
         s = scrape(exp)
-        assert value(s, "dnsfleet_resolver_stats_up", target=u.address) == 1
+        assert matching(s, "dnsfleet_resolver_stats_up", target=u.address) == 1
         assert u.proc is not None
-        assert value(s, "dnsfleet_resolver_start_time_seconds", target=u.address) == pytest.approx(
-            process_start(u.proc.pid), abs=2
-        )
+        assert matching(
+            s, "dnsfleet_resolver_start_time_seconds", target=u.address
+        ) == pytest.approx(process_start(u.proc.pid), abs=2)
         for wrong in (wrong_client, wrong_server):
             exp = exporter(
                 tmp_path,
@@ -429,8 +433,8 @@ def test_unbound_control_tls(tmp_path: Path) -> None:
                 },
             )
             s = scrape(exp)
-            assert value(s, "dnsfleet_resolver_stats_up", target=u.address) == 0
-            assert value(s, "dnsfleet_collector_success", collector="resolver_stats") == 1
+            assert matching(s, "dnsfleet_resolver_stats_up", target=u.address) == 0
+            assert matching(s, "dnsfleet_collector_success", collector="resolver_stats") == 1
     finally:
         u.stop()
 
@@ -488,9 +492,9 @@ def test_unreadable_statistics(named: Named, tmp_path: Path) -> None:
         )
         s = scrape(exp)
         for a in sources:
-            assert value(s, "dnsfleet_resolver_stats_up", target=a) == 0, a
-            assert value(s, "dnsfleet_resolver_start_time_seconds", target=a) is None
-        assert value(s, "dnsfleet_collector_success", collector="resolver_stats") == 1
+            assert matching(s, "dnsfleet_resolver_stats_up", target=a) == 0, a
+            assert matching(s, "dnsfleet_resolver_start_time_seconds", target=a) is None
+        assert matching(s, "dnsfleet_collector_success", collector="resolver_stats") == 1
     finally:
         garbage.close()
         silent.close()
@@ -540,24 +544,26 @@ def test_capacity_test_records_and_exporter_reads(
         },
     )
     s = scrape(exp)
-    measured = value(
+    measured = matching(
         s, "dnsfleet_resolver_capacity_qps", target=unbound.address, site="lab1", kind="hit"
     )
     assert measured is not None and 0 < measured <= 2000
     assert (
-        value(s, "dnsfleet_resolver_capacity_lower_bound", target=unbound.address, kind="hit") == 1
+        matching(s, "dnsfleet_resolver_capacity_lower_bound", target=unbound.address, kind="hit")
+        == 1
     )
     assert (
-        value(s, "dnsfleet_resolver_capacity_qps", target="127.0.0.9:53", kind="declared") == 12345
+        matching(s, "dnsfleet_resolver_capacity_qps", target="127.0.0.9:53", kind="declared")
+        == 12345
     )
-    assert value(
+    assert matching(
         s, "dnsfleet_resolver_capacity_measured_timestamp_seconds", target=unbound.address
     ) == pytest.approx(time.time(), abs=60)
     # A garbled state file fails the collector, not the scrape.
     state.write_text("{garbage")
     s = scrape(exp)
-    assert value(s, "dnsfleet_collector_success", collector="resolver_capacity") == 0
-    assert value(s, "dnsfleet_probe_success", target=unbound.address) == 1
+    assert matching(s, "dnsfleet_collector_success", collector="resolver_capacity") == 0
+    assert matching(s, "dnsfleet_probe_success", target=unbound.address) == 1
 
 
 # A cache miss costs the resolver a round trip upstream and a slot in its table of
@@ -672,11 +678,11 @@ def test_capacity_hit_and_miss_unbound(
         )
         s = scrape(exp)
         for kind, lower in (("hit", 1), ("miss", 0)):
-            assert value(
+            assert matching(
                 s, "dnsfleet_resolver_capacity_qps", target=u.address, kind=kind
             ) == pytest.approx(got[kind].capacity_qps)
             assert (
-                value(s, "dnsfleet_resolver_capacity_lower_bound", target=u.address, kind=kind)
+                matching(s, "dnsfleet_resolver_capacity_lower_bound", target=u.address, kind=kind)
                 == lower
             )
     finally:

@@ -17,7 +17,7 @@ import dns.message
 import pytest
 import yaml
 
-from tests.exporter_proc import ExporterProcess
+from tests.harness.exporter import ExporterProcess
 from tests.monitoring import Prometheus
 from tests.servers import ScriptedServer, answer
 

@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 from dnsfleet.exposition import Family, labelset
 from dnsfleet.statuspage import History, Snapshot, _headroom, ago, parse_labels
 from dnsfleet.statuspage import Sample as StatusSample
-from tests.exporter_proc import ExporterProcess, value
+from tests.harness.exporter import ExporterProcess
+from tests.harness.metrics import value
 from tests.servers import Named, Unbound
 from tests.tools import binary
 

@@ -27,8 +27,8 @@ import pytest
 
 from dnsfleet.parsers.resolvconf import parse_resolv_conf
 from dnsfleet.stubmodel import ServerOutcome, ServerState, Verdict, model
+from tests.harness.metrics import samples
 from tests.netlab import ANSWERING, CLOSED, QUERY_NAME, RCODE_REFUSED, SILENT, NetLab, netlab
-from tests.samples import parse
 
 pytestmark = [pytest.mark.integration, pytest.mark.netns]
 
@@ -186,7 +186,7 @@ def test_exporter_in_namespace_against_port_53(lab: NetLab, tmp_path: Path) -> N
         timeout=60,
     )
     assert out.returncode == 0, out.stderr
-    got = parse(out.stdout)
+    got = samples(out.stdout)
     f = ("resolv_conf", str(rc))
 
     def v(name: str, *labels: tuple[str, str]) -> float | None:

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from dnsfleet import config as config_mod
-from tests.exporter_proc import ExporterProcess, value
+from tests.harness.exporter import ExporterProcess
+from tests.harness.metrics import value
 from tests.servers import Blackhole, Named, Unbound
 from tests.tools import binary, free_port
 

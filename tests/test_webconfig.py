@@ -19,7 +19,7 @@ import yaml
 
 from dnsfleet import webconfig
 from dnsfleet.config import ConfigError
-from tests.proc_exporter import EXPORTER, ExporterProc, running_exporter
+from tests.harness.exporter import EXPORTER, ExporterProc, running_exporter
 from tests.tools import binary
 
 pytestmark = pytest.mark.integration

@@ -1,0 +1,113 @@
+"""One managed child process for every test that runs a real daemon: started with its log
+in a given file, ready once a TCP port accepts connections or an HTTP path answers (a
+bounded wait that gives up early if the process exits), stopped with SIGTERM then SIGKILL,
+its log file closed."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from signal import SIGTERM
+from typing import IO
+
+
+class NotReady(RuntimeError):
+    pass
+
+
+class ManagedProcess:
+    def __init__(
+        self,
+        cmd: Sequence[str],
+        log: Path,
+        *,
+        what: str = "",
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.cmd = [str(c) for c in cmd]
+        self.log = log
+        self.what = what or Path(self.cmd[0]).name
+        self._fh: IO[bytes] | None = log.open("ab")
+        self.proc: subprocess.Popen[bytes] = subprocess.Popen(
+            self.cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=self._fh,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def output(self, tail: int = 3000) -> str:
+        return self.log.read_text(errors="replace")[-tail:]
+
+    def wait_until(self, ready: Ready, timeout: float = 20) -> None:
+        """Poll ``ready`` until it holds; raise NotReady (with the log's tail) when the
+        process exits first or ``timeout`` seconds pass."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise NotReady(f"{self.what} exited with {self.proc.returncode}:\n{self.output()}")
+            if ready():
+                return
+            time.sleep(0.05)
+        self.stop()
+        raise NotReady(f"{self.what} not ready within {timeout}s:\n{self.output()}")
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def stop(self, sig: int = SIGTERM, timeout: float = 15) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+class Ready:
+    """A readiness check: called repeatedly, True once the process serves."""
+
+    def __call__(self) -> bool:
+        raise NotImplementedError
+
+
+class Listening(Ready):
+    """A TCP port on 127.0.0.1 accepts connections (works behind TLS and basic auth)."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1") -> None:
+        self.addr = (host, port)
+
+    def __call__(self) -> bool:
+        with contextlib.suppress(OSError), socket.create_connection(self.addr, 0.2):
+            return True
+        return False
+
+
+class HttpOk(Ready):
+    """An HTTP GET of ``url`` answers 2xx."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def __call__(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url, timeout=1):
+                return True
+        except OSError:
+            return False
