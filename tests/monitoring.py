@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from tests.harness.process import HttpOk, ManagedProcess
 from tests.tools import binary, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,29 +44,9 @@ def http_post(url: str, body: Any, timeout: float = 10) -> int:
         return int(resp.status)
 
 
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, what: str) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError(f"{what} not ready:\n{log.read_text()[-3000:]}")
-
-
-def _stop(proc: subprocess.Popen[bytes] | None) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
+def _stop(managed: ManagedProcess | None) -> None:
+    if managed is not None:
+        managed.stop()
 
 
 @dataclass
@@ -73,7 +54,11 @@ class Prometheus:
     workdir: Path
     config: dict[str, Any]
     port: int = 0
-    proc: subprocess.Popen[bytes] | None = None
+    managed: ManagedProcess | None = None
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return None if self.managed is None else self.managed.proc
 
     @property
     def url(self) -> str:
@@ -84,7 +69,7 @@ class Prometheus:
         cfg = self.workdir / "prometheus.yml"
         cfg.write_text(yaml.safe_dump(self.config, sort_keys=False))
         log = self.workdir / "prometheus.log"
-        self.proc = subprocess.Popen(
+        self.managed = ManagedProcess(
             [
                 binary("prometheus"),
                 f"--config.file={cfg}",
@@ -95,15 +80,15 @@ class Prometheus:
                 "--rules.alert.resend-delay=1s",
                 "--log.level=warn",
             ],
-            stdout=log.open("ab"),
-            stderr=subprocess.STDOUT,
+            log,
+            what="prometheus",
         )
-        _wait_ready(self.url + "/-/ready", self.proc, log, "prometheus")
+        self.managed.wait_until(HttpOk(self.url + "/-/ready"), timeout=30)
         return self
 
     def stop(self) -> None:
-        _stop(self.proc)
-        self.proc = None
+        _stop(self.managed)
+        self.managed = None
 
     def query(self, expr: str) -> list[dict[str, Any]]:
         q = urllib.parse.urlencode({"query": expr})
@@ -138,7 +123,11 @@ class Alertmanager:
     workdir: Path
     config: dict[str, Any]
     port: int = 0
-    proc: subprocess.Popen[bytes] | None = None
+    managed: ManagedProcess | None = None
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return None if self.managed is None else self.managed.proc
 
     @property
     def url(self) -> str:
@@ -149,7 +138,7 @@ class Alertmanager:
         cfg = self.workdir / "alertmanager.yml"
         cfg.write_text(yaml.safe_dump(self.config, sort_keys=False))
         log = self.workdir / "alertmanager.log"
-        self.proc = subprocess.Popen(
+        self.managed = ManagedProcess(
             [
                 binary("prometheus-alertmanager"),
                 f"--config.file={cfg}",
@@ -158,15 +147,15 @@ class Alertmanager:
                 "--cluster.listen-address=",
                 "--log.level=warn",
             ],
-            stdout=log.open("ab"),
-            stderr=subprocess.STDOUT,
+            log,
+            what="alertmanager",
         )
-        _wait_ready(self.url + "/-/ready", self.proc, log, "alertmanager")
+        self.managed.wait_until(HttpOk(self.url + "/-/ready"), timeout=30)
         return self
 
     def stop(self) -> None:
-        _stop(self.proc)
-        self.proc = None
+        _stop(self.managed)
+        self.managed = None
 
     def post(self, alerts: list[dict[str, Any]]) -> None:
         assert http_post(self.url + "/api/v2/alerts", alerts) == 200

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import Unbound, _stop
+from tests.harness.process import terminate
+from tests.servers import Unbound
 from tests.tools import binary
 
 ANSWERING, SILENT, CLOSED, RCODE_REFUSED = "127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4"
@@ -144,7 +145,7 @@ class NetLab:
 
     def stop(self) -> None:
         for p in self.procs:
-            _stop(p)
+            terminate(p, timeout=10)
         self.procs.clear()
         subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
 

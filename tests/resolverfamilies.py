@@ -12,6 +12,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.harness.process import ManagedProcess
 from tests.servers import _stop, wait_dns
 from tests.tools import binary, free_port
 
@@ -35,7 +36,11 @@ class Daemon:
     workdir: Path
     port: int = 0
     web_port: int = 0
-    proc: subprocess.Popen[bytes] | None = None
+    managed: ManagedProcess | None = None
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return None if self.managed is None else self.managed.proc
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -47,12 +52,11 @@ class Daemon:
         return f"127.0.0.1:{self.port}"
 
     def _spawn(self, args: list[str]) -> None:
-        log = open(self.workdir / "daemon.log", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        self.managed = ManagedProcess(args, self.workdir / "daemon.log")
 
     def stop(self) -> None:
-        _stop(self.proc)
-        self.proc = None
+        _stop(self.managed)
+        self.managed = None
 
 
 @dataclass

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 import subprocess
 import threading
@@ -21,6 +20,7 @@ import dns.rcode
 import dns.rdatatype
 import dns.rrset
 
+from tests.harness.process import ManagedProcess
 from tests.tools import binary, free_port
 
 
@@ -50,15 +50,9 @@ def wait_dns(
     raise RuntimeError(f"DNS server {host}:{port} did not answer within {timeout}s: {last}")
 
 
-def _stop(proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    proc.send_signal(sig)
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
+def _stop(managed: ManagedProcess | None) -> None:
+    if managed is not None:
+        managed.stop(timeout=10)
 
 
 ZONE_TEMPLATE = """$TTL {ttl}
@@ -81,7 +75,11 @@ class Named:
     stats_port: int = 0
     extra_options: str = ""
     recursion: bool = False  # a resolver (with `forwarders` in extra_options) when True
-    proc: subprocess.Popen[bytes] | None = None
+    managed: ManagedProcess | None = None
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return None if self.managed is None else self.managed.proc
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -128,23 +126,24 @@ statistics-channels {{ inet 127.0.0.1 port {self.stats_port} allow {{ 127.0.0.1;
 
     def start(self) -> Named:
         conf = self.write_config()
-        log = open(self.workdir / "named.log", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [binary("named"), "-g", "-c", str(conf), "-n", "1"], stdout=log, stderr=log
+        self.managed = ManagedProcess(
+            [binary("named"), "-g", "-c", str(conf), "-n", "1"],
+            self.workdir / "named.log",
+            what="named",
         )
         first_zone = next(iter(self.zones), "version.bind")
         try:
             wait_dns(self.host, self.port, first_zone, "SOA" if self.zones else "TXT")
         except RuntimeError:
-            _stop(self.proc)
+            _stop(self.managed)
             raise RuntimeError(
                 "named did not start:\n" + (self.workdir / "named.log").read_text()[-3000:]
             ) from None
         return self
 
     def stop(self) -> None:
-        _stop(self.proc)
-        self.proc = None
+        _stop(self.managed)
+        self.managed = None
 
     def restart(self) -> None:
         self.stop()
@@ -163,7 +162,11 @@ class Unbound:
     local_data: list[str] = field(default_factory=list)
     extra_server: str = ""
     extended_statistics: bool = True
-    proc: subprocess.Popen[bytes] | None = None
+    managed: ManagedProcess | None = None
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return None if self.managed is None else self.managed.proc
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -218,14 +221,15 @@ remote-control:
 
     def start(self) -> Unbound:
         conf = self.write_config()
-        log = open(self.workdir / "unbound.stderr", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [binary("unbound"), "-d", "-c", str(conf)], stdout=log, stderr=log
+        self.managed = ManagedProcess(
+            [binary("unbound"), "-d", "-c", str(conf)],
+            self.workdir / "unbound.stderr",
+            what="unbound",
         )
         try:
             wait_dns(self.host, self.port, "local.test.", "SOA")
         except RuntimeError:
-            _stop(self.proc)
+            _stop(self.managed)
             text = ""
             for f in ("unbound.stderr", "unbound.log"):
                 with contextlib.suppress(OSError):
@@ -234,8 +238,8 @@ remote-control:
         return self
 
     def stop(self) -> None:
-        _stop(self.proc)
-        self.proc = None
+        _stop(self.managed)
+        self.managed = None
 
     def restart(self) -> None:
         self.stop()

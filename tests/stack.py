@@ -19,7 +19,6 @@ import argparse
 import contextlib
 import json
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -31,7 +30,8 @@ from typing import Any
 import yaml
 
 from tests.consul_double import ConsulDouble
-from tests.monitoring import ALERTMANAGER_YML, PROMETHEUS_YML, _wait_ready
+from tests.harness.process import HttpOk, ManagedProcess
+from tests.monitoring import ALERTMANAGER_YML, PROMETHEUS_YML
 from tests.servers import wait_dns
 from tests.tools import binary
 
@@ -57,8 +57,8 @@ class Relay(BaseHTTPRequestHandler):
         pass
 
 
-def start(cmd: list[str], log: Path, *, cwd: Path | None = None) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, cwd=cwd)
+def start(cmd: list[str], log: Path, *, cwd: Path | None = None) -> ManagedProcess:
+    return ManagedProcess(cmd, log, cwd=cwd)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     run = Path(args.dir or tempfile.mkdtemp(prefix="dnsfleet-stack-"))
     run.mkdir(parents=True, exist_ok=True)
-    procs: list[subprocess.Popen[bytes]] = []
+    procs: list[ManagedProcess] = []
     consul = ConsulDouble()
     consul.dns_port, consul.http_port = 8600, 8500
     relay = ThreadingHTTPServer(("127.0.0.1", 9095), Relay)
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                 run / "exporter.log",
             )
         )
-        _wait_ready("http://127.0.0.1:9853/-/healthy", procs[-1], run / "exporter.log", "exporter")
+        procs[-1].wait_until(HttpOk("http://127.0.0.1:9853/-/healthy"), timeout=30)
 
         procs.append(
             start(
@@ -118,9 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                 run / "alertmanager.log",
             )
         )
-        _wait_ready(
-            "http://127.0.0.1:9093/-/ready", procs[-1], run / "alertmanager.log", "alertmanager"
-        )
+        procs[-1].wait_until(HttpOk("http://127.0.0.1:9093/-/ready"), timeout=30)
         # Started in compose/prometheus so the relative rules/ and targets/ resolve as in
         # the container.
         procs.append(
@@ -135,9 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                 cwd=PROMETHEUS_YML.parent,
             )
         )
-        _wait_ready(
-            "http://127.0.0.1:9090/-/ready", procs[-1], run / "prometheus.log", "prometheus"
-        )
+        procs[-1].wait_until(HttpOk("http://127.0.0.1:9090/-/ready"), timeout=30)
         print(
             f"dnsfleet stack up (logs in {run}):\n"
             "  exporter     http://127.0.0.1:9853/\n"
@@ -153,11 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     finally:
         for proc in reversed(procs):
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            proc.stop()
         consul.stop()
         relay.shutdown()
         relay.server_close()

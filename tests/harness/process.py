@@ -68,16 +68,21 @@ class ManagedProcess:
         self.proc.send_signal(sig)
 
     def stop(self, sig: int = SIGTERM, timeout: float = 15) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+        terminate(self.proc, sig, timeout)
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+
+
+def terminate(proc: subprocess.Popen[bytes], sig: int = SIGTERM, timeout: float = 15) -> None:
+    """``sig`` (SIGTERM), then SIGKILL if the process has not exited within ``timeout``."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
 
 
 class Ready:
