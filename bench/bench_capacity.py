@@ -17,8 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.resolverfamilies import Dnsdist
-from tests.servers import Named, Unbound
+from tests.harness.resolverfamilies import Dnsdist
+from tests.harness.servers import Named, Unbound
 
 from dnsfleet.capacity import Measurement, effective_capacity, read_state
 from dnsfleet.cli import main as dnsfleet_main

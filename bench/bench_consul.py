@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.consul_double import consul_double
+from tests.harness.consul_double import consul_double
 
 from dnsfleet import config as config_mod
 from dnsfleet.collectors import COLLECTORS, CollectContext, run_collectors

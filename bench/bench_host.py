@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.hosttree import (  # noqa: E402
+from tests.harness.hosttree import (  # noqa: E402
     TreeWriter,
     add_cpu,
     add_irq,
@@ -38,7 +38,7 @@ from tests.hosttree import (  # noqa: E402
     pm_qos,
     softirqs_text,
 )
-from tests.tools import free_port  # noqa: E402
+from tests.harness.tools import free_port  # noqa: E402
 
 NODE_EXPORTER = "prometheus-node-exporter"
 ARCH = [

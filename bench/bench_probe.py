@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.servers import Unbound
-from tests.tools import free_port
+from tests.harness.servers import Unbound
+from tests.harness.tools import free_port
 
 from bench.common import cpu_seconds, load, rss_bytes, stop, wait_http
 

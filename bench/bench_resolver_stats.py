@@ -18,7 +18,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.servers import Named, Unbound
+from tests.harness.servers import Named, Unbound
 
 from dnsfleet.config import StatsSource
 from dnsfleet.resolverstats import read_stats

@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yaml
-from tests.tools import free_port
+from tests.harness.tools import free_port
 from tests.wildcard import WildcardUnbound, answering_and_silent
 
 from bench.common import fd_count, rss_bytes, stop, wait_http

@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.servers import Blackhole, Named, Unbound  # noqa: E402
+from tests.harness.servers import Blackhole, Named, Unbound  # noqa: E402
 
 # example.test: authoritative on BIND; unbound reaches it through a stub-zone.
 EXAMPLE_RECORDS = """www     IN A     192.0.2.10

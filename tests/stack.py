@@ -5,7 +5,7 @@ unbound runs compose/unbound/unbound.conf and the exporter compose/dnsfleet/dnsf
 unchanged (remote control on 127.0.0.1:8954), and the exporter compose/dnsfleet/dnsfleet.yml
 with only host paths changed (the capacity file lives in the run directory, and the host's
 resolv.conf is not watched: this stack never queries the machine's own resolver).
-Consul is the test double (tests/consul_double.py) on 8600/8500 with the demo service and
+Consul is the test double (tests/harness/consul_double.py) on 8600/8500 with the demo service and
 prepared query; there is no Debian Grafana, so dashboards are not served (import
 dashboards/json/*.json into any Grafana pointed at http://127.0.0.1:9090).
 Notifications arrive at a relay on 127.0.0.1:9095 that prints them.
@@ -29,11 +29,11 @@ from typing import Any
 
 import yaml
 
-from tests.consul_double import ConsulDouble
+from tests.harness.consul_double import ConsulDouble
+from tests.harness.monitoring import ALERTMANAGER_YML, PROMETHEUS_YML
 from tests.harness.process import HttpOk, ManagedProcess
-from tests.monitoring import ALERTMANAGER_YML, PROMETHEUS_YML
-from tests.servers import wait_dns
-from tests.tools import binary
+from tests.harness.servers import wait_dns
+from tests.harness.tools import binary
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "compose"

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from tests.monitoring import (
+from tests.harness.monitoring import (
     ALERTMANAGER_YML,
     Alertmanager,
     Webhook,
     alertmanager_config,
     http_get,
 )
-from tests.tools import binary
+from tests.harness.tools import binary
 
 pytestmark = pytest.mark.integration
 

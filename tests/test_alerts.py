@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.tools import binary
+from tests.harness.tools import binary
 
 pytestmark = pytest.mark.integration
 

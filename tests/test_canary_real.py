@@ -22,9 +22,9 @@ import yaml
 from dnsfleet.app import Exporter
 from dnsfleet.hostfs import HostFS
 from dnsfleet.restarts import is_cache_reset
-from tests.resolverfamilies import Kresd
-from tests.servers import Named, Unbound
-from tests.tools import binary, free_port
+from tests.harness.resolverfamilies import Kresd
+from tests.harness.servers import Named, Unbound
+from tests.harness.tools import binary, free_port
 
 pytestmark = pytest.mark.integration
 

@@ -24,7 +24,7 @@ from dnsfleet.collectors.base import run_collectors
 from dnsfleet.config import Config, HostConfig, builtin_default
 from dnsfleet.exposition import Family, render
 from dnsfleet.hostfs import MAX_READ_BYTES, HostFS
-from tests.tools import binary
+from tests.harness.tools import binary
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from dnsfleet.cli import exporter_parser
-from tests.tools import binary
+from tests.harness.tools import binary
 
 pytestmark = pytest.mark.integration
 

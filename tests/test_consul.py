@@ -1,5 +1,5 @@
 """Consul collector: configuration, pure parts, and the collector against the documented
-Consul double (tests/consul_double.py)."""
+Consul double (tests/harness/consul_double.py)."""
 
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ from dnsfleet.config import Config, ConfigError
 from dnsfleet.exposition import Family
 from dnsfleet.hostfs import HostFS
 from dnsfleet.parsers.consul import parse_health_service
-from tests.consul_double import CRITICAL, WARNING, ConsulDouble, consul_double
+from tests.harness.consul_double import CRITICAL, WARNING, ConsulDouble, consul_double
 from tests.harness.metrics import Samples, of, value
-from tests.servers import scripted
-from tests.tools import binary, free_port, num
+from tests.harness.servers import scripted
+from tests.harness.tools import binary, free_port, num
 
 pytestmark = pytest.mark.integration
 

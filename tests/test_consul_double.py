@@ -1,4 +1,4 @@
-"""The Consul double against the behaviours Consul documents (see tests/consul_double.py for
+"""The Consul double against the behaviours Consul documents (see tests/harness/consul_double.py for
 the sources). If these pass, the collector's tests run against a faithful stand-in."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import dns.rcode
 import dns.rdatatype
 import pytest
 
-from tests.consul_double import CRITICAL, WARNING, ConsulDouble, consul_double
+from tests.harness.consul_double import CRITICAL, WARNING, ConsulDouble, consul_double
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from dashboards import generate
 
-from tests.tools import binary
+from tests.harness.tools import binary
 
 pytestmark = pytest.mark.integration
 

@@ -39,9 +39,9 @@ from dashboards import generate
 
 from dnsfleet.capacity import Measurement, format_state
 from dnsfleet.config import Endpoint
-from tests.consul_double import ConsulDouble
+from tests.harness.consul_double import ConsulDouble
 from tests.harness.exporter import ExporterProcess
-from tests.monitoring import (
+from tests.harness.monitoring import (
     Alertmanager,
     Prometheus,
     Webhook,
@@ -49,8 +49,8 @@ from tests.monitoring import (
     prometheus_config,
     scaled_rules,
 )
-from tests.servers import Blackhole, Named, ScriptedServer, Unbound, answer
-from tests.tools import free_port
+from tests.harness.servers import Blackhole, Named, ScriptedServer, Unbound, answer
+from tests.harness.tools import free_port
 
 pytestmark = pytest.mark.integration
 

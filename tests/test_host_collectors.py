@@ -19,9 +19,9 @@ from dnsfleet.config import Config, ConfigError, parse
 from dnsfleet.exposition import Family, render
 from dnsfleet.hostfs import HostFS, HostReadError, StrPath
 from tests.harness import metrics
+from tests.harness.hosttree import FIXTURES, TREES, host_fs
 from tests.harness.metrics import of
-from tests.hosttree import FIXTURES, TREES, host_fs
-from tests.tools import binary
+from tests.harness.tools import binary
 
 pytestmark = pytest.mark.integration
 
@@ -211,7 +211,7 @@ def test_wakeup_latency_with_deep_states_disabled_and_pm_qos(tmp_path: Path) -> 
     fams = collect(host_fs(root), resolver=None)
     assert value(fams, "dnsfleet_cpu_wakeup_latency_seconds") == 100e-6
     assert value(fams, "dnsfleet_cpuidle_state_enabled_cpus", state="C3") == 0
-    from tests.hosttree import TreeWriter, pm_qos
+    from tests.harness.hosttree import TreeWriter, pm_qos
 
     pm_qos(TreeWriter(root), 20)  # e.g. tuned force_latency=20
     fams = collect(host_fs(root), resolver=None)
@@ -453,7 +453,7 @@ def test_smoke_on_this_machines_proc_and_sys() -> None:
 def test_cpuidle_multiple_drivers_read_per_cpu(tmp_path: Path) -> None:
     """big.LITTLE-style: one cpuidle driver per cluster (cpuN/cpuidle/driver exists); the
     second cluster's C1E is slower and must not be taken from CPU 0."""
-    from tests.hosttree import TreeWriter, pm_qos
+    from tests.harness.hosttree import TreeWriter, pm_qos
 
     root = copy_tree("x86", tmp_path)
     cpu = root / "sys" / "devices" / "system" / "cpu"

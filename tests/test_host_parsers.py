@@ -23,7 +23,7 @@ from dnsfleet.parsers.cpuidle import (
 from dnsfleet.parsers.interrupts import parse_cpu_list, parse_interrupts, parse_softirqs
 from dnsfleet.parsers.nic import is_queue_vector, matches_interface, vector_name
 from dnsfleet.parsers.procstat import parse_stat_processor
-from tests.hosttree import FIXTURES
+from tests.harness.hosttree import FIXTURES
 
 pytestmark = pytest.mark.unit
 

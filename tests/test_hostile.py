@@ -20,8 +20,8 @@ import yaml
 
 from dnsfleet.config import Module
 from dnsfleet.probes import ProbeResult, Reason, probe, query_for
-from tests.servers import answer, scripted
-from tests.tools import free_port
+from tests.harness.servers import answer, scripted
+from tests.harness.tools import free_port
 
 pytestmark = pytest.mark.integration
 

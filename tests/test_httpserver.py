@@ -25,7 +25,7 @@ from dnsfleet.app import Exporter
 from dnsfleet.hostfs import HostFS
 from dnsfleet.httpserver import Request, Response, Router, serve
 from dnsfleet.web import make_router
-from tests.tools import binary
+from tests.harness.tools import binary
 
 pytestmark = pytest.mark.integration
 
@@ -309,7 +309,7 @@ def test_a_late_scrape_keeps_its_own_deadline(tmp_path: Path) -> None:
     """A scrape in flight will take ~2.5 s (a silent target, 3 s header); a second request
     arriving meanwhile with a 1 s header must not wait for it: it gets its 503 when its own
     budget, counted from its arrival, runs out, and the first still gets its 200."""
-    from tests.servers import Blackhole
+    from tests.harness.servers import Blackhole
 
     hole = Blackhole()
     p = tmp_path / "dnsfleet.yml"

@@ -21,7 +21,7 @@ from deploy.kubernetes import generate
 
 from dnsfleet.cli import exporter_parser
 from dnsfleet.config import load, parse_duration
-from tests.tools import binary
+from tests.harness.tools import binary
 
 pytestmark = pytest.mark.integration
 

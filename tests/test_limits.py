@@ -28,8 +28,8 @@ from dnsfleet.config import ConfigError
 from dnsfleet.hostfs import HostFS
 from dnsfleet.probes import Reason
 from tests.harness.exporter import ExporterProc, running_exporter
-from tests.servers import Blackhole, Unbound, answer, scripted
-from tests.tools import free_port
+from tests.harness.servers import Blackhole, Unbound, answer, scripted
+from tests.harness.tools import free_port
 from tests.wildcard import WildcardUnbound, answering_and_silent
 
 pytestmark = pytest.mark.integration

@@ -12,8 +12,8 @@ import pytest
 from dnsfleet.config import Module, parse_address
 from dnsfleet.dnswire import build_query, nsid_text
 from dnsfleet.probes import ProbeResult, Reason, probe, query_for
-from tests.servers import Blackhole, Named, Unbound, answer, scripted
-from tests.tools import free_port
+from tests.harness.servers import Blackhole, Named, Unbound, answer, scripted
+from tests.harness.tools import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from dnsfleet.app import Exporter
 from dnsfleet.hostfs import HostFS
 from dnsfleet.httpserver import serve
 from dnsfleet.web import make_router
-from tests.servers import Blackhole, answer, scripted
+from tests.harness.servers import Blackhole, answer, scripted
 
 pytestmark = pytest.mark.integration
 

@@ -22,10 +22,10 @@ from dnsfleet.app import Exporter
 from dnsfleet.hostfs import HostFS
 from dnsfleet.parsers.promtext import parse_prometheus_text, parse_resolver_metrics
 from tests.harness.metrics import matching
-from tests.resolverfamilies import Dnsdist, Kresd, PdnsRecursor, wait_http
-from tests.servers import Named, Unbound
+from tests.harness.resolverfamilies import Dnsdist, Kresd, PdnsRecursor, wait_http
+from tests.harness.servers import Named, Unbound
+from tests.harness.tools import num
 from tests.test_resolver_real import scrape
-from tests.tools import num
 
 pytestmark = pytest.mark.integration
 

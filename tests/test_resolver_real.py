@@ -29,9 +29,9 @@ from dnsfleet.config import Endpoint, parse_address
 from dnsfleet.hostfs import HostFS
 from dnsfleet.parsers.unbound import parse_unbound_stats
 from tests.harness.metrics import Samples, matching, samples
-from tests.resolverfamilies import Dnsdist
-from tests.servers import Named, Unbound
-from tests.tools import binary, free_port, num
+from tests.harness.resolverfamilies import Dnsdist
+from tests.harness.servers import Named, Unbound
+from tests.harness.tools import binary, free_port, num
 
 pytestmark = pytest.mark.integration
 
@@ -370,7 +370,7 @@ class TlsUnbound(Unbound):
 
 
 def test_unbound_control_tls(tmp_path: Path) -> None:
-    from tests.tools import free_port
+    from tests.harness.tools import free_port
 
     u = TlsUnbound(tmp_path / "ub", local_data=["a.local.test. 300 IN A 192.0.2.1"])
     u.control_port = free_port()

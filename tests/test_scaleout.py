@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from tests.harness.exporter import ExporterProcess
-from tests.monitoring import Prometheus
-from tests.servers import ScriptedServer, answer
+from tests.harness.monitoring import Prometheus
+from tests.harness.servers import ScriptedServer, answer
 
 pytestmark = pytest.mark.integration
 

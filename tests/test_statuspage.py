@@ -27,8 +27,8 @@ from dnsfleet.statuspage import History, Snapshot, _headroom, ago, parse_labels
 from dnsfleet.statuspage import Sample as StatusSample
 from tests.harness.exporter import ExporterProcess
 from tests.harness.metrics import value
-from tests.servers import Named, Unbound
-from tests.tools import binary
+from tests.harness.servers import Named, Unbound
+from tests.harness.tools import binary
 
 pytestmark = pytest.mark.integration
 
@@ -227,7 +227,7 @@ def page(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[Pag
         extra_server='  nsid: "ascii_page-u1"\n',
     )
     u.start()
-    from tests.tools import free_port
+    from tests.harness.tools import free_port
 
     dead = f"127.0.0.1:{free_port()}"
     root = work / "root"

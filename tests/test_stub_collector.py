@@ -20,8 +20,8 @@ from dnsfleet.hostfs import HostFS
 from dnsfleet.parsers.resolvconf import Nameserver
 from dnsfleet.probes import Reason, failed
 from dnsfleet.stubmodel import ServerState
-from tests.servers import Blackhole, ScriptedServer, Unbound, answer, scripted
-from tests.tools import free_port
+from tests.harness.servers import Blackhole, ScriptedServer, Unbound, answer, scripted
+from tests.harness.tools import free_port
 
 pytestmark = pytest.mark.integration
 

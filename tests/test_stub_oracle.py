@@ -3,7 +3,7 @@
 Every case writes a resolv.conf, runs ``getent ahostsv4`` (glibc's getaddrinfo and
 nss_dns, the code every glibc program uses) with it in a network namespace whose loopback
 carries an answering unbound, a blackhole, a closed port and a refusing unbound (see
-tests/netlab.py), and measures its wall time. The same text goes through
+tests/harness/netlab.py), and measures its wall time. The same text goes through
 ``parse_resolv_conf`` and ``stubmodel.model``: the model must agree with glibc within
 0.25 s, and on whether the lookup fails. Cases run concurrently, each getent in its own
 mount namespace, so the file takes about as long as its slowest case (~5 s).
@@ -28,7 +28,15 @@ import pytest
 from dnsfleet.parsers.resolvconf import parse_resolv_conf
 from dnsfleet.stubmodel import ServerOutcome, ServerState, Verdict, model
 from tests.harness.metrics import samples
-from tests.netlab import ANSWERING, CLOSED, QUERY_NAME, RCODE_REFUSED, SILENT, NetLab, netlab
+from tests.harness.netlab import (
+    ANSWERING,
+    CLOSED,
+    QUERY_NAME,
+    RCODE_REFUSED,
+    SILENT,
+    NetLab,
+    netlab,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.netns]
 

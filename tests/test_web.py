@@ -13,8 +13,8 @@ import pytest
 from dnsfleet import config as config_mod
 from tests.harness.exporter import ExporterProcess
 from tests.harness.metrics import value
-from tests.servers import Blackhole, Named, Unbound
-from tests.tools import binary, free_port
+from tests.harness.servers import Blackhole, Named, Unbound
+from tests.harness.tools import binary, free_port
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ import yaml
 from dnsfleet import webconfig
 from dnsfleet.config import ConfigError
 from tests.harness.exporter import EXPORTER, ExporterProc, running_exporter
-from tests.tools import binary
+from tests.harness.tools import binary
 
 pytestmark = pytest.mark.integration
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.servers import Unbound
+from tests.harness.servers import Unbound
 
 
 class WildcardUnbound(Unbound):

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tests.harness.process import HttpOk, Listening, ManagedProcess
-from tests.tools import free_port
+from tests.harness.tools import free_port
 
 EXPORTER = [sys.executable, "-m", "dnsfleet"]
 

@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 
 from tests.harness.process import terminate
-from tests.servers import Unbound
-from tests.tools import binary
+from tests.harness.servers import Unbound
+from tests.harness.tools import binary
 
 ANSWERING, SILENT, CLOSED, RCODE_REFUSED = "127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4"
 QUERY_NAME = "a.local.test."

@@ -21,7 +21,7 @@ import dns.rdatatype
 import dns.rrset
 
 from tests.harness.process import ManagedProcess
-from tests.tools import binary, free_port
+from tests.harness.tools import binary, free_port
 
 
 def wait_dns(

@@ -1,7 +1,7 @@
 """Fixture host trees (proc/, sys/, root/) for the host collectors.
 
 The committed trees under tests/fixtures/host/ are written by this module; regenerate them
-with ``python -m tests.hosttree`` after changing it (then refresh the golden file with
+with ``python -m tests.harness.hosttree`` after changing it (then refresh the golden file with
 ``UPDATE_GOLDEN=1 pytest tests/test_host_collectors.py``). Layouts follow real kernels:
 ``class/net/<if>/device`` is a symlink into ``devices/``, virtio_net's device is the virtioN
 bus device under its PCI function, MSI vectors are files in ``msi_irqs/``.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from dnsfleet.hostfs import HostFS
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent  # tests/
 FIXTURES = HERE / "fixtures"
 TREES = FIXTURES / "host"
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.harness.process import ManagedProcess
-from tests.servers import _stop, wait_dns
-from tests.tools import binary, free_port
+from tests.harness.servers import _stop, wait_dns
+from tests.harness.tools import binary, free_port
 
 
 def wait_http(url: str, *, headers: dict[str, str] | None = None, timeout: float = 15) -> str:

@@ -20,9 +20,9 @@ from typing import Any
 import yaml
 
 from tests.harness.process import HttpOk, ManagedProcess
-from tests.tools import binary, free_port
+from tests.harness.tools import binary, free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RULES_DIR = ROOT / "alerts" / "rules"
 ALERTMANAGER_YML = ROOT / "alerts" / "alertmanager.yml"
 PROMETHEUS_YML = ROOT / "compose" / "prometheus" / "prometheus.yml"

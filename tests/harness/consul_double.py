@@ -46,7 +46,7 @@ import dns.rdatatype
 import dns.rrset
 from aiohttp import web
 
-from tests.tools import free_port
+from tests.harness.tools import free_port
 
 DOMAIN = dns.name.from_text("consul.")
 KINDS = ("service", "node", "query", "addr")
