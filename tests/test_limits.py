@@ -345,3 +345,22 @@ def test_broken_reload_keeps_the_old_config(tmp_path: Path) -> None:
             _, final = http(e, "/metrics")
             assert metric(final, "dnsfleet_config_last_reload_successful") == 1
             assert metric(final, "dnsfleet_targets") == 0
+
+
+def test_the_daemon_does_not_import_what_a_scrape_never_uses() -> None:
+    """The exporter's resident memory is a requirement (bench/bench_probe.py): the command
+    line tools' dnspython query modules (about 3.5 MB), aiohttp (only HTTP statistics
+    sources), bcrypt (only basic auth) and RE2 (only answer checks) stay out of a daemon
+    that loads none of those features."""
+    import subprocess
+    import sys
+
+    heavy = ("dns.message", "dns.query", "dnsfleet.capacitytest", "aiohttp", "bcrypt", "re2")
+    code = (
+        "import sys, dnsfleet.cli, dnsfleet.app, dnsfleet.web\n"
+        f"print(' '.join(m for m in {heavy!r} if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.split() == []

@@ -12,10 +12,9 @@ from dnsfleet.capacity import (
     QueryFile,
     effective_capacity,
     format_state,
-    miss_name_count,
-    miss_names,
     parse_state,
 )
+from dnsfleet.capacitytest import miss_name_count, miss_names
 from dnsfleet.collectors.resolver_capacity import capacity_families
 from dnsfleet.config import ConfigError, Endpoint, parse
 from dnsfleet.parsers.bind import parse_bind_server
@@ -620,7 +619,7 @@ def test_a_run_failing_from_its_first_bucket_records_nothing(
 ) -> None:
     """A capacity of 0 would say the resolver can serve nothing: it says instead that the
     run started above what the resolver could answer (or that it stopped answering)."""
-    from dnsfleet import capacity
+    from dnsfleet import capacitytest as capacity
 
     out = parse_resperf((FIX / "resperf_output.txt").read_text())
     monkeypatch.setattr(

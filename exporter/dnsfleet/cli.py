@@ -1,7 +1,7 @@
 """Command line: ``dnsfleet-exporter`` (the daemon) and ``dnsfleet`` (on-call tools).
 
 Every command's flags are declared here; the modules behind the commands take the parsed
-arguments. (``capacity-test`` still declares its flags in capacity.py's ``add_args``.)
+arguments.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import resource
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from types import ModuleType
 
-from dnsfleet import __version__, capacity, failover, malloc, webconfig
+from dnsfleet import __version__, failover, malloc, webconfig
 from dnsfleet.app import Exporter
 from dnsfleet.config import DEFAULT_CAPACITY_FILE, ConfigError, parse_address
 from dnsfleet.config import schema as config_schema
@@ -205,13 +206,33 @@ def failover_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _capacitytest() -> ModuleType:
+    """capacitytest.py on first use: its dnspython query modules cost the exporter daemon,
+    which shares this module, about 3.5 MB of RSS it never uses."""
+    import dnsfleet.capacitytest  # noqa: PLC0415
+
+    return dnsfleet.capacitytest
+
+
+def _query_line(text: str) -> str:
+    return str(_capacitytest().query_line(text))
+
+
+def _zone_arg(text: str) -> str:
+    return str(_capacitytest().zone_arg(text))
+
+
+def _capacity_main(args: argparse.Namespace) -> int:
+    return int(_capacitytest().main(args))
+
+
 def capacity_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", required=True, help="resolver address, e.g. 127.0.0.1:53")
     p.add_argument(
         "--query",
         dest="queries",
         action="append",
-        type=capacity.query_line,
+        type=_query_line,
         default=[],
         metavar="NAME[/TYPE]",
         help="a cache-hit query (repeatable): asked once before the run so it is "
@@ -219,7 +240,7 @@ def capacity_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--miss-zone",
-        type=capacity.zone_arg,
+        type=_zone_arg,
         metavar="ZONE",
         help="a zone you serve that answers every name (a wildcard): the cache-miss "
         "run asks a new name under it with every query. Never a public zone",
@@ -273,7 +294,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     ),
     "capacity-test": (
         capacity_args,
-        capacity.main,
+        _capacity_main,
         "measure a resolver's cache-hit and cache-miss capacity with resperf and record them",
     ),
     "config-schema": (
