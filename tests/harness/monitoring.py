@@ -15,7 +15,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self
 
 import yaml
 
@@ -44,17 +44,16 @@ def http_post(url: str, body: Any, timeout: float = 10) -> int:
         return int(resp.status)
 
 
-def _stop(managed: ManagedProcess | None) -> None:
-    if managed is not None:
-        managed.stop()
-
-
 @dataclass
-class Prometheus:
+class _Daemon:
+    """A Prometheus-family daemon on loopback: its YAML config written to ``workdir``,
+    started on one managed process, ready when ``/-/ready`` answers."""
+
     workdir: Path
     config: dict[str, Any]
     port: int = 0
     managed: ManagedProcess | None = None
+    name: ClassVar[str] = ""  # the config and log file stem
 
     @property
     def proc(self) -> subprocess.Popen[bytes] | None:
@@ -64,31 +63,40 @@ class Prometheus:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> Prometheus:
+    def command(self, cfg: Path) -> list[str]:
+        raise NotImplementedError
+
+    def start(self) -> Self:
         self.port = self.port or free_port()
-        cfg = self.workdir / "prometheus.yml"
+        cfg = self.workdir / f"{self.name}.yml"
         cfg.write_text(yaml.safe_dump(self.config, sort_keys=False))
-        log = self.workdir / "prometheus.log"
         self.managed = ManagedProcess(
-            [
-                binary("prometheus"),
-                f"--config.file={cfg}",
-                f"--storage.tsdb.path={self.workdir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                # Send a firing alert again soon after Alertmanager restarts or a test starts
-                # late; the default 1m resend delay is production's business.
-                "--rules.alert.resend-delay=1s",
-                "--log.level=warn",
-            ],
-            log,
-            what="prometheus",
+            self.command(cfg), self.workdir / f"{self.name}.log", what=self.name
         )
         self.managed.wait_until(HttpOk(self.url + "/-/ready"), timeout=30)
         return self
 
     def stop(self) -> None:
-        _stop(self.managed)
+        if self.managed is not None:
+            self.managed.stop()
         self.managed = None
+
+
+@dataclass
+class Prometheus(_Daemon):
+    name: ClassVar[str] = "prometheus"
+
+    def command(self, cfg: Path) -> list[str]:
+        return [
+            binary("prometheus"),
+            f"--config.file={cfg}",
+            f"--storage.tsdb.path={self.workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            # Send a firing alert again soon after Alertmanager restarts or a test starts
+            # late; the default 1m resend delay is production's business.
+            "--rules.alert.resend-delay=1s",
+            "--log.level=warn",
+        ]
 
     def query(self, expr: str) -> list[dict[str, Any]]:
         q = urllib.parse.urlencode({"query": expr})
@@ -119,43 +127,18 @@ class Prometheus:
 
 
 @dataclass
-class Alertmanager:
-    workdir: Path
-    config: dict[str, Any]
-    port: int = 0
-    managed: ManagedProcess | None = None
+class Alertmanager(_Daemon):
+    name: ClassVar[str] = "alertmanager"
 
-    @property
-    def proc(self) -> subprocess.Popen[bytes] | None:
-        return None if self.managed is None else self.managed.proc
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> Alertmanager:
-        self.port = self.port or free_port()
-        cfg = self.workdir / "alertmanager.yml"
-        cfg.write_text(yaml.safe_dump(self.config, sort_keys=False))
-        log = self.workdir / "alertmanager.log"
-        self.managed = ManagedProcess(
-            [
-                binary("prometheus-alertmanager"),
-                f"--config.file={cfg}",
-                f"--storage.path={self.workdir / 'am-data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                "--cluster.listen-address=",
-                "--log.level=warn",
-            ],
-            log,
-            what="alertmanager",
-        )
-        self.managed.wait_until(HttpOk(self.url + "/-/ready"), timeout=30)
-        return self
-
-    def stop(self) -> None:
-        _stop(self.managed)
-        self.managed = None
+    def command(self, cfg: Path) -> list[str]:
+        return [
+            binary("prometheus-alertmanager"),
+            f"--config.file={cfg}",
+            f"--storage.path={self.workdir / 'am-data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--cluster.listen-address=",
+            "--log.level=warn",
+        ]
 
     def post(self, alerts: list[dict[str, Any]]) -> None:
         assert http_post(self.url + "/api/v2/alerts", alerts) == 200
