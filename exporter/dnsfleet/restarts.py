@@ -4,7 +4,9 @@
 ``canary:``, every probe of a target also asks for the canary name and keeps its TTL. If a
 later answer's TTL is higher than the old TTL minus the time elapsed (plus a tolerance)
 while the old record could not yet have expired, the cache lost it: a flush or a restart
-(shared/REFERENCE.md §2, verified with unbound and BIND). Three things are *not* resets:
+(RFC 1035 §3.2.1 and §4.1.3: the TTL is how long a record may be cached, and a cache
+answers with what is left of it; tests/test_canary_real.py checks this against unbound and
+BIND). Four things are *not* resets:
 
 - the record expired and was fetched afresh (old TTL minus elapsed is at or near zero);
 - prefetch refreshed it in the last stretch of its life: unbound prefetches when less than

@@ -2,7 +2,8 @@
 
 A connected UDP socket is told of ICMP port-unreachable (ECONNREFUSED on the next recv), so
 a host whose DNS service is down reads as ``refused`` at once instead of as a timeout. An
-unconnected socket never sees that on Linux (shared/REFERENCE.md §1). The kernel also drops
+unconnected socket never sees that on Linux: without IP_RECVERR the kernel reports an ICMP
+error only to a connected socket (``__udp4_lib_err`` in net/ipv4/udp.c). The kernel also drops
 datagrams from any other address or port, as a stub resolver would ignore them.
 
 Built on raw non-blocking sockets and one timer per probe: this is the hot path of a
