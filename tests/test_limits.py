@@ -9,6 +9,8 @@ import gc
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import tracemalloc
@@ -352,9 +354,6 @@ def test_the_daemon_does_not_import_what_a_scrape_never_uses() -> None:
     line tools' dnspython query modules (about 3.5 MB), aiohttp (only HTTP statistics
     sources), bcrypt (only basic auth) and RE2 (only answer checks) stay out of a daemon
     that loads none of those features."""
-    import subprocess
-    import sys
-
     heavy = ("dns.message", "dns.query", "dnsfleet.capacitytest", "aiohttp", "bcrypt", "re2")
     code = (
         "import sys, dnsfleet.cli, dnsfleet.app, dnsfleet.web\n"
