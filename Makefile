@@ -15,7 +15,10 @@ TEST_DEBS := unbound:unbound named:bind9 dig:bind9-dnsutils prometheus:prometheu
              getent:libc-bin unshare:util-linux unbound-checkconf:unbound \
              setpriv:util-linux curl:curl chromium:chromium kresd:knot-resolver \
              pdns_recursor:pdns-recursor dnsdist:dnsdist systemd-analyze:systemd \
-             /usr/lib/x86_64-linux-gnu/knot-resolver/kres_modules/http.lua:knot-resolver-module-http
+             /usr/lib/x86_64-linux-gnu/knot-resolver/kres_modules/http.lua:knot-resolver-module-http \
+             dnssec-signzone:bind9-utils kdig:knot-dnsutils openssl:openssl faketime:faketime \
+             prometheus-bind-exporter:prometheus-bind-exporter fstrm_capture:fstrm-bin \
+             dnstap-ldns:dnstap-ldns lintian:lintian mmdebstrap:mmdebstrap
 BENCH_DEBS := prometheus-blackbox-exporter:prometheus-blackbox-exporter \
               prometheus-node-exporter:prometheus-node-exporter
 ARGS ?=
@@ -41,7 +44,7 @@ define install_debs
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$(echo $$missing | tr ' ' '\n' | sort -u) >/dev/null; \
+	  $$SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends $$(echo $$missing | tr ' ' '\n' | sort -u) >/dev/null; \
 	fi
 endef
 
