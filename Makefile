@@ -22,7 +22,8 @@ TEST_DEBS := unbound:unbound named:bind9 dig:bind9-dnsutils prometheus:prometheu
              dpkg-buildpackage:dpkg-dev dh:debhelper dh_python3:dh-python \
              /usr/share/dh-python/dhpython/build/plugin_pyproject.py:pybuild-plugin-pyproject \
              /usr/share/doc/python3-all:python3-all \
-             /usr/lib/python3/dist-packages/setuptools:python3-setuptools
+             /usr/lib/python3/dist-packages/setuptools:python3-setuptools \
+             shellcheck:shellcheck
 BENCH_DEBS := prometheus-blackbox-exporter:prometheus-blackbox-exporter \
               prometheus-node-exporter:prometheus-node-exporter
 ARGS ?=
@@ -69,7 +70,7 @@ test: $(STAMP) check-deps
 ## make test-packaging: the .deb installed with apt into a minimal mmdebstrap chroot of each
 ## Debian release (root; apt traffic to this machine's Debian mirror). make test runs it too.
 test-packaging: $(STAMP) check-deps
-	$(BIN)/pytest -q -p no:cacheprovider -m packaging tests/test_packaging.py $(ARGS)
+	$(BIN)/pytest -q -s -p no:cacheprovider -m packaging tests/test_packaging.py $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_DIRS)
