@@ -7,6 +7,9 @@ new=$1
 old=${2:-}
 out=/tmp/out
 mkdir -p "$out"
+# Each command, for the test's failure message: where it stopped.
+exec 2>"$out/trace.log"
+set -x
 export DEBIAN_FRONTEND=noninteractive
 apt="apt-get -o APT::Keep-Downloaded-Packages=false -y -q --no-install-recommends"
 
@@ -53,7 +56,7 @@ CONF
 unbound -d -c /tmp/unbound.conf > /tmp/unbound.stderr 2>&1 &
 unbound_pid=$!
 mkdir -p /tmp/www
-cp /tmp/coredns.metrics /tmp/www/metrics
+cp /tmp/coredns-documented.metrics.txt /tmp/www/metrics
 (cd /tmp/www && exec python3 -m http.server --bind 127.0.0.1 "$HTTP_PORT") > /tmp/http.log 2>&1 &
 http_pid=$!
 
