@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.debpkg import build_deb
+
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [
     pytest.mark.integration,
@@ -23,18 +25,7 @@ EXPECTED_LINTIAN: set[str] = set()
 
 @pytest.fixture(scope="module")
 def deb() -> Path:
-    out = subprocess.run(
-        [str(ROOT / "packaging" / "build-deb.sh")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    path = ROOT / out.stdout.strip().splitlines()[-1]
-    assert path.is_file()
-    return path
+    return build_deb()
 
 
 def dpkg_deb(*args: str) -> str:

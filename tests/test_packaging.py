@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.debpkg import build_deb
 from tests.harness.metrics import matching, samples
 from tests.harness.tools import free_port
 from tests.test_logs import check_line
@@ -66,18 +67,7 @@ def debian_mirror() -> str:
 @pytest.fixture(scope="module")
 def deb() -> Path:
     given = os.environ.get("DNSFLEET_DEB")
-    if given:
-        return Path(given).resolve()
-    out = subprocess.run(
-        [str(ROOT / "packaging" / "build-deb.sh")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return ROOT / out.stdout.strip().splitlines()[-1]
+    return Path(given).resolve() if given else build_deb()
 
 
 class Run:

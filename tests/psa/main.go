@@ -65,11 +65,14 @@ func splitDocs(data []byte) [][]byte {
 	return append(docs, cur.Bytes())
 }
 
-func decode(doc []byte, into any) {
-	if err := yaml.UnmarshalStrict(doc, into); err != nil {
+// decodeAs reads one manifest strictly: an unknown field is an error, as for the API server.
+func decodeAs[T any](doc []byte) *T {
+	var o T
+	if err := yaml.UnmarshalStrict(doc, &o); err != nil {
 		fmt.Fprintln(os.Stderr, "psacheck:", err)
 		os.Exit(2)
 	}
+	return &o
 }
 
 func main() {
@@ -85,40 +88,31 @@ func main() {
 		if err := yaml.Unmarshal(doc, &head); err != nil || head.Kind == "" {
 			continue
 		}
+		add := func(obj metav1.Object, t *corev1.PodTemplateSpec) {
+			workloads = append(workloads, workload{head.Kind, obj.GetName(), obj.GetNamespace(), &t.ObjectMeta, &t.Spec})
+		}
 		switch head.Kind {
 		case "Namespace":
-			var o corev1.Namespace
-			decode(doc, &o)
+			o := decodeAs[corev1.Namespace](doc)
 			namespaces[o.Name] = o.Labels
 		case "Pod":
-			var o corev1.Pod
-			decode(doc, &o)
-			workloads = append(workloads, workload{head.Kind, o.Name, o.Namespace, &o.ObjectMeta, &o.Spec})
+			o := decodeAs[corev1.Pod](doc)
+			add(o, &corev1.PodTemplateSpec{ObjectMeta: o.ObjectMeta, Spec: o.Spec})
 		case "Deployment":
-			var o appsv1.Deployment
-			decode(doc, &o)
-			t := &o.Spec.Template
-			workloads = append(workloads, workload{head.Kind, o.Name, o.Namespace, &t.ObjectMeta, &t.Spec})
+			o := decodeAs[appsv1.Deployment](doc)
+			add(o, &o.Spec.Template)
 		case "DaemonSet":
-			var o appsv1.DaemonSet
-			decode(doc, &o)
-			t := &o.Spec.Template
-			workloads = append(workloads, workload{head.Kind, o.Name, o.Namespace, &t.ObjectMeta, &t.Spec})
+			o := decodeAs[appsv1.DaemonSet](doc)
+			add(o, &o.Spec.Template)
 		case "StatefulSet":
-			var o appsv1.StatefulSet
-			decode(doc, &o)
-			t := &o.Spec.Template
-			workloads = append(workloads, workload{head.Kind, o.Name, o.Namespace, &t.ObjectMeta, &t.Spec})
+			o := decodeAs[appsv1.StatefulSet](doc)
+			add(o, &o.Spec.Template)
 		case "Job":
-			var o batchv1.Job
-			decode(doc, &o)
-			t := &o.Spec.Template
-			workloads = append(workloads, workload{head.Kind, o.Name, o.Namespace, &t.ObjectMeta, &t.Spec})
+			o := decodeAs[batchv1.Job](doc)
+			add(o, &o.Spec.Template)
 		case "CronJob":
-			var o batchv1.CronJob
-			decode(doc, &o)
-			t := &o.Spec.JobTemplate.Spec.Template
-			workloads = append(workloads, workload{head.Kind, o.Name, o.Namespace, &t.ObjectMeta, &t.Spec})
+			o := decodeAs[batchv1.CronJob](doc)
+			add(o, &o.Spec.JobTemplate.Spec.Template)
 		}
 	}
 	evaluator, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
