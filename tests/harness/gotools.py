@@ -4,6 +4,7 @@ Admission's own policy code). Go's module and build caches make a rebuild take s
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -55,8 +56,10 @@ def actionlint() -> str:
     return str(target)
 
 
+@functools.cache
 def psacheck() -> str:
-    """tests/psa built from its go.mod and go.sum (the module versions are pinned there)."""
+    """tests/psa built from its go.mod and go.sum (the module versions are pinned there),
+    once per test session."""
     target = TOOLS / "psacheck"
     tmp = TOOLS / f"psacheck.{os.getpid()}"
     TOOLS.mkdir(parents=True, exist_ok=True)
