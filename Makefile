@@ -8,6 +8,11 @@ BIN := $(VENV)/bin
 HASH := $(shell cat pyproject.toml | md5sum | cut -c1-8)
 RUN_STAMP := $(VENV)/.installed-run-$(HASH)
 STAMP := $(VENV)/.installed-test-$(HASH)
+# What `make deb` builds the Debian package with (debian/control's Build-Depends).
+DEB_BUILD_DEBS := dpkg-buildpackage:dpkg-dev dh:debhelper dh_python3:dh-python \
+             /usr/share/dh-python/dhpython/build/plugin_pyproject.py:pybuild-plugin-pyproject \
+             /usr/share/doc/python3-all:python3-all \
+             /usr/lib/python3/dist-packages/setuptools:python3-setuptools
 # Debian packages the tests drive for real (binary -> package).
 TEST_DEBS := unbound:unbound named:bind9 dig:bind9-dnsutils prometheus:prometheus \
              promtool:prometheus prometheus-alertmanager:prometheus-alertmanager \
@@ -19,11 +24,7 @@ TEST_DEBS := unbound:unbound named:bind9 dig:bind9-dnsutils prometheus:prometheu
              dnssec-signzone:bind9-utils kdig:knot-dnsutils openssl:openssl faketime:faketime \
              prometheus-bind-exporter:prometheus-bind-exporter fstrm_capture:fstrm-bin \
              dnstap-ldns:dnstap-ldns lintian:lintian mmdebstrap:mmdebstrap \
-             dpkg-buildpackage:dpkg-dev dh:debhelper dh_python3:dh-python \
-             /usr/share/dh-python/dhpython/build/plugin_pyproject.py:pybuild-plugin-pyproject \
-             /usr/share/doc/python3-all:python3-all \
-             /usr/lib/python3/dist-packages/setuptools:python3-setuptools \
-             shellcheck:shellcheck
+             shellcheck:shellcheck $(DEB_BUILD_DEBS)
 BENCH_DEBS := prometheus-blackbox-exporter:prometheus-blackbox-exporter \
               prometheus-node-exporter:prometheus-node-exporter
 ARGS ?=
@@ -98,7 +99,8 @@ dashboards: $(STAMP)
 	$(BIN)/python -m dashboards.generate
 
 ## make deb: build dist/dnsfleet_<version>_all.deb from debian/ (debhelper, dh-python)
-deb: check-deps
+deb:
+	$(call install_debs,$(DEB_BUILD_DEBS))
 	packaging/build-deb.sh
 
 ## make k8s: regenerate deploy/kubernetes/prometheusrule.yaml from alerts/rules
