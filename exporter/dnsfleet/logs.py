@@ -118,13 +118,19 @@ FORMATTERS: dict[str, type[logging.Formatter]] = {
 }
 
 
+class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The one handler setup() installs: a second call replaces it, and leaves the handlers
+    of others (a test runner's log capture) alone."""
+
+
 def setup(*, level: str = "info", fmt: str = "logfmt", stream: TextIO | None = None) -> None:
     """Every logger of the process (dnsfleet's, asyncio's, aiohttp's) writes through one
     handler on stderr in the chosen format."""
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = _Handler(stream or sys.stderr)
     handler.setFormatter(FORMATTERS[fmt]())
     root = logging.getLogger()
     for old in root.handlers[:]:
-        root.removeHandler(old)
+        if isinstance(old, _Handler):
+            root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(LEVELS[level])
