@@ -41,6 +41,9 @@ RELEASES = {"bullseye": False, "bookworm": True, "trixie": True}
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.packaging,
+    # The first test of a release waits for its whole mmdebstrap run (minutes, more on a
+    # busy machine or a slow mirror); Run.result() bounds the wait itself.
+    pytest.mark.timeout(1800),
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mmdebstrap --mode=root)"),
     pytest.mark.skipif(shutil.which("mmdebstrap") is None, reason="mmdebstrap missing"),
 ]
