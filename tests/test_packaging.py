@@ -15,9 +15,11 @@ Network: apt talks to that mirror; everything else listens and connects on 127.0
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -124,9 +126,17 @@ class Run:
             stdout=self.log,
             stderr=subprocess.STDOUT,
             cwd=work,
+            # A group of its own: stopping the run stops what runs in the chroot too.
+            start_new_session=True,
         )
         self.waiter = threading.Thread(target=self._wait, daemon=True)
         self.waiter.start()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
 
     def _wait(self) -> None:
         self.proc.wait()
@@ -137,9 +147,7 @@ class Run:
         try:
             rc = self.proc.wait(timeout=1500)
         finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
+            self.stop()
             self.log.close()
         self.waiter.join(timeout=10)
         logs = ""
@@ -161,9 +169,7 @@ def runs(deb: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[s
     started = {r: Run(r, deb, tmp_path_factory.mktemp(r)) for r in RELEASES}
     yield started
     for run in started.values():
-        if run.proc.poll() is None:
-            run.proc.kill()
-            run.proc.wait()
+        run.stop()
         print(f"test_packaging: {run.release}: {run.wall or 0:.0f} s wall")
 
 

@@ -53,12 +53,17 @@ remote-control:
   control-port: $CONTROL_PORT
   control-use-cert: no
 CONF
+# Whatever this script started ends with it, also when a step fails (the exporter is
+# dropped from the list once it has been stopped and waited for: its pid may be reused).
+pids=
+exporter=
+trap 'kill $pids $exporter 2>/dev/null || true' EXIT
 unbound -d -c /tmp/unbound.conf > /tmp/unbound.stderr 2>&1 &
-unbound_pid=$!
+pids="$pids $!"
 mkdir -p /tmp/www
 cp /tmp/coredns-documented.metrics.txt /tmp/www/metrics
 (cd /tmp/www && exec python3 -m http.server --bind 127.0.0.1 "$HTTP_PORT") > /tmp/http.log 2>&1 &
-http_pid=$!
+pids="$pids $!"
 
 # bcrypt of "s3cret" (cost 4: the test's own credential).
 cat > /tmp/web.yml <<'CONF'
@@ -109,6 +114,7 @@ round() {
         --web.listen-address="127.0.0.1:$EXPORTER_PORT" --log.format=json \
         > "$out/$r.exporter.log" 2>&1 &
     pid=$!
+    exporter=$pid
     python3 - "$EXPORTER_PORT" > "$out/$r.scrape" 2>&1 <<'PY' || true
 import base64, sys, time, urllib.error, urllib.request
 url = f"http://127.0.0.1:{sys.argv[1]}"
@@ -132,6 +138,7 @@ PY
     ps -o user= -p "$pid" > "$out/$r.user" || true
     kill "$pid"
     wait "$pid" || true
+    exporter=
     $apt remove dnsfleet > "$out/$r.remove.log" 2>&1
     test -f /etc/dnsfleet/dnsfleet.yml && echo kept > "$out/$r.conffile-after-remove"
     test -e /usr/lib/python3/dist-packages/dnsfleet && echo left > "$out/$r.code-after-remove"
@@ -154,5 +161,3 @@ if [ -n "$old" ]; then
     round upgrade
 fi
 
-kill "$unbound_pid" "$http_pid"
-wait || true
