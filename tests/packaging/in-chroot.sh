@@ -29,6 +29,31 @@ $apt satisfy "$(dpkg-deb -f "$new" Depends)" > "$out/deps.log" 2>&1
 $apt install unbound > "$out/unbound-install.log" 2>&1
 snapshot files-before
 
+# A port free for TCP and UDP on 127.0.0.1 now, picked when it is used: the chroot shares
+# the host's network, where other tests run at the same time.
+free_port() {
+    python3 -c '
+import socket
+while True:
+    t = socket.socket()
+    t.bind(("127.0.0.1", 0))
+    port = t.getsockname()[1]
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        u.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        u.close()
+        t.close()
+    print(port)
+    break
+'
+}
+UNBOUND_PORT=$(free_port)
+CONTROL_PORT=$(free_port)
+HTTP_PORT=$(free_port)
+
 # Only loopback from here on: the packaged default config probes /etc/resolv.conf.
 rm -f /etc/resolv.conf
 printf 'nameserver 127.0.0.1\noptions timeout:1 attempts:1\n' > /etc/resolv.conf
@@ -109,17 +134,32 @@ round() {
     systemd-analyze verify "$unit" > "$out/$r.verify" 2>&1 || echo "rc=$?" >> "$out/$r.verify"
     systemd-analyze security --offline=true --no-pager "$unit" > "$out/$r.security" 2>&1 ||
         echo "rc=$?" >> "$out/$r.security"
-    setpriv --reuid=dnsfleet --regid=dnsfleet --clear-groups \
-        dnsfleet-exporter --config.file=/tmp/run.yml --web.config.file=/tmp/web.yml \
-        --web.listen-address="127.0.0.1:$EXPORTER_PORT" --log.format=json \
-        > "$out/$r.exporter.log" 2>&1 &
-    pid=$!
-    exporter=$pid
-    python3 - "$EXPORTER_PORT" > "$out/$r.scrape" 2>&1 <<'PY' || true
+    # The exporter as its user; again on another port if a test took this one meanwhile.
+    for attempt in 1 2 3 4 5; do
+        port=$(free_port)
+        setpriv --reuid=dnsfleet --regid=dnsfleet --clear-groups \
+            dnsfleet-exporter --config.file=/tmp/run.yml --web.config.file=/tmp/web.yml \
+            --web.listen-address="127.0.0.1:$port" --log.format=json \
+            > "$out/$r.exporter.log" 2>&1 &
+        pid=$!
+        exporter=$pid
+        python3 - "$port" "$pid" > "$out/$r.scrape" 2>&1 <<'PY' && break
 import base64, sys, time, urllib.error, urllib.request
 url = f"http://127.0.0.1:{sys.argv[1]}"
 auth = {"Authorization": "Basic " + base64.b64encode(b"prom:s3cret").decode()}
+
+
+def exited(pid: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
 for _ in range(300):
+    if exited(sys.argv[2]):
+        sys.exit(3)
     try:
         urllib.request.urlopen(url + "/-/healthy", timeout=2)
         break
@@ -135,6 +175,11 @@ except urllib.error.HTTPError as e:
 req = urllib.request.Request(url + "/metrics", headers=auth)
 print(urllib.request.urlopen(req, timeout=30).read().decode())
 PY
+        kill "$pid" 2>/dev/null || true
+        wait "$pid" || true
+        exporter=
+        echo "attempt $attempt failed" >> "$out/$r.exporter-attempts"
+    done
     ps -o user= -p "$pid" > "$out/$r.user" || true
     kill "$pid"
     wait "$pid" || true
