@@ -8,6 +8,11 @@ BIN := $(VENV)/bin
 HASH := $(shell cat pyproject.toml | md5sum | cut -c1-8)
 RUN_STAMP := $(VENV)/.installed-run-$(HASH)
 STAMP := $(VENV)/.installed-test-$(HASH)
+# What `make deb` builds the Debian package with (debian/control's Build-Depends).
+DEB_BUILD_DEBS := dpkg-buildpackage:dpkg-dev dh:debhelper dh_python3:dh-python \
+             /usr/share/dh-python/dhpython/build/plugin_pyproject.py:pybuild-plugin-pyproject \
+             /usr/share/doc/python3-all:python3-all \
+             /usr/lib/python3/dist-packages/setuptools:python3-setuptools
 # Debian packages the tests drive for real (binary -> package).
 TEST_DEBS := unbound:unbound named:bind9 dig:bind9-dnsutils prometheus:prometheus \
              promtool:prometheus prometheus-alertmanager:prometheus-alertmanager \
@@ -18,18 +23,19 @@ TEST_DEBS := unbound:unbound named:bind9 dig:bind9-dnsutils prometheus:prometheu
              /usr/lib/x86_64-linux-gnu/knot-resolver/kres_modules/http.lua:knot-resolver-module-http \
              dnssec-signzone:bind9-utils kdig:knot-dnsutils openssl:openssl faketime:faketime \
              prometheus-bind-exporter:prometheus-bind-exporter fstrm_capture:fstrm-bin \
-             dnstap-ldns:dnstap-ldns lintian:lintian mmdebstrap:mmdebstrap
+             dnstap-ldns:dnstap-ldns lintian:lintian mmdebstrap:mmdebstrap \
+             shellcheck:shellcheck $(DEB_BUILD_DEBS)
 BENCH_DEBS := prometheus-blackbox-exporter:prometheus-blackbox-exporter \
               prometheus-node-exporter:prometheus-node-exporter
 ARGS ?=
 LINT_DIRS := $(wildcard exporter tests bench dashboards deploy)
 
-.PHONY: run test lint venv check-deps bench bench-host bench-soak stack dashboards k8s deb clean
+.PHONY: run test test-packaging lint venv check-deps bench bench-host bench-soak stack dashboards k8s deb clean
 
 $(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e '.[re2]'
 	touch $@
 
 $(STAMP): $(RUN_STAMP)
@@ -60,7 +66,12 @@ test: $(STAMP) check-deps
 	$(BIN)/ruff check $(LINT_DIRS)
 	$(BIN)/ruff format --check $(LINT_DIRS)
 	$(BIN)/mypy
-	$(BIN)/pytest -q $(ARGS)
+	tests/packaging/alongside.sh $(BIN)/pytest -q $(ARGS)
+
+## make test-packaging: the .deb installed with apt into a minimal mmdebstrap chroot of each
+## Debian release (root; apt traffic to this machine's Debian mirror). make test runs it too.
+test-packaging: $(STAMP) check-deps
+	$(BIN)/pytest -q -s -p no:cacheprovider -m packaging tests/test_packaging.py $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_DIRS)
@@ -87,9 +98,10 @@ stack: $(STAMP) check-deps
 dashboards: $(STAMP)
 	$(BIN)/python -m dashboards.generate
 
-## make deb: build dist/dnsfleet_<version>_<arch>.deb (dpkg-deb)
-deb: $(RUN_STAMP)
-	PYTHON=$(BIN)/python packaging/deb/build.sh
+## make deb: build dist/dnsfleet_<version>_all.deb from debian/ (debhelper, dh-python)
+deb:
+	$(call install_debs,$(DEB_BUILD_DEBS))
+	packaging/build-deb.sh
 
 ## make k8s: regenerate deploy/kubernetes/prometheusrule.yaml from alerts/rules
 k8s: $(STAMP)

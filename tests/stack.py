@@ -1,13 +1,14 @@
 """`make stack`: the compose stack without Docker, on this machine's loopback, with the
 native Debian binaries. Prometheus runs compose/prometheus/prometheus.yml and Alertmanager
-alerts/alertmanager.yml unchanged (same ports as in compose: 9090, 9093, exporter 9853);
-unbound runs compose/unbound/unbound.conf and the exporter compose/dnsfleet/dnsfleet.yml
-unchanged (remote control on 127.0.0.1:8954), and the exporter compose/dnsfleet/dnsfleet.yml
-with only host paths changed (the capacity file lives in the run directory, and the host's
-resolv.conf is not watched: this stack never queries the machine's own resolver).
-Consul is the test double (tests/harness/consul_double.py) on 8600/8500 with the demo service and
-prepared query; there is no Debian Grafana, so dashboards are not served (import
-dashboards/json/*.json into any Grafana pointed at http://127.0.0.1:9090).
+alerts/alertmanager.yml unchanged, on the ports and addresses compose gives them (read from
+compose/docker-compose.yml: 127.0.0.1:19090 and 19093, exporter 9853); unbound runs
+compose/unbound/unbound.conf unchanged (127.0.0.1:19053, remote control on 19054), and the
+exporter compose/dnsfleet/dnsfleet.yml with only host paths changed (the capacity file lives
+in the run directory, and the host's resolv.conf is not watched: this stack never queries
+the machine's own resolver). Consul is the test double (tests/harness/consul_double.py) on
+compose/consul/agent.hcl's DNS and HTTP ports with the demo service and prepared query;
+there is no Debian Grafana, so dashboards are not served (import dashboards/json/*.json into
+any Grafana pointed at the Prometheus).
 Notifications arrive at a relay on 127.0.0.1:9095 that prints them.
 
     .venv/bin/python -m tests.stack [--duration SECONDS] [--dir DIR]
@@ -18,11 +19,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import signal
 import sys
 import tempfile
 import threading
 import time
+import urllib.parse
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -61,16 +65,43 @@ def start(cmd: list[str], log: Path, *, cwd: Path | None = None) -> ManagedProce
     return ManagedProcess(cmd, log, cwd=cwd)
 
 
+def listen_address(service: str) -> str:
+    """The --web.listen-address compose gives a service."""
+    compose = yaml.safe_load((COMPOSE / "docker-compose.yml").read_text())
+    args = compose["services"][service]["command"]
+    (addr,) = [a.split("=", 1)[1] for a in args if a.startswith("--web.listen-address=")]
+    return str(addr)
+
+
+def consul_port(name: str) -> int:
+    m = re.search(rf"^\s*{name}\s*=\s*(\d+)", (COMPOSE / "consul" / "agent.hcl").read_text(), re.M)
+    assert m, name
+    return int(m.group(1))
+
+
+def unbound_port() -> int:
+    m = re.search(r"^\s*port:\s*(\d+)", (COMPOSE / "unbound" / "unbound.conf").read_text(), re.M)
+    assert m
+    return int(m.group(1))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="dnsfleet demo stack, native binaries")
     p.add_argument("--duration", type=float, default=0, help="stop after N seconds")
     p.add_argument("--dir", default=None, help="run directory (default: a temp dir)")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 0 once Prometheus has scraped the exporter's probes of the demo unbound "
+        "and Consul (1 after 120 s); tests/test_compose.py runs it in a network namespace",
+    )
     args = p.parse_args(argv)
     run = Path(args.dir or tempfile.mkdtemp(prefix="dnsfleet-stack-"))
     run.mkdir(parents=True, exist_ok=True)
     procs: list[ManagedProcess] = []
     consul = ConsulDouble()
-    consul.dns_port, consul.http_port = 8600, 8500
+    consul.dns_port, consul.http_port = consul_port("dns"), consul_port("http")
+    prometheus, alertmanager = listen_address("prometheus"), listen_address("alertmanager")
     relay = ThreadingHTTPServer(("127.0.0.1", 9095), Relay)
     threading.Thread(target=relay.serve_forever, daemon=True).start()
     try:
@@ -86,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                 run / "unbound.log",
             )
         )
-        wait_dns("127.0.0.1", 5353, "www.dnsfleet.test.", "A")
+        wait_dns("127.0.0.1", unbound_port(), "www.dnsfleet.test.", "A")
 
         cfg: dict[str, Any] = yaml.safe_load((COMPOSE / "dnsfleet" / "dnsfleet.yml").read_text())
         cfg["resolv_conf"] = []
@@ -112,13 +143,13 @@ def main(argv: list[str] | None = None) -> int:
                     binary("prometheus-alertmanager"),
                     f"--config.file={ALERTMANAGER_YML}",
                     f"--storage.path={run / 'alertmanager'}",
-                    "--web.listen-address=127.0.0.1:9093",
+                    f"--web.listen-address={alertmanager}",
                     "--cluster.listen-address=",
                 ],
                 run / "alertmanager.log",
             )
         )
-        procs[-1].wait_until(HttpOk("http://127.0.0.1:9093/-/ready"), timeout=30)
+        procs[-1].wait_until(HttpOk(f"http://{alertmanager}/-/ready"), timeout=30)
         # Started in compose/prometheus so the relative rules/ and targets/ resolve as in
         # the container.
         procs.append(
@@ -127,21 +158,23 @@ def main(argv: list[str] | None = None) -> int:
                     binary("prometheus"),
                     f"--config.file={PROMETHEUS_YML}",
                     f"--storage.tsdb.path={run / 'prometheus'}",
-                    "--web.listen-address=127.0.0.1:9090",
+                    f"--web.listen-address={prometheus}",
                 ],
                 run / "prometheus.log",
                 cwd=PROMETHEUS_YML.parent,
             )
         )
-        procs[-1].wait_until(HttpOk("http://127.0.0.1:9090/-/ready"), timeout=30)
+        procs[-1].wait_until(HttpOk(f"http://{prometheus}/-/ready"), timeout=30)
         print(
             f"dnsfleet stack up (logs in {run}):\n"
             "  exporter     http://127.0.0.1:9853/\n"
-            "  prometheus   http://127.0.0.1:9090/alerts\n"
-            "  alertmanager http://127.0.0.1:9093/\n"
+            f"  prometheus   http://{prometheus}/alerts\n"
+            f"  alertmanager http://{alertmanager}/\n"
             "  notifications are printed below; Ctrl-C stops everything",
             flush=True,
         )
+        if args.check:
+            return check(prometheus)
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         with contextlib.suppress(KeyboardInterrupt):
@@ -153,6 +186,35 @@ def main(argv: list[str] | None = None) -> int:
         consul.stop()
         relay.shutdown()
         relay.server_close()
+
+
+CHECKS = (
+    'up{{job="dnsfleet"}}',
+    'dnsfleet_probe_success{{target="127.0.0.1:{port}"}}',
+    "dnsfleet_resolver_stats_up",
+    "dnsfleet_consul_dns_probe_success",
+)
+
+
+def check(prometheus: str) -> int:
+    """Every CHECKS query has a series of value 1 in Prometheus, within 120 s."""
+    queries = [q.format(port=unbound_port()) for q in CHECKS]
+    deadline = time.monotonic() + 120
+    missing = queries
+    while time.monotonic() < deadline:
+        missing = []
+        for q in queries:
+            url = f"http://{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": q})
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                result = json.loads(resp.read())["data"]["result"]
+            if not result or any(r["value"][1] != "1" for r in result):
+                missing.append(q)
+        if not missing:
+            print("stack check: " + ", ".join(queries) + ": 1", flush=True)
+            return 0
+        time.sleep(1)
+    print(f"stack check failed: {missing} not 1 in Prometheus", flush=True)
+    return 1
 
 
 if __name__ == "__main__":

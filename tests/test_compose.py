@@ -6,6 +6,7 @@ provisioning and dashboards by structure, the compose file itself by structure."
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -55,11 +56,20 @@ def test_services() -> None:
 
 
 def test_exporter_service_sees_the_host() -> None:
+    """The host's network, and read-only only what the collectors read: /proc, /sys and
+    resolv.conf. No host PID namespace: /host/proc is the host's procfs, which lists the
+    host's processes whatever the container's PID namespace (tests/test_kubernetes.py
+    runs the collectors so)."""
     ex = SERVICES["exporter"]
     assert ex["build"]["dockerfile"] == "exporter/Dockerfile"
     assert (COMPOSE_DIR / ex["build"]["context"] / ex["build"]["dockerfile"]).is_file()
-    assert ex["pid"] == "host"
-    assert any(v.startswith("/:/host:ro") for v in ex["volumes"])
+    assert "pid" not in ex and ex["network_mode"] == "host"
+    host = sorted(v for v in ex["volumes"] if v.startswith("/"))
+    assert host == [
+        "/etc/resolv.conf:/host/etc/resolv.conf:ro",
+        "/proc:/host/proc:ro",
+        "/sys:/host/sys:ro",
+    ]
     args = exporter_parser().parse_args(ex["command"])
     assert args.rootfs == "/host"
     assert args.procfs == "/host/proc" and args.sysfs == "/host/sys"
@@ -87,6 +97,8 @@ def test_least_privilege() -> None:
     over = pm_qos["services"]["exporter"]
     assert over["user"] == "0:0" and over["cap_drop"] == ["ALL"] and "cap_add" not in over
     assert over["devices"] == ["/dev/cpu_dma_latency:/dev/cpu_dma_latency:r"]
+    # ... read where the exporter looks for it: under --path.rootfs.
+    assert over["volumes"] == ["/dev/cpu_dma_latency:/host/dev/cpu_dma_latency:ro"]
 
 
 def test_dockerfile_default_command_is_valid() -> None:
@@ -103,10 +115,119 @@ def test_every_bind_mount_exists() -> None:
             assert src.exists(), f"{name}: {src} (mounted at {dst}) is missing"
 
 
-def test_consul_is_a_dev_agent() -> None:
+def test_consul_is_a_loopback_server_not_a_dev_agent() -> None:
     c = SERVICES["consul"]
     assert c["image"].startswith("hashicorp/consul")
-    assert c["command"][:3] == ["agent", "-dev", "-client=0.0.0.0"]
+    assert c["command"][:2] == ["agent", "-server"] and "-dev" not in c["command"]
+    assert not [a for a in c["command"] if a.startswith(("-client", "-bind"))]  # agent.hcl
+    hcl = (COMPOSE_DIR / "consul" / "agent.hcl").read_text()
+    assert re.search(r'^bind_addr\s*=\s*"127\.0\.0\.1"$', hcl, re.M)
+    assert re.search(r'^client_addr\s*=\s*"127\.0\.0\.1"$', hcl, re.M)
+    assert "consul-data:/consul/data" in c["volumes"]
+
+
+def listeners() -> dict[str, list[str]]:
+    """service -> the host:port (or host and port) it listens on, from its flags and files."""
+    s = SERVICES
+    out: dict[str, list[str]] = {}
+    for name in ("exporter", "prometheus", "alertmanager"):
+        out[name] = [
+            a.split("=", 1)[1] for a in s[name]["command"] if a.startswith("--web.listen-address=")
+        ]
+    out["alertmanager"].append(  # cluster gossip off
+        next(a for a in s["alertmanager"]["command"] if a.startswith("--cluster.listen-address"))
+    )
+    env = s["grafana"]["environment"]
+    out["grafana"] = [f"{env['GF_SERVER_HTTP_ADDR']}:{env['GF_SERVER_HTTP_PORT']}"]
+    conf = (COMPOSE_DIR / "unbound" / "unbound.conf").read_text()
+    host = re.findall(r"^\s*interface:\s*(\S+)", conf, re.M)
+    port = re.findall(r"^\s*port:\s*(\d+)", conf, re.M)
+    ctl = re.findall(r"^\s*control-interface:\s*(\S+)", conf, re.M)
+    ctl_port = re.findall(r"^\s*control-port:\s*(\d+)", conf, re.M)
+    out["unbound"] = [f"{host[0]}:{port[0]}", f"{ctl[0]}:{ctl_port[0]}"]
+    hcl = (COMPOSE_DIR / "consul" / "agent.hcl").read_text()
+    ports = dict(re.findall(r"^\s*(\w+)\s*=\s*(-?\d+)$", hcl, re.M))
+    out["consul"] = [f"127.0.0.1:{p}" for p in ports.values() if p != "-1"]
+    return out
+
+
+# Ports something else on a workstation or resolver host commonly holds: DNS, mDNS,
+# Prometheus and its usual exporters and Alertmanager, Grafana, a Consul agent, unbound's
+# control port, dev web servers.
+COMMON_PORTS = {
+    53,
+    80,
+    443,
+    3000,
+    5353,
+    8000,
+    8080,
+    8300,
+    8301,
+    8302,
+    8500,
+    8501,
+    8502,
+    8600,
+    8953,
+    9090,
+    9091,
+    9093,
+    9094,
+    9100,
+    9115,
+    9119,
+    9153,
+}
+
+
+def test_listens_on_loopback_only_and_on_uncommon_ports() -> None:
+    got = listeners()
+    assert set(got) == {"exporter", "prometheus", "alertmanager", "grafana", "unbound", "consul"}
+    assert got["alertmanager"].pop() == "--cluster.listen-address="
+    ports = []
+    for service, addrs in got.items():
+        for addr in addrs:
+            host, _, port = addr.rpartition(":")
+            assert host == "127.0.0.1", f"{service} listens on {addr}"
+            ports.append(int(port))
+    assert not set(ports) & COMMON_PORTS, sorted(set(ports) & COMMON_PORTS)
+    assert len(ports) == len(set(ports))
+    # What the services reach each other on is what they listen on.
+    cfg = yaml.safe_load(mounts("exporter")["/etc/dnsfleet/dnsfleet.yml"].read_text())
+    assert cfg["targets"][0]["address"] == got["unbound"][0]
+    assert cfg["targets"][0]["stats"]["control"] == "tcp://" + got["unbound"][1]
+    (agent,) = cfg["consul"]["agents"]
+    assert agent["dns_address"] in got["consul"]
+    assert agent["http_address"].removeprefix("http://") in got["consul"]
+    assert "127.0.0.1:" + agent["http_address"].rsplit(":", 1)[1] in " ".join(
+        SERVICES["consul-demo-query"]["command"]
+    )
+    prom = yaml.safe_load((COMPOSE_DIR / "prometheus" / "prometheus.yml").read_text())
+    (am,) = prom["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"]
+    assert am == got["alertmanager"][0]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (a network namespace)")
+def test_the_same_configs_run_natively() -> None:
+    """`make stack` (tests/stack.py: the compose files with the Debian daemons and the Consul
+    double), in a network namespace of its own so its fixed ports cannot meet another run's,
+    until Prometheus has scraped the exporter's probes of unbound and Consul."""
+    out = subprocess.run(
+        [
+            "unshare",
+            "--net",
+            "sh",
+            "-c",
+            f'ip link set lo up && exec "{sys.executable}" -m tests.stack --check',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "stack check: " in out.stdout
 
 
 def test_prometheus_config() -> None:
@@ -187,10 +308,8 @@ def test_exporter_config() -> None:
     # The exporter reads statistics over the unbound service's remote control on loopback
     # (TCP: no socket file, so no group of unbound's for the non-root exporter).
     unbound_conf = mounts("unbound")["/opt/unbound/etc/unbound/unbound.conf"].read_text()
-    assert cfg["targets"][0]["stats"]["control"] == "tcp://127.0.0.1:8954"
+    assert cfg["targets"][0]["stats"]["control"].startswith("tcp://127.0.0.1:")
     assert "control-interface: 127.0.0.1" in unbound_conf
-    assert "control-port: 8954" in unbound_conf
-    assert "port: 5353" in unbound_conf and cfg["targets"][0]["address"] == "127.0.0.1:5353"
     # ... and watches the service and prepared query the Consul service provides.
     assert cfg["consul"]["services"] == ["web"]
     assert 'name = "web"' in (COMPOSE_DIR / "consul" / "demo.hcl").read_text()

@@ -1,4 +1,4 @@
-# A demo service for the dnsfleet Consul DNS checks (dev agent: DNS 8600, HTTP 8500).
+# A demo service for the dnsfleet Consul DNS checks (agent.hcl: DNS 19600, HTTP 19500).
 services {
   name = "web"
   port = 8080

@@ -1,3 +1,3 @@
 """dnsfleet: Prometheus exporter for the health of DNS resolver fleets."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

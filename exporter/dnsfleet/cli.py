@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
-from dnsfleet import __version__, failover, malloc, webconfig
+from dnsfleet import __version__, failover, logs, malloc, webconfig
 from dnsfleet.app import Exporter
 from dnsfleet.config import DEFAULT_CAPACITY_FILE, ConfigError, parse_address
 from dnsfleet.config import schema as config_schema
@@ -90,7 +90,18 @@ def exporter_parser() -> argparse.ArgumentParser:
     p.add_argument("--path.sysfs", dest="sysfs", default="/sys")
     p.add_argument("--path.rootfs", dest="rootfs", default="/")
     p.add_argument(
-        "--log.level", dest="log_level", default="info", choices=["debug", "info", "warn", "error"]
+        "--log.level",
+        dest="log_level",
+        default="info",
+        choices=list(logs.LEVELS),
+        help="only log messages of this level or above (default info)",
+    )
+    p.add_argument(
+        "--log.format",
+        dest="log_format",
+        default="logfmt",
+        choices=logs.FORMATS,
+        help="logfmt or json, one line per message on stderr (default logfmt)",
     )
     p.add_argument(
         "--once",
@@ -101,14 +112,6 @@ def exporter_parser() -> argparse.ArgumentParser:
     return p
 
 
-def setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level={"warn": logging.WARNING}.get(level, getattr(logging, level.upper(), logging.INFO)),
-        format="ts=%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)s",
-        stream=sys.stderr,
-    )
-
-
 def raise_fd_limit() -> None:
     """Every in-flight probe holds a socket: lift the soft descriptor limit to the hard one."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -116,20 +119,28 @@ def raise_fd_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+def _invalid(args: argparse.Namespace, text: str) -> int:
+    """--config.check prints its verdict for a person; the daemon logs it like every other
+    line it writes, so log shippers parse it too."""
+    if args.config_check:
+        print(text, file=sys.stderr)
+    else:
+        log.error("%s", text)
+    return 1
+
+
 def exporter_main(argv: Sequence[str] | None = None) -> int:
     args = exporter_parser().parse_args(argv)
-    setup_logging(args.log_level)
+    logs.setup(level=args.log_level, fmt=args.log_format)
     fs = HostFS.from_flags(procfs=args.procfs, sysfs=args.sysfs, rootfs=args.rootfs)
     try:
         exp = Exporter(fs=fs, config_file=args.config_file)
     except ConfigError as e:
-        print(f"configuration invalid: {e}", file=sys.stderr)
-        return 1
+        return _invalid(args, f"configuration invalid: {e}")
     try:
         args.web_config = webconfig.load(args.web_config_file) if args.web_config_file else None
     except ConfigError as e:
-        print(f"web configuration invalid: {e}", file=sys.stderr)
-        return 1
+        return _invalid(args, f"web configuration invalid: {e}")
     if args.config_check:
         cfg = exp.config
         print(
@@ -179,6 +190,7 @@ async def serve(exp: Exporter, args: argparse.Namespace) -> int:
         len(exp.config.targets),
     )
     await stop.wait()
+    log.info("shutting down")
     server.close()
     await server.wait_closed()
     return 0
@@ -312,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, (add_args, _, help_text) in SUBCOMMANDS.items():
         add_args(sub.add_parser(name, help=help_text, description=help_text))
     args = p.parse_args(argv)
-    setup_logging("warn")
+    logs.setup(level="warn")
     return SUBCOMMANDS[args.command][1](args)
 
 

@@ -339,12 +339,23 @@ class RE2List(Check):
     is accepted."""
 
     def read(self, node: Node) -> tuple[str, ...]:
-        import re2  # noqa: PLC0415 - only configs with answer checks load it
+        items = node.sequence()
+        if not items:
+            return ()
+        # google-re2 is an optional dependency (the `re2` extra): Debian has no package of
+        # it, so the Debian package runs without it and refuses regexes here, at load.
+        try:
+            import re2  # noqa: PLC0415 - only configs with answer checks load it
+        except ImportError:
+            raise node.error(
+                "regular expressions need the google-re2 Python module, which is not "
+                "installed (pip install google-re2; see docs/deployment.md)"
+            ) from None
 
         quiet = re2.Options()
         quiet.log_errors = False  # the error goes into our message, not to stderr
         out = []
-        for item in node.sequence():
+        for item in items:
             try:
                 re2.compile(item.string(), options=quiet)
             except re2.error as e:

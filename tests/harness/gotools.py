@@ -1,0 +1,68 @@
+"""Go programs the tests run, built from the Go module proxy into .cache/tools (ignored by
+git) with the go toolchain: actionlint at a pinned version, and tests/psa (the Pod Security
+Admission's own policy code). Go's module and build caches make a rebuild take seconds."""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOLS = ROOT / ".cache" / "tools"
+ACTIONLINT = "github.com/rhysd/actionlint/cmd/actionlint"
+ACTIONLINT_VERSION = "v1.7.12"
+
+
+def _go() -> str:
+    go = shutil.which("go") or (
+        "/usr/local/go/bin/go" if os.access("/usr/local/go/bin/go", os.X_OK) else None
+    )
+    if go is None:
+        pytest.fail("the go toolchain is missing: it builds actionlint and tests/psa")
+    return go
+
+
+def _run(cmd: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> None:
+    out = subprocess.run(
+        cmd,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert out.returncode == 0, f"{' '.join(cmd)}:\n{out.stdout}{out.stderr}"
+
+
+def actionlint() -> str:
+    """actionlint at ACTIONLINT_VERSION (go install; the PyPI wrapper downloads a binary
+    at build time, which cannot work here)."""
+    target = TOOLS / f"actionlint-{ACTIONLINT_VERSION}"
+    if not target.exists():
+        gobin = TOOLS / f"gobin-{os.getpid()}"
+        _run(
+            [_go(), "install", f"{ACTIONLINT}@{ACTIONLINT_VERSION}"],
+            cwd=ROOT,
+            env={"GOBIN": str(gobin), "GOFLAGS": "-mod=mod"},
+        )
+        (gobin / "actionlint").replace(target)
+        gobin.rmdir()
+    return str(target)
+
+
+@functools.cache
+def psacheck() -> str:
+    """tests/psa built from its go.mod and go.sum (the module versions are pinned there),
+    once per test session."""
+    target = TOOLS / "psacheck"
+    tmp = TOOLS / f"psacheck.{os.getpid()}"
+    TOOLS.mkdir(parents=True, exist_ok=True)
+    _run([_go(), "build", "-trimpath", "-o", str(tmp), "."], cwd=ROOT / "tests" / "psa")
+    tmp.replace(target)
+    return str(target)
