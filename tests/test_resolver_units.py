@@ -816,3 +816,45 @@ def test_stats_families_export_the_judged_start_and_restarts() -> None:
     assert f'dnsfleet_resolver_start_time_seconds{{target="t"}} {j.start_time:.0f}' in text
     assert 'dnsfleet_resolver_restarts_total{target="t"} 0' in text
     assert 'target="u"' in text and 'restarts_total{target="u"}' not in text
+
+
+def test_process_joining_a_single_backend_target_is_no_reset() -> None:
+    """A second SO_REUSEPORT process joins a `backends: single` target with no NSID: its
+    cold cache answers the canary with the full TTL, and each fresh socket lands on either
+    process. Before: a jump answered by the newcomer and a countdown from it at the next
+    scrape counted a reset before the old cache ever answered again (half the joins, in
+    tests/test_canary_real.py). Now the jump is checked at once with a burst of queries,
+    one of which the old cache answers: no reset, the canary says `several_caches`."""
+    old_cache = countdown(0, 3600, 60, step=15)  # 3600, 3585, 3570, 3555
+    joined: list[tuple[float, int | None, str | None]] = [(60.0, 3600, "a"), (75.0, 3585, "a")]
+    before = run_canary(old_cache + joined)
+    assert before.resets == 1  # the mechanism: counted without a verification
+
+    c = run_canary(old_cache)
+    c.observe(3600, now=60, wall=1060, backend="a")
+    assert c.candidate == "a"
+    for ttl in (3600, 3600, 3540, 3600):  # the burst: the old cache answers one (3600-60)
+        c.verify(ttl, now=60.01, backend="a")
+    assert c.unusable is Unusable.SEVERAL_CACHES
+    c.observe(3585, now=75, wall=1075, backend="a")
+    assert c.resets == 0 and c.unusable is Unusable.SEVERAL_CACHES
+
+
+def test_a_flush_survives_the_verification_burst() -> None:
+    c = run_canary(countdown(0, 3600, 60, step=15))
+    c.observe(3600, now=60, wall=1060, backend="a")  # flushed: refetched at full TTL
+    for ttl in (3600, 3600, 3599, 3600, 3600, 3600, 3600, 3599):
+        c.verify(ttl, now=60.6, backend="a")
+    assert c.unusable is None
+    assert c.observe(3585, now=75, wall=1075, backend="a")
+    assert (c.resets, c.last_reset) == (1, 1060)
+
+
+def test_verification_answers_of_another_backend_are_its_own() -> None:
+    """On a pool with NSID each backend is its own cache: b's countdown in a's burst is
+    not a second cache of a."""
+    c = run_canary(countdown(0, 3600, 60, step=15), pool=True)
+    c.observe(3600, now=60, wall=1060, backend="a")
+    c.verify(1200, now=60.01, backend="b")
+    assert c.unusable is None
+    assert c.observe(3585, now=75, wall=1075, backend="a") and c.resets == 1
