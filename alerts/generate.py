@@ -44,8 +44,6 @@ FLEET = "fleet:dnsfleet_slo_errors:ratio_rate{w}"
 OBJECTIVE = "dnsfleet:slo_objective:ratio"
 BUDGET_SITE = "site:dnsfleet_slo_error_budget_remaining:ratio"
 BUDGET_FLEET = "fleet:dnsfleet_slo_error_budget_remaining:ratio"
-# The window whose recorded ratio is averaged over the period for the budget (hourly steps).
-BUDGET_STEP = "1h"
 
 _DURATION = re.compile(r"^([1-9][0-9]*)(s|m|h|d)$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -105,11 +103,16 @@ class Config:
     slos: tuple[Slo, ...]
 
     def windows(self) -> list[str]:
-        """Every window the alerts read, shortest first, plus the budget's step."""
-        names = {BUDGET_STEP}
-        for b in self.burn_rates:
-            names.update((b.long, b.short))
+        """Every window the alerts read, shortest first."""
+        names = {w for b in self.burn_rates for w in (b.long, b.short)}
         return sorted(names, key=lambda w: seconds(w, "window"))
+
+    @property
+    def budget_step(self) -> str:
+        """The period's error ratio is the mean of this window's ratio sampled once per
+        window (the shortest long window: 1h, so 720 points for 30 days, not one per
+        evaluation)."""
+        return min((b.long for b in self.burn_rates), key=lambda w: seconds(w, "window"))
 
 
 def _keys(doc: Any, where: str, required: set[str], optional: set[str]) -> dict[str, Any]:
@@ -291,11 +294,14 @@ def slo_rules(cfg: Config) -> dict[str, Any]:
         )
     # The period: non-overlapping hourly ratios averaged (an hourly subquery: 720 points
     # for 30 days, not one per evaluation), then the budget left.
+    step = cfg.budget_step
     for series, budget in ((SITE, BUDGET_SITE), (FLEET, BUDGET_FLEET)):
         ratio = series.format(w=cfg.period)
-        step = series.format(w=BUDGET_STEP)
         rules.append(
-            {"record": ratio, "expr": f"avg_over_time({step}[{cfg.period}:{BUDGET_STEP}])"}
+            {
+                "record": ratio,
+                "expr": f"avg_over_time({series.format(w=step)}[{cfg.period}:{step}])",
+            }
         )
         rules.append(
             {"record": budget, "expr": f"1 - {ratio} / on (slo) group_left () (1 - {OBJECTIVE})"}
