@@ -33,32 +33,30 @@ def test_check_config() -> None:
     assert "4 inhibit rules" in out.stdout
 
 
+def burn(severity: str, site: str, source: str, slo: str = "availability") -> dict[str, str]:
+    """The labels of a generated burn-rate alert (alerts/rules/slo.rules.yml)."""
+    long, short = {"critical": ("1h", "5m"), "warning": ("1d", "2h")}[severity]
+    return {
+        "alertname": f"DNS{slo.capitalize()}BudgetBurn",
+        "severity": severity,
+        "site": site,
+        "slo": slo,
+        "source": source,
+        "long": long,
+        "short": short,
+    }
+
+
 ROUTES = [
     # (labels, expected receiver)
     ({"alertname": "DNSResolverDown", "severity": "warning", "site": "ams"}, "ticket"),
     ({"alertname": "DNSSiteDown", "severity": "critical", "site": "ams"}, "pager"),
     (
-        {
-            "alertname": "DNSAvailabilityBudgetBurn",
-            "severity": "critical",
-            "site": "ams",
-            "slo": "availability",
-            "source": "probe",
-            "long": "1h",
-            "short": "5m",
-        },
+        burn("critical", "ams", "probe"),
         "pager",
     ),
     (
-        {
-            "alertname": "DNSLatencyBudgetBurn",
-            "severity": "warning",
-            "site": "ams",
-            "slo": "latency",
-            "source": "stub",
-            "long": "3d",
-            "short": "6h",
-        },
+        burn("warning", "ams", "stub", slo="latency"),
         "ticket",
     ),
     ({"alertname": "DNSResolverRestartLoop", "severity": "warning", "site": "ams"}, "ticket"),
@@ -188,83 +186,19 @@ INHIBITION = {
                 "agent": "local",
             },
             # the site's burn-rate alerts, page and ticket: muted; another site's: not
-            {
-                "alertname": "DNSAvailabilityBudgetBurn",
-                "severity": "critical",
-                "site": "ams",
-                "slo": "availability",
-                "source": "probe",
-                "long": "1h",
-                "short": "5m",
-            },
-            {
-                "alertname": "DNSLatencyBudgetBurn",
-                "severity": "warning",
-                "site": "ams",
-                "slo": "latency",
-                "source": "stub",
-                "long": "1d",
-                "short": "2h",
-            },
-            {
-                "alertname": "DNSAvailabilityBudgetBurn",
-                "severity": "critical",
-                "site": "fra",
-                "slo": "availability",
-                "source": "probe",
-                "long": "1h",
-                "short": "5m",
-            },
+            burn("critical", "ams", "probe"),
+            burn("warning", "ams", "stub", slo="latency"),
+            burn("critical", "fra", "probe"),
         ],
         {1, 2, 3, 4, 7, 8},
     ),
     "a fast burn mutes the slow burn of the same SLI at the same site only": (
         [
-            {
-                "alertname": "DNSAvailabilityBudgetBurn",
-                "severity": "critical",
-                "site": "ams",
-                "slo": "availability",
-                "source": "resolver",
-                "long": "1h",
-                "short": "5m",
-            },
-            {
-                "alertname": "DNSAvailabilityBudgetBurn",
-                "severity": "warning",
-                "site": "ams",
-                "slo": "availability",
-                "source": "resolver",
-                "long": "1d",
-                "short": "2h",
-            },
-            {
-                "alertname": "DNSAvailabilityBudgetBurn",
-                "severity": "warning",
-                "site": "ams",
-                "slo": "availability",
-                "source": "stub",
-                "long": "1d",
-                "short": "2h",
-            },
-            {
-                "alertname": "DNSAvailabilityBudgetBurn",
-                "severity": "warning",
-                "site": "fra",
-                "slo": "availability",
-                "source": "resolver",
-                "long": "1d",
-                "short": "2h",
-            },
-            {
-                "alertname": "DNSLatencyBudgetBurn",
-                "severity": "warning",
-                "site": "ams",
-                "slo": "latency",
-                "source": "resolver",
-                "long": "1d",
-                "short": "2h",
-            },
+            burn("critical", "ams", "resolver"),
+            burn("warning", "ams", "resolver"),
+            burn("warning", "ams", "stub"),
+            burn("warning", "fra", "resolver"),
+            burn("warning", "ams", "resolver", slo="latency"),
         ],
         {1},
     ),
