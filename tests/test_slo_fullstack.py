@@ -5,7 +5,7 @@ receiver written here.
 
 The rules are alerts/rules with the SLO rules generated from alerts/config.yml with every
 window, the period and the pages' `for` divided by SCALE (through the generator's own
-parameters: 1h -> 1m, 5m -> 5s, 30d -> 12h) and the hand-written rules' `for` divided the
+parameters: 1h -> 60s, 5m -> 5s, 30d -> 43200s) and the hand-written rules' `for` divided the
 same way; Prometheus scrapes and evaluates every second. The pages' `for` is 5 s, not 2 s:
 DNSSiteDown's (1 s) then leads it by four evaluations, as 1m leads 2m at production's 15 s.
 
@@ -197,7 +197,8 @@ def test_one_resolver_down_is_a_ticket_and_the_site_down_one_page(stack: Stack) 
         " > 14.4 * 0.001"
     )
     prom.wait(  # the fast-burn condition holds: the page is withheld, not absent
-        f"{burn.format(w='1m')} and on (site) {burn.format(w='5s')}", timeout=30
+        f"{burn.format(w=scaled('1h'))} and on (site) {burn.format(w=scaled('5m'))}",
+        timeout=30,
     )
     time.sleep(12)
     assert {a["labels"]["alertname"] for _, a in pages(hook)} == {"DNSSiteDown"}
