@@ -173,10 +173,10 @@ def test_one_resolver_down_is_a_ticket_and_the_site_down_one_page(stack: Stack) 
     )
     MEASURED["DNSResolverDown, one of two stopped (-> ticket)"] = ticket[0] - stopped
     assert ticket[2]["annotations"]["runbook_url"] == f"{RUNBOOKS}DNSResolverDown.md"
-    # Well past the burn alerts' `for`, the resolvers' and the stub's: nothing pages. The
-    # site answered every probe round and its clients failed over at once (the stub model:
-    # no delay, the stopped server refuses).
-    time.sleep(12)
+    # Past the burn alerts' `for` (5 s after their condition), the resolvers' and the
+    # stub's: nothing pages. The site answered every probe round and its clients failed
+    # over at once (the stub model: no delay, the stopped server refuses).
+    time.sleep(8)
     assert not pages(hook), pages(hook)
     delay = prom.query('dnsfleet_stub_expected_delay_seconds{site="slo",libc="glibc"}')
     assert float(delay[0]["value"][1]) < 0.1, delay  # the ICMP refusal, at once
@@ -200,7 +200,7 @@ def test_one_resolver_down_is_a_ticket_and_the_site_down_one_page(stack: Stack) 
         f"{burn.format(w=scaled('1h'))} and on (site) {burn.format(w=scaled('5m'))}",
         timeout=30,
     )
-    time.sleep(12)
+    time.sleep(8)
     assert {a["labels"]["alertname"] for _, a in pages(hook)} == {"DNSSiteDown"}
     assert len(pages(hook)) == 1, pages(hook)
 
@@ -208,7 +208,7 @@ def test_one_resolver_down_is_a_ticket_and_the_site_down_one_page(stack: Stack) 
     # of the slowest page, 30 s here, plus margin).
     stack.u1.start()
     stack.u2.start()
-    time.sleep(40)
+    time.sleep(35)
     assert len(pages(hook)) == 1, pages(hook)
     remaining = prom.query('site:dnsfleet_slo_error_budget_remaining:ratio{site="slo"}')
     assert any(float(r["value"][1]) < 1 for r in remaining), remaining
