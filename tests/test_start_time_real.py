@@ -34,7 +34,7 @@ from tests.harness.servers import Named, Unbound
 pytestmark = pytest.mark.integration
 
 SCRAPES = 30
-GAP = 0.35  # seconds between scrapes: the old start time flipped every half second
+GAP = 0.25  # seconds between scrapes: the old start time flipped every half second
 
 
 @dataclass
