@@ -28,9 +28,9 @@ TEST_DEBS := unbound:unbound named:bind9 dig:bind9-dnsutils prometheus:prometheu
 BENCH_DEBS := prometheus-blackbox-exporter:prometheus-blackbox-exporter \
               prometheus-node-exporter:prometheus-node-exporter
 ARGS ?=
-LINT_DIRS := $(wildcard exporter tests bench dashboards deploy)
+LINT_DIRS := $(wildcard exporter tests bench dashboards deploy alerts)
 
-.PHONY: run test test-packaging lint venv check-deps bench bench-host bench-soak stack dashboards k8s deb clean
+.PHONY: run test test-packaging lint venv check-deps bench bench-host bench-soak stack dashboards alerts k8s deb clean
 
 $(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -102,6 +102,12 @@ dashboards: $(STAMP)
 deb:
 	$(call install_debs,$(DEB_BUILD_DEBS))
 	packaging/build-deb.sh
+
+## make alerts: regenerate alerts/rules/slo.rules.yml and every alert's runbook_url from
+## alerts/config.yml, then the PrometheusRule that carries the rules
+alerts: $(STAMP)
+	$(BIN)/python -m alerts.generate $(ARGS)
+	$(BIN)/python -m deploy.kubernetes.generate
 
 ## make k8s: regenerate deploy/kubernetes/prometheusrule.yaml from alerts/rules
 k8s: $(STAMP)

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from alerts.generate import CONFIG as ALERTS_CONFIG
+from alerts.generate import load_config, seconds
 from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.builders import heatmap, prometheus, stat, table, timeseries
 from grafana_foundation_sdk.builders.common import StackingConfig, VizLegendOptions
@@ -933,12 +935,146 @@ def capacity_trend() -> dash.Dashboard:
     )
 
 
+def error_budget() -> dash.Dashboard:
+    """The SLOs of alerts/config.yml (windows, period, burn rates from there): budget left
+    per site and SLI, burn rate per window, the error ratios, the burn alerts firing."""
+    cfg = load_config(ALERTS_CONFIG)
+    d = base(
+        "dnsfleet-error-budget",
+        "dnsfleet / Error budget",
+        f"The DNS service level objectives per site: how much of the {cfg.period} error "
+        "budget is left, how fast each SLI burns it over each alerting window, and which "
+        "burn-rate alerts fire (alerts/config.yml; docs/design.md, Service level "
+        "objectives).",
+    )
+    d = variables(d).time("now-7d", "now")
+    site = 'site=~"$site"'
+    budget = f"site:dnsfleet_slo_error_budget_remaining:ratio{{{site}}}"
+    burn = (
+        "site:dnsfleet_slo_errors:ratio_rate{w}{{" + site + "}}"
+        " / on (slo) group_left () (1 - dnsfleet:slo_objective:ratio)"
+    )
+    pages = [b for b in cfg.burn_rates if b.severity == "critical"]
+    tickets = [b for b in cfg.burn_rates if b.severity != "critical"]
+
+    def rates(windows: list[str]) -> list[prometheus.Dataquery]:
+        return [query(burn.format(w=w), "{{site}} {{slo}}/{{source}} " + w) for w in windows]
+
+    def pairs(rows: list[Any]) -> str:
+        return "; ".join(f"{b.burn_rate:g}x over {b.long} and {b.short}" for b in rows)
+
+    return (
+        d.with_panel(
+            tab(
+                "Error budget left per site",
+                f"1 - (error ratio over {cfg.period}) / (1 - objective), per site, SLO and "
+                "SLI source: 100% untouched, 0 spent, below 0 overspent. The period's ratio "
+                f"is the mean of the {cfg.budget_step} ratios sampled every "
+                f"{cfg.budget_step}, so it is empty for the first {cfg.budget_step}.",
+                "percentunit",
+                query(budget, instant=True, fmt="table"),
+                width=12,
+            )
+        )
+        .with_panel(
+            single(
+                "Lowest budget left",
+                "The least error budget any site has left, over every SLO and source.",
+                "percentunit",
+                query(f"min({budget})"),
+                width=6,
+            )
+        )
+        .with_panel(
+            single(
+                "Burn alerts firing",
+                "DNSAvailabilityBudgetBurn and DNSLatencyBudgetBurn firing now, pages and tickets.",
+                "short",
+                query(
+                    'count(ALERTS{alertname=~"DNS.+BudgetBurn", alertstate="firing", '
+                    f"{site}}}) or vector(0)"
+                ),
+                width=6,
+            )
+        )
+        .with_panel(
+            ts(
+                "Error budget left over time",
+                "The budget left per site, SLO and source over the time range.",
+                "percentunit",
+                query(budget, "{{site}} {{slo}}/{{source}}"),
+                width=24,
+            )
+        )
+        .with_panel(
+            ts(
+                "Burn rate, page windows",
+                "Error ratio over each window divided by the budget rate (1 - objective): "
+                "1 spends the budget exactly over the period. Pages while both windows of a "
+                f"pair are above its rate: {pairs(pages)}.",
+                "x",
+                *rates(sorted({w for b in pages for w in (b.long, b.short)}, key=_secs)),
+            )
+        )
+        .with_panel(
+            ts(
+                "Burn rate, ticket windows",
+                "As on the left, over the ticket windows: a ticket while both windows of a "
+                f"pair are above its rate: {pairs(tickets)}.",
+                "x",
+                *rates(sorted({w for b in tickets for w in (b.long, b.short)}, key=_secs)),
+            )
+        )
+        .with_panel(
+            ts(
+                "Bad events per SLI",
+                "Share of bad events over 5 minutes per site, SLO and source: for "
+                "availability, probe rounds no resolver of the site answered, SERVFAIL "
+                "answers of its resolvers, resolv.conf files resolving nothing, failed "
+                "Consul lookups; for latency, answers and modelled stub delays over the "
+                "threshold.",
+                "percentunit",
+                query(
+                    f"site:dnsfleet_slo_errors:ratio_rate{cfg.windows()[0]}{{{site}}}",
+                    "{{site}} {{slo}}/{{source}}",
+                ),
+            )
+        )
+        .with_panel(
+            ts(
+                "Fleet burn rate",
+                "The fleet (the mean of its sites) over the fastest page's long window.",
+                "x",
+                query(
+                    f"fleet:dnsfleet_slo_errors:ratio_rate{cfg.budget_step}"
+                    " / on (slo) group_left () (1 - dnsfleet:slo_objective:ratio)",
+                    "{{slo}}/{{source}}",
+                ),
+            )
+        )
+        .with_panel(
+            tab(
+                "Burn alerts",
+                "The burn-rate alerts firing or pending, with their windows.",
+                "short",
+                query(f'ALERTS{{alertname=~"DNS.+BudgetBurn", {site}}}', instant=True, fmt="table"),
+                width=24,
+            )
+        )
+    )
+
+
+def _secs(window: str) -> int:
+    return seconds(window, "window")
+
+
 DASHBOARDS: dict[str, Callable[[], dash.Dashboard]] = {
     "fleet-overview": fleet_overview,
     "resolver-detail": resolver_detail,
     "host-latency": host_latency,
     "consul-dns": consul_dns,
     "capacity-trend": capacity_trend,
+    "error-budget": error_budget,
 }
 
 

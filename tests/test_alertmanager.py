@@ -30,13 +30,37 @@ def amtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_check_config() -> None:
     out = amtool("check-config", str(ALERTMANAGER_YML))
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "3 inhibit rules" in out.stdout
+    assert "4 inhibit rules" in out.stdout
+
+
+def burn(severity: str, site: str, source: str, slo: str = "availability") -> dict[str, str]:
+    """The labels of a generated burn-rate alert (alerts/rules/slo.rules.yml)."""
+    long, short = {"critical": ("1h", "5m"), "warning": ("1d", "2h")}[severity]
+    return {
+        "alertname": f"DNS{slo.capitalize()}BudgetBurn",
+        "severity": severity,
+        "site": site,
+        "slo": slo,
+        "source": source,
+        "long": long,
+        "short": short,
+    }
 
 
 ROUTES = [
     # (labels, expected receiver)
-    ({"alertname": "DNSResolverDown", "severity": "critical", "site": "ams"}, "pager"),
+    ({"alertname": "DNSResolverDown", "severity": "warning", "site": "ams"}, "ticket"),
     ({"alertname": "DNSSiteDown", "severity": "critical", "site": "ams"}, "pager"),
+    (
+        burn("critical", "ams", "probe"),
+        "pager",
+    ),
+    (
+        burn("warning", "ams", "stub", slo="latency"),
+        "ticket",
+    ),
+    ({"alertname": "DNSResolverRestartLoop", "severity": "warning", "site": "ams"}, "ticket"),
+    ({"alertname": "DNSFleetExportersAbsent", "severity": "critical"}, "pager"),
     ({"alertname": "DNSStubFailoverDelay", "severity": "warning", "site": "ams"}, "ticket"),
     ({"alertname": "DNSBondDegraded", "severity": "warning", "site": "ams"}, "ticket"),
     ({"alertname": "DNSResolverRestarted", "severity": "warning"}, "ticket"),
@@ -120,14 +144,14 @@ INHIBITION = {
             {"alertname": "DNSSiteDown", "severity": "critical", "site": "ams"},
             {
                 "alertname": "DNSResolverDown",
-                "severity": "critical",
+                "severity": "warning",
                 "site": "ams",
                 "instance": "h1:9853",
                 "target": "192.0.2.1:53",
             },
             {
                 "alertname": "DNSStubResolutionFailing",
-                "severity": "critical",
+                "severity": "warning",
                 "site": "ams",
                 "instance": "h1:9853",
                 "resolv_conf": "/etc/resolv.conf",
@@ -149,27 +173,41 @@ INHIBITION = {
             # other site, and not a per-resolver/per-host alert: not muted
             {
                 "alertname": "DNSResolverDown",
-                "severity": "critical",
+                "severity": "warning",
                 "site": "fra",
                 "instance": "h2:9853",
                 "target": "198.51.100.1:53",
             },
             {
                 "alertname": "DNSConsulNoLeader",
-                "severity": "critical",
+                "severity": "warning",
                 "site": "ams",
                 "instance": "h1:9853",
                 "agent": "local",
             },
+            # the site's burn-rate alerts, page and ticket: muted; another site's: not
+            burn("critical", "ams", "probe"),
+            burn("warning", "ams", "stub", slo="latency"),
+            burn("critical", "fra", "probe"),
         ],
-        {1, 2, 3, 4},
+        {1, 2, 3, 4, 7, 8},
+    ),
+    "a fast burn mutes the slow burn of the same SLI at the same site only": (
+        [
+            burn("critical", "ams", "resolver"),
+            burn("warning", "ams", "resolver"),
+            burn("warning", "ams", "stub"),
+            burn("warning", "fra", "resolver"),
+            burn("warning", "ams", "resolver", slo="latency"),
+        ],
+        {1},
     ),
     "a site-down without a site mutes nothing (equal on an absent label)": (
         [
             {"alertname": "DNSSiteDown", "severity": "critical"},
             {
                 "alertname": "DNSResolverDown",
-                "severity": "critical",
+                "severity": "warning",
                 "instance": "h1:9853",
                 "target": "192.0.2.1:53",
             },
@@ -218,66 +256,38 @@ INHIBITION = {
         ],
         {1, 2},
     ),
-    "critical mutes the warning of the same alert and target, not of another": (
+    "critical mutes the warning of the same alert and thing, not of another": (
         [
             {
-                "alertname": "DNSStubFailoverDelay",
+                "alertname": "DNSFleetTargetsDropped",
                 "severity": "critical",
                 "site": "ams",
                 "instance": "h1:9853",
-                "resolv_conf": "/etc/resolv.conf",
-                "libc": "glibc",
+                "job": "dnsfleet",
             },
             {
-                "alertname": "DNSStubFailoverDelay",
+                "alertname": "DNSFleetTargetsDropped",
                 "severity": "warning",
                 "site": "ams",
                 "instance": "h1:9853",
-                "resolv_conf": "/etc/resolv.conf",
-                "libc": "glibc",
+                "job": "dnsfleet",
             },
             {
-                "alertname": "DNSStubFailoverDelay",
+                "alertname": "DNSFleetTargetsDropped",
+                "severity": "warning",
+                "site": "ams",
+                "instance": "h2:9853",
+                "job": "dnsfleet",
+            },
+            {
+                "alertname": "DNSFleetConfigReloadFailed",
                 "severity": "warning",
                 "site": "ams",
                 "instance": "h1:9853",
-                "resolv_conf": "/pods/a/resolv.conf",
-                "libc": "glibc",
-            },
-            {
-                "alertname": "DNSResolverServfailHigh",
-                "severity": "critical",
-                "site": "ams",
-                "instance": "h1:9853",
-                "target": "192.0.2.1:53",
-                "module": "recursive",
-            },
-            {
-                "alertname": "DNSResolverServfailHigh",
-                "severity": "warning",
-                "site": "ams",
-                "instance": "h1:9853",
-                "target": "192.0.2.1:53",
-                "module": "recursive",
-            },
-            {
-                "alertname": "DNSResolverServfailHigh",
-                "severity": "warning",
-                "site": "ams",
-                "instance": "h1:9853",
-                "target": "192.0.2.2:53",
-                "module": "recursive",
-            },
-            {
-                "alertname": "DNSResolverLatencyHigh",
-                "severity": "warning",
-                "site": "ams",
-                "instance": "h1:9853",
-                "target": "192.0.2.1:53",
-                "module": "recursive",
+                "job": "dnsfleet",
             },
         ],
-        {1, 4},
+        {1},
     ),
 }
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
+from alerts.generate import CONFIG, load_config
 
 from tests.harness.tools import binary
 
@@ -20,7 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RULES = sorted((ROOT / "alerts" / "rules").glob("*.yml"))
 RULE_TESTS = sorted((ROOT / "alerts" / "tests").glob("*.yml"))
 RUNBOOKS = ROOT / "alerts" / "runbooks"
-RUNBOOK_BASE = "https://github.com/dnsfleet/dnsfleet/blob/main/alerts/runbooks/"
+# The runbook base URL the committed rules were generated with (alerts/config.yml).
+RUNBOOK_BASE = load_config(CONFIG).runbook_base_url
 SEVERITIES = {"critical", "warning", "info"}
 SECTIONS = ("## Meaning", "## Impact", "## Diagnosis", "## Mitigation")
 
@@ -166,6 +168,9 @@ CATALOG = (
     "DNSResolverCapacityHeadroomLow",
     "DNSResolverCapacityExhaustionNear",
     "DNSClusterDNSReplicasShort",
+    # Issue 20: the SLOs' burn-rate alerts (generated from alerts/config.yml).
+    "DNSAvailabilityBudgetBurn",
+    "DNSLatencyBudgetBurn",
 )
 # Host alerts come with issue 5's alerts/rules/host.rules.yml.
 HOST_ALERTS = {
@@ -183,7 +188,7 @@ ALWAYS_FIRING = {"Watchdog"}
 # absent() has no series to take `instance` or `site` from; cluster DNS sizing is cluster-wide.
 UNSCOPED = {"Watchdog", "DNSFleetExportersAbsent", "DNSClusterDNSReplicasShort"}
 # Alerts about a whole site carry `site` but no `instance`; the Watchdog carries neither.
-SITE_SCOPED = {"DNSSiteDown"}
+SITE_SCOPED = {"DNSSiteDown", "DNSAvailabilityBudgetBurn", "DNSLatencyBudgetBurn"}
 
 
 @pytest.mark.parametrize("name", CATALOG)
@@ -238,3 +243,59 @@ def test_readme_table_matches_rules() -> None:
     assert rules - rows == set(), f"rules missing from alerts/README.md: {sorted(rules - rows)}"
     extra = {r for r in rows - rules if HOST_RULES_MERGED or r[0] not in HOST_ALERTS}
     assert extra == set(), f"README rows matching no rule: {sorted(extra)}"
+
+
+# ------------------------------------------------------------------------ paging policy
+
+# Critical pages; it is allowed only for these (issue 20): clients are hurt now or within the
+# hour at a site (a fast burn of an SLO's error budget: the generated alerts' critical
+# windows), no resolver of a site answers, or the monitoring itself is gone.
+PAGE_WORTHY = {
+    "DNSAvailabilityBudgetBurn": "fast burn",
+    "DNSLatencyBudgetBurn": "fast burn",
+    "DNSSiteDown": "site with no resolver answering",
+    "DNSFleetExportersAbsent": "monitoring gone",
+    "DNSFleetExporterDown": "monitoring gone",
+    "DNSFleetTargetsDropped": "monitoring gone",
+}
+
+
+def policy_rows() -> dict[tuple[str, str], str]:
+    """The paging policy table of alerts/README.md: (alert, severity) -> why."""
+    text = (ROOT / "alerts" / "README.md").read_text()
+    section = text.split("## Paging policy", 1)[1].split("\n## ", 1)[0]
+    rows: dict[tuple[str, str], str] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("[") and "](runbooks/" in cells[0]:
+            rows[(cells[0][1 : cells[0].index("]")], cells[1])] = cells[2]
+    return rows
+
+
+def test_only_the_paging_policy_pages() -> None:
+    """No alert is critical unless the policy says it may page; a burn-rate alert pages
+    only on its fast windows (burn rate 6 or more, as the SRE workbook's page windows)."""
+    problems = []
+    for rule in alerting_rules():
+        name, sev = rule["alert"], rule["labels"]["severity"]
+        if sev != "critical":
+            continue
+        if name not in PAGE_WORTHY:
+            problems.append(f"{name} is critical but outside the paging policy")
+        if name.endswith("BudgetBurn") and rule["labels"].get("long") not in ("1h", "6h"):
+            problems.append(f"{name} pages on a slow window {rule['labels'].get('long')}")
+    assert not problems, "\n".join(problems)
+    burns = [r for r in alerting_rules() if r["alert"].endswith("BudgetBurn")]
+    assert {r["labels"]["severity"] for r in burns} == {"critical", "warning"}
+
+
+def test_paging_policy_table_matches_the_rules() -> None:
+    """alerts/README.md's paging policy table has one row per alert and severity, each with
+    its reason, and no row for what no rule has."""
+    rows = policy_rows()
+    rules = {(r["alert"], r["labels"]["severity"]) for r in alerting_rules()}
+    assert rules - set(rows) == set(), f"missing from the policy table: {sorted(rules - set(rows))}"
+    assert set(rows) - rules == set(), f"policy rows without a rule: {sorted(set(rows) - rules)}"
+    assert all(len(why) > 20 for why in rows.values()), "every row says why"
+    paging = {name for name, sev in rows if sev == "critical"}
+    assert paging <= set(PAGE_WORTHY), sorted(paging - set(PAGE_WORTHY))

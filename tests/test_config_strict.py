@@ -100,7 +100,7 @@ def test_emitted_label_names_are_all_reserved() -> None:
             "dnsdist", (fixtures / "resolver" / "dnsdist-1.7.metrics.txt").read_text()
         ),
     ]
-    texts.append(render(stats_families([('target="t"', st) for st in stats])))
+    texts.append(render(stats_families([('target="t"', st, None) for st in stats])))
     names = {k for text in texts for _, labels in samples(text) for k, _ in labels}
     assert names - RESERVED_LABELS == set(), sorted(names - RESERVED_LABELS)
 

@@ -72,11 +72,14 @@ def test_variables_and_panels(name: str) -> None:
         for t in p.get("targets", []):
             expr = t["expr"]
             # Each query follows the selection (recording rules have no job label); the
-            # cluster-wide series of Kubernetes cluster DNS belong to no site or exporter.
-            per_site = "dnsfleet_" in expr and "cluster:dnsfleet_" not in expr
+            # cluster-wide series of Kubernetes cluster DNS belong to no site or exporter,
+            # the SLOs' site:/fleet: series to no exporter (fleet: to no site either).
+            fleet_wide = "cluster:dnsfleet_" in expr or "fleet:dnsfleet_" in expr
+            per_site = "dnsfleet_" in expr and not fleet_wide
+            per_exporter = per_site and "site:dnsfleet_" not in expr
             if per_site and '"$site"' not in expr:
                 problems.append(f"{title}: query ignores $site: {expr}")
-            if per_site and '"$instance"' not in expr:
+            if per_exporter and '"$instance"' not in expr:
                 problems.append(f"{title}: query ignores $instance: {expr}")
     assert not problems, "\n".join(problems)
     assert len({p["title"] for p in doc["panels"]}) == len(doc["panels"]), "duplicate titles"
@@ -113,6 +116,15 @@ def test_required_panels_exist() -> None:
         "Lowest headroom per site",
         "Cluster DNS replicas",
     } <= titles["capacity-trend"]
+    assert {
+        "Error budget left per site",
+        "Burn rate, page windows",
+        "Burn rate, ticket windows",
+        "Bad events per SLI",
+    } <= titles["error-budget"]
+    burn = [p for p in load("error-budget")["panels"] if p["title"] == "Burn rate, page windows"]
+    windows = {t["expr"].split("ratio_rate")[1].split("{")[0] for t in burn[0]["targets"]}
+    assert windows == {"1h", "5m", "6h", "30m"}  # the page windows of alerts/config.yml
     heat = [p for p in load("host-latency")["panels"] if p["title"] == "NIC interrupts per CPU"]
     assert heat[0]["type"] == "heatmap"
     days = [p for p in load("capacity-trend")["panels"] if p["title"] == "Days to capacity"]

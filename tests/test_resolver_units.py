@@ -15,9 +15,12 @@ from dnsfleet.capacity import (
     parse_state,
 )
 from dnsfleet.capacitytest import miss_name_count, miss_names
+from dnsfleet.collectors.resolver import stats_families
 from dnsfleet.collectors.resolver_capacity import capacity_families
 from dnsfleet.config import ConfigError, Endpoint, parse
+from dnsfleet.exposition import render
 from dnsfleet.parsers.bind import parse_bind_server
+from dnsfleet.parsers.promtext import parse_resolver_metrics
 from dnsfleet.parsers.resperf import (
     PlotCapacity,
     PlotPoint,
@@ -30,9 +33,12 @@ from dnsfleet.probes import ProbeResult
 from dnsfleet.restarts import (
     CanaryTracker,
     ResolverWatch,
+    StartJudgement,
+    StartReading,
     Unusable,
     WatchState,
     is_cache_reset,
+    judge_start,
 )
 
 pytestmark = pytest.mark.unit
@@ -664,3 +670,191 @@ def test_a_run_failing_from_its_first_bucket_records_nothing(
         "loss",
         3750.0,
     )
+
+
+# ------------------------------------------------------- restarts from the resolver's statistics
+
+
+def reading(
+    *,
+    at: float,
+    uptime: float | None = None,
+    start: float | None = None,
+    queries: int = 0,
+    window: float = 0.01,
+    clock: float = 1_800_000_000.0,
+) -> StartReading:
+    """A read taking ``window`` seconds that ended at monotonic time ``at``; this host's
+    wall clock is ``clock`` + ``at`` unless stepped."""
+    return StartReading(
+        start_time=start,
+        uptime=uptime,
+        queries=queries,
+        sent=at - window,
+        received=at,
+        wall=clock + at,
+    )
+
+
+def judge_all(readings: list[StartReading]) -> list[StartJudgement]:
+    out: list[StartJudgement] = []
+    prev: StartJudgement | None = None
+    for r in readings:
+        prev = judge_start(prev, r)
+        out.append(prev)
+    return out
+
+
+def pdns_uptime(t: float, started: float) -> float:
+    """PowerDNS Recursor and dnsdist: time(2) minus the start, both whole seconds."""
+    return float(int(1_800_000_000 + t) - int(1_800_000_000 + started))
+
+
+def test_first_reading_exports_its_estimate() -> None:
+    (j,) = judge_all([reading(at=100.4, uptime=40)])
+    assert (j.start_time, j.restarts) == (1_800_000_060.0, 0)
+    (j,) = judge_all([reading(at=100.4, start=1_700_000_000.25)])
+    assert (j.start_time, j.restarts) == (1_700_000_000.25, 0)
+    (j,) = judge_all([reading(at=100.4, queries=7)])
+    assert (j.start_time, j.restarts) == (None, 0)
+
+
+def test_whole_second_uptime_does_not_move_the_start_time() -> None:
+    """30 reads 0.77 s apart of a daemon started at t=3.5: now - uptime jitters by a second
+    (what was exported before), the judged start time does not move."""
+    times = [10 + 0.77 * k for k in range(30)]
+    readings = [reading(at=t, uptime=pdns_uptime(t, 3.5)) for t in times]
+    naive = [round(r.wall - (r.uptime or 0)) for r in readings]
+    assert len(set(naive)) == 2  # the old jitter
+    judged = judge_all(readings)
+    assert {j.start_time for j in judged} == {judged[0].start_time}
+    assert judged[-1].restarts == 0
+
+
+def test_uptime_going_backwards_is_a_restart() -> None:
+    started = 3.5
+    readings = [reading(at=t, uptime=pdns_uptime(t, started)) for t in (20, 35, 50)]
+    # restarted at 57: the next read at 65 sees an uptime of 8
+    readings += [reading(at=t, uptime=pdns_uptime(t, 57)) for t in (65, 80, 95)]
+    judged = judge_all(readings)
+    assert [j.restarts for j in judged] == [0, 0, 0, 1, 1, 1]
+    assert len({j.start_time for j in judged[:3]}) == 1
+    assert judged[3].start_time == pytest.approx(1_800_000_057, abs=1)
+    assert judged[3].start_time == judged[5].start_time
+
+
+def test_a_step_of_this_hosts_clock_changes_nothing() -> None:
+    """Elapsed time is monotonic; the wall clock only places a new start time."""
+    first = reading(at=20, uptime=16.0)
+    stepped = reading(at=35, uptime=31.0, clock=1_800_000_000 - 3600)
+    j = judge_all([first, stepped])
+    assert j[1].restarts == 0 and j[1].start_time == j[0].start_time
+
+
+def test_a_step_of_the_resolvers_clock() -> None:
+    """PowerDNS and dnsdist count uptime on their wall clock. Forward: ignored. Backward by
+    more than the tolerance: reads as a restart (a documented blind spot)."""
+    j = judge_all([reading(at=20, uptime=1000.0), reading(at=35, uptime=1000.0 + 15 + 3600)])
+    assert j[1].restarts == 0 and j[1].start_time == j[0].start_time
+    j = judge_all([reading(at=20, uptime=1000.0), reading(at=35, uptime=1000.0 + 15 - 30)])
+    assert j[1].restarts == 1
+
+
+def test_a_slow_read_is_no_restart() -> None:
+    """The daemon read its clock somewhere within the request: a 3 s request ending 15 s
+    after the last may show an uptime only 12 s higher."""
+    j = judge_all([reading(at=20, uptime=100.0), reading(at=35, uptime=112.0, window=3.0)])
+    assert j[1].restarts == 0
+    j = judge_all([reading(at=20, uptime=100.0), reading(at=35, uptime=109.0, window=3.0)])
+    assert j[1].restarts == 1
+
+
+def test_two_restarts_between_scrapes_count_once() -> None:
+    # restarted at 22 and again at 30; read at 20 and 35
+    j = judge_all([reading(at=20, uptime=500.0), reading(at=35, uptime=pdns_uptime(35, 30))])
+    assert j[1].restarts == 1
+
+
+def test_process_replaced_in_its_first_seconds_is_a_blind_spot() -> None:
+    """The read at 20 caught a process 1 s old; it was replaced at 21, and the read at 35
+    sees 14 s of uptime, 1 s short of the 15 that passed: within granularity and tolerance,
+    indistinguishable from the same process."""
+    j = judge_all([reading(at=20, uptime=1.0), reading(at=35, uptime=14.0)])
+    assert j[1].restarts == 0
+
+
+def test_stated_start_time_jitter_and_restart() -> None:
+    """CoreDNS's process_start_time_seconds adds btime, which moves by a second now and
+    then: no restart. Forward by more than the tolerance: a restart. Backward: kept."""
+    j = judge_all(
+        [
+            reading(at=20, start=1_700_000_000.5),
+            reading(at=35, start=1_700_000_001.5),
+            reading(at=50, start=1_700_000_000.5),
+            reading(at=65, start=1_700_000_060.0),
+            reading(at=80, start=1_700_000_030.0),
+        ]
+    )
+    assert [x.restarts for x in j] == [0, 0, 0, 1, 1]
+    assert [x.start_time for x in j] == [1_700_000_000.5] * 3 + [1_700_000_060.0] * 2
+
+
+def test_without_start_or_uptime_a_counter_going_backwards_is_a_restart() -> None:
+    j = judge_all(
+        [reading(at=20, queries=500), reading(at=35, queries=520), reading(at=50, queries=3)]
+    )
+    assert [x.restarts for x in j] == [0, 0, 1]
+    assert all(x.start_time is None for x in j)
+
+
+def test_stats_families_export_the_judged_start_and_restarts() -> None:
+    st = parse_resolver_metrics(
+        "pdns-recursor", (FIX / "pdns-recursor-4.8.metrics.txt").read_text()
+    )
+    j = judge_start(None, reading(at=20, uptime=st.uptime))
+    text = render(stats_families([('target="t"', st, j), ('target="u"', None, None)]))
+    assert f'dnsfleet_resolver_start_time_seconds{{target="t"}} {j.start_time:.0f}' in text
+    assert 'dnsfleet_resolver_restarts_total{target="t"} 0' in text
+    assert 'target="u"' in text and 'restarts_total{target="u"}' not in text
+
+
+def test_process_joining_a_single_backend_target_is_no_reset() -> None:
+    """A second SO_REUSEPORT process joins a `backends: single` target with no NSID: its
+    cold cache answers the canary with the full TTL, and each fresh socket lands on either
+    process. Before: a jump answered by the newcomer and a countdown from it at the next
+    scrape counted a reset before the old cache ever answered again (half the joins, in
+    tests/test_canary_real.py). Now the jump is checked at once with a burst of queries,
+    one of which the old cache answers: no reset, the canary says `several_caches`."""
+    old_cache = countdown(0, 3600, 60, step=15)  # 3600, 3585, 3570, 3555
+    joined: list[tuple[float, int | None, str | None]] = [(60.0, 3600, "a"), (75.0, 3585, "a")]
+    before = run_canary(old_cache + joined)
+    assert before.resets == 1  # the mechanism: counted without a verification
+
+    c = run_canary(old_cache)
+    c.observe(3600, now=60, wall=1060, backend="a")
+    assert c.candidate == "a"
+    for ttl in (3600, 3600, 3540, 3600):  # the burst: the old cache answers one (3600-60)
+        c.verify(ttl, now=60.01, backend="a")
+    assert c.unusable is Unusable.SEVERAL_CACHES
+    c.observe(3585, now=75, wall=1075, backend="a")
+    assert c.resets == 0 and c.unusable is Unusable.SEVERAL_CACHES
+
+
+def test_a_flush_survives_the_verification_burst() -> None:
+    c = run_canary(countdown(0, 3600, 60, step=15))
+    c.observe(3600, now=60, wall=1060, backend="a")  # flushed: refetched at full TTL
+    for ttl in (3600, 3600, 3599, 3600, 3600, 3600, 3600, 3599):
+        c.verify(ttl, now=60.6, backend="a")
+    assert c.unusable is None
+    assert c.observe(3585, now=75, wall=1075, backend="a")
+    assert (c.resets, c.last_reset) == (1, 1060)
+
+
+def test_verification_answers_of_another_backend_are_its_own() -> None:
+    """On a pool with NSID each backend is its own cache: b's countdown in a's burst is
+    not a second cache of a."""
+    c = run_canary(countdown(0, 3600, 60, step=15), pool=True)
+    c.observe(3600, now=60, wall=1060, backend="a")
+    c.verify(1200, now=60.01, backend="b")
+    assert c.unusable is None
+    assert c.observe(3585, now=75, wall=1075, backend="a") and c.resets == 1

@@ -22,13 +22,27 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dnsfleet.config import Config, parse
 from dnsfleet.exposition import Family, labelset
-from dnsfleet.statuspage import History, Snapshot, _headroom, ago, parse_labels
+from dnsfleet.prober import Prober
+from dnsfleet.probes import Reason, failed
+from dnsfleet.probes.result import ProbeResult
+from dnsfleet.statuspage import (
+    RUNBOOK_BASE_URL,
+    History,
+    Snapshot,
+    _headroom,
+    ago,
+    failing_alert,
+    parse_labels,
+    when,
+)
 from dnsfleet.statuspage import Sample as StatusSample
 from tests.harness.exporter import ExporterProcess
 from tests.harness.metrics import value
-from tests.harness.servers import Named, Unbound
+from tests.harness.servers import Blackhole, Named, Unbound
 from tests.harness.tools import binary
+from tests.test_fullstack import spare_loopback_pair
 
 pytestmark = pytest.mark.integration
 
@@ -53,6 +67,47 @@ def test_ago() -> None:
         "2h",
         "2d",
     ]
+
+
+def test_when_and_the_alert_a_failing_target_raises() -> None:
+    assert when(1_800_000_000, 1_800_000_180) == "3m ago (2027-01-15 08:00:00 UTC)"
+    assert failing_alert("ams", site_failing=True) == "DNSSiteDown"
+    assert failing_alert("ams", site_failing=False) == "DNSResolverDown"
+    assert failing_alert(None, site_failing=True) == "DNSResolverDown"
+
+
+def test_failing_since_is_kept_across_reloads_that_keep_the_target() -> None:
+    def cfg(labels: dict[str, str]) -> Config:
+        return parse(
+            {
+                "modules": {"m": {}},
+                "targets": [{"address": "192.0.2.1", "module": "m", "labels": labels}],
+            },
+            source="t.yml",
+        )
+
+    ok = ProbeResult(success=True, reason=None, duration=0.01, rcode=0, answer_rrs=1, detail="")
+    bad = failed(Reason.TIMEOUT, 1.0, "no answer")
+    p = Prober()
+    p.configure(cfg({"site": "a"}))
+    st = p.states[("192.0.2.1", "m")]
+    st.observe(ok, 100)
+    st.observe(bad, 115)
+    st.observe(bad, 130)
+    assert st.failing_since == 115
+    p.configure(cfg({"site": "a"}))  # the same target
+    assert p.states[("192.0.2.1", "m")].failing_since == 115
+    p.configure(cfg({"site": "b"}))  # new labels, same target
+    st = p.states[("192.0.2.1", "m")]
+    assert st.failing_since == 115 and st.target.labels == (("site", "b"),)
+    st.observe(ok, 145)
+    assert st.failing_since is None
+
+
+def test_runbook_base_url_default_is_the_rules_default() -> None:
+    from alerts.generate import CONFIG, load_config
+
+    assert load_config(CONFIG).runbook_base_url == RUNBOOK_BASE_URL
 
 
 def snap(
@@ -203,6 +258,9 @@ class Page:
     work: Path
 
 
+RUNBOOKS = "https://wiki.example.net/dns/"
+
+
 def spare_loopback() -> str:
     """A loopback address with nothing on port 53 (resolv.conf cannot name a port)."""
     import socket
@@ -235,6 +293,15 @@ def page(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[Pag
     (root / "etc" / "resolv.conf").write_text(
         f"nameserver {spare_loopback()}\noptions timeout:1 attempts:1\n"
     )
+    # A second file whose clients wait 1 s on a silent first nameserver, then get answers
+    # from an unbound on port 53 of another loopback address: degraded.
+    silent, answering = spare_loopback_pair()
+    hole = Blackhole(host=silent, port=53)
+    u53 = Unbound(work / "u53", host=answering, port=53, stubs=u.stubs)
+    u53.start()
+    (root / "etc" / "resolv.degraded.conf").write_text(
+        f"nameserver {silent}\nnameserver {answering}\noptions timeout:1 attempts:1\n"
+    )
     cfg = work / "dnsfleet.yml"
     cfg.write_text(
         yaml.safe_dump(
@@ -259,22 +326,29 @@ def page(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[Pag
                 ],
                 "resolv_conf": [
                     {
-                        "path": "/etc/resolv.conf",
+                        "path": path,
                         "query_name": "www.example.test",
                         "query_type": "A",
                         "probe_timeout": "300ms",
                     }
+                    for path in ("/etc/resolv.conf", "/etc/resolv.degraded.conf")
                 ],
             }
         )
     )
     exp = ExporterProcess(
-        f"--config.file={cfg}", f"--path.rootfs={root}", "--web.enable-lifecycle", cwd=work
+        f"--config.file={cfg}",
+        f"--path.rootfs={root}",
+        "--web.enable-lifecycle",
+        f"--web.runbook-base-url={RUNBOOKS}",
+        cwd=work,
     )
     try:
         yield Page(exp, u, dead, cfg, work)
     finally:
         exp.stop()
+        u53.stop()
+        hole.close()
         u.stop()
 
 
@@ -312,20 +386,27 @@ def chromium(*args: str, timeout: float = 60) -> str:
 
 
 class Dom(html.parser.HTMLParser):
-    """Text of every element with an id or a data-target/data-collector attribute."""
+    """Text of every element with an id or a data-target/data-collector attribute; the
+    resources the page would load from elsewhere; the runbook links of each element."""
 
     def __init__(self) -> None:
         super().__init__()
         self.text: dict[str, str] = {}
         self.open: list[tuple[str, str]] = []
         self.external: list[str] = []
+        self.runbooks: dict[str, list[str]] = {}
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         a = dict(attrs)
-        for k in ("src", "href"):
-            v = a.get(k) or ""
-            if v.startswith(("http:", "https:", "//")):
-                self.external.append(v)
+        if tag == "a" and a.get("class") == "runbook":
+            href = a.get("href") or ""
+            for _, opened in self.open:
+                self.runbooks.setdefault(opened, []).append(href)
+        else:  # a link is followed by a person; anything else would be loaded
+            for k in ("src", "href"):
+                v = a.get(k) or ""
+                if v.startswith(("http:", "https:", "//")):
+                    self.external.append(v)
         key = a.get("id") or a.get("data-target") or a.get("data-collector")
         if key and tag not in ("meta", "link"):
             self.open.append((tag, key))
@@ -390,9 +471,24 @@ def test_incident_view_in_chromium(page: Page, tmp_path: Path) -> None:
     assert "restarted (start time changed)" in row and "ago" in row
     assert "cached" in row or "usable" in row  # canary
     assert "qps" in row  # headroom vs 2000 qps
+    assert "restart" in row and "UTC" in row  # the last restart, when
+    assert u.address not in d.runbooks  # answering: no alert
     dead = d.text[page.dead]
     assert "FAIL: refused" in dead and "not configured" in dead
-    assert "ALL LOOKUPS FAIL" in d.text["stub"] and "/etc/resolv.conf" in d.text["stub"]
+    assert "since" in dead and "ago (" in dead and "UTC)" in dead
+    # The site still answers (u): the dead target raises DNSResolverDown, whose runbook is
+    # under --web.runbook-base-url.
+    assert d.runbooks[page.dead] == [f"{RUNBOOKS}DNSResolverDown.md"]
+    stub = d.text["stub"]
+    assert "ALL LOOKUPS FAIL" in stub and "/etc/resolv.conf" in stub
+    assert "DEGRADED: +1.00s per lookup" in stub and "/etc/resolv.degraded.conf" in stub
+    assert sorted(d.runbooks["stub"]) == [
+        f"{RUNBOOKS}DNSStubFailoverDelay.md",
+        f"{RUNBOOKS}DNSStubResolutionFailing.md",
+        f"{RUNBOOKS}DNSStubResolutionFailing.md",
+    ]
+    assert "1 resolv.conf failing" in d.text["summary"]
+    assert "1 resolv.conf degraded" in d.text["summary"]
     assert "ok" in d.text["resolver_stats"] and "FAILING" not in d.text["collectors"]
     assert "1 failing" in d.text["summary"] and "2 targets" in d.text["summary"]
     assert "Last scrape" in d.text["age"] and "ago" in d.text["age"]
@@ -422,3 +518,28 @@ def test_failed_reload_shows_latest_error_only(page: Page) -> None:
         status, _ = page.exporter.request("/-/reload", method="POST")
     assert status == 200
     assert "Last reload FAILED" not in page.exporter.get("/")
+
+
+def test_failing_since_survives_a_reload_that_keeps_the_target(page: Page) -> None:
+    """A reload that keeps the failing target (here with a label changed) keeps its
+    "failing since"; the page shows the same time after the reload."""
+    page.exporter.get("/metrics")
+    before = dom(page).text[page.dead]
+    since = before[before.index("ago (") : before.index("UTC)") + 4]
+    good = page.config.read_text()
+    doc = yaml.safe_load(good)
+    for t in doc["targets"]:
+        if t["address"] == page.dead:
+            t["labels"]["rack"] = "r7"
+    try:
+        page.config.write_text(yaml.safe_dump(doc))
+        status, _ = page.exporter.request("/-/reload", method="POST")
+        assert status == 200
+        page.exporter.get("/metrics")
+        after = dom(page).text[page.dead]
+        assert "rack=r7" in after
+        assert after[after.index("ago (") : after.index("UTC)") + 4] == since
+    finally:
+        page.config.write_text(good)
+        status, _ = page.exporter.request("/-/reload", method="POST")
+    assert status == 200

@@ -17,7 +17,7 @@ from dnsfleet.parsers.resolvconf import parse_resolv_conf
 from dnsfleet.prober import Prober
 from dnsfleet.probes import ProbeResult, probe, query_for
 from dnsfleet.selfmetrics import exporter_families, process_families, scrape_duration_family
-from dnsfleet.statuspage import History, Snapshot
+from dnsfleet.statuspage import RUNBOOK_BASE_URL, History, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,8 @@ class Exporter:
         # What the status page shows: the last scrape's findings, never a probe of its own.
         self.last_snapshot: Snapshot | None = None
         self.status_history = History()
+        # The status page links runbooks under this (--web.runbook-base-url).
+        self.runbook_base_url = RUNBOOK_BASE_URL
 
     def _load(self) -> Config:
         if self.config_file:

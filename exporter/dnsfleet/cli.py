@@ -21,6 +21,7 @@ from dnsfleet.config import DEFAULT_CAPACITY_FILE, ConfigError, parse_address
 from dnsfleet.config import schema as config_schema
 from dnsfleet.hostfs import HostFS
 from dnsfleet.httpserver import serve as http_serve
+from dnsfleet.statuspage import RUNBOOK_BASE_URL
 from dnsfleet.stubmodel import LIBCS
 from dnsfleet.web import make_router
 
@@ -86,6 +87,13 @@ def exporter_parser() -> argparse.ArgumentParser:
         default=40,
         help="concurrent /metrics requests before 503 (0: no limit)",
     )
+    p.add_argument(
+        "--web.runbook-base-url",
+        dest="runbook_base_url",
+        default=RUNBOOK_BASE_URL,
+        help="the status page links runbooks as BASE<AlertName>.md; set it to the "
+        "runbook_base_url of your alerts/config.yml (default: this project's runbooks)",
+    )
     p.add_argument("--path.procfs", dest="procfs", default="/proc")
     p.add_argument("--path.sysfs", dest="sysfs", default="/sys")
     p.add_argument("--path.rootfs", dest="rootfs", default="/")
@@ -137,6 +145,7 @@ def exporter_main(argv: Sequence[str] | None = None) -> int:
         exp = Exporter(fs=fs, config_file=args.config_file)
     except ConfigError as e:
         return _invalid(args, f"configuration invalid: {e}")
+    exp.runbook_base_url = args.runbook_base_url
     try:
         args.web_config = webconfig.load(args.web_config_file) if args.web_config_file else None
     except ConfigError as e:

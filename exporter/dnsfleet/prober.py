@@ -1,7 +1,8 @@
 """Probing the configured fleet: all targets concurrently, state kept between scrapes.
 
 Per-target state (:class:`TargetState`) survives scrapes and reloads for targets whose
-(address, module) is unchanged: failure counters, the latency histogram, the last result.
+(address, module) is unchanged: failure counters, the latency histogram, the last result,
+and since when the target has been failing.
 Later stages (restart and cache-reset detection) keep their own state beside it.
 """
 
@@ -53,11 +54,18 @@ class TargetState:
     buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
     latency_sum: float = 0.0
     probes: int = 0  # sent on /metrics, answered or not
+    # Epoch seconds of the first failed probe of the current run of failures; None while
+    # the last probe succeeded (the status page's "failing since").
+    failing_since: float | None = None
 
     def observe(self, result: ProbeResult, wall: float) -> None:
         self.last = result
         self.last_wall = wall
         self.probes += 1
+        if result.success:
+            self.failing_since = None
+        elif self.failing_since is None:
+            self.failing_since = wall
         if result.reason is not None:
             self.failures[REASONS.index(result.reason)] += 1
         if result.response is not None:
@@ -111,6 +119,7 @@ class Prober:
                     old.probes,
                 )
                 fresh.last, fresh.last_wall = old.last, old.last_wall
+                fresh.failing_since = old.failing_since
                 states[key] = fresh
             else:
                 states[key] = new_state(t)

@@ -35,6 +35,14 @@ CHAOS TXT ``identity_query`` (``id.server.``, ``hostname.bind.``). The identity 
 as an info metric, never as a label on latency series, and each change is counted.
 
 State is kept per (address, module) between scrapes and across reloads that keep the pair.
+
+**Restarts from inside** (:func:`judge_start`): a resolver's own statistics give either its
+start time (BIND, CoreDNS, unbound) or only its uptime in whole seconds (PowerDNS Recursor,
+dnsdist), or neither (Knot Resolver). Now minus an uptime moves by a second from one scrape to
+the next on a healthy daemon, so the start time exported is kept until a restart is judged:
+the uptime went backwards against the time that passed between the two reads, a stated start
+time moved forward by more than :data:`START_TOLERANCE`, or, with neither, the query counter
+went backwards.
 """
 
 from __future__ import annotations
@@ -58,6 +66,81 @@ MAX_BACKEND_LEN = 128  # a label value from the network: bounded
 TTL_GRANULARITY = 1.0  # seconds: see is_cache_reset
 
 StateKey = tuple[str, str]  # (address, module)
+
+# ---------------------------------------------------------------- restarts from the inside
+
+UPTIME_GRANULARITY = 1.0  # PowerDNS Recursor and dnsdist: time(2) minus the start, in seconds
+# Slack beyond granularity and read windows: a stated start time that moves by this much or
+# less is the same process (CoreDNS's process_start_time_seconds adds /proc/stat's btime,
+# which the kernel recomputes from the wall clock: it moves by a second now and then).
+START_TOLERANCE = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class StartReading:
+    """What one read of a resolver's statistics says about its process. ``sent`` and
+    ``received`` are monotonic times around the read (the resolver read its clock somewhere
+    between them); ``wall`` is epoch seconds at ``received``."""
+
+    start_time: float | None  # as the resolver states it
+    uptime: float | None  # or its uptime in whole seconds
+    queries: int  # a counter that starts from zero with the process
+    sent: float
+    received: float
+    wall: float
+
+    def estimate(self) -> float | None:
+        """The start time this reading alone implies."""
+        if self.start_time is not None:
+            return self.start_time
+        if self.uptime is None:
+            return None
+        # The middle of the read window; whole seconds, as the uptime is.
+        return float(round(self.wall - (self.received - self.sent) / 2 - self.uptime))
+
+
+@dataclass(frozen=True, slots=True)
+class StartJudgement:
+    """The start time to export (None: the resolver gives none), the restarts judged since
+    the exporter started, and the reading the next judgement compares with."""
+
+    start_time: float | None
+    restarts: int
+    last: StartReading
+
+
+def judge_start(prev: StartJudgement | None, r: StartReading) -> StartJudgement:
+    """Pure: did the resolver restart since ``prev``? The exported start time moves only when
+    it did; otherwise the one exported before is kept.
+
+    - Uptime: the same process shows at least ``uptime_before + (least time between the two
+      reads) - granularity``; anything lower by more than :data:`START_TOLERANCE` is a new
+      process. The elapsed time is monotonic, so a step of this host's clock changes
+      nothing. A step of the *resolver's* clock moves its uptime (PowerDNS and dnsdist count
+      it on the wall clock): forward is ignored, backward by more than 2 s reads as a restart.
+    - A stated start time: a restart when it moved forward by more than the tolerance.
+    - Neither (Knot Resolver without ``process_start_time_seconds``): a restart when the
+      query counter went backwards; no start time is exported.
+
+    Blind spots: two restarts between two scrapes count once (only the last process is
+    seen); a process replaced within ~2 s of its own start, when the previous read caught it
+    in those 2 s, looks like the same process; without a start time or uptime, a new process
+    that answered more queries by the next read than the old one had at the previous read
+    is not seen."""
+    if prev is None:
+        return StartJudgement(r.estimate(), 0, r)
+    p = prev.last
+    if r.uptime is not None and p.uptime is not None:
+        least_elapsed = max(r.sent - p.received, 0.0)
+        restarted = r.uptime < p.uptime + least_elapsed - UPTIME_GRANULARITY - START_TOLERANCE
+    elif r.start_time is not None and p.start_time is not None:
+        restarted = r.start_time - p.start_time > START_TOLERANCE
+    else:
+        restarted = r.queries < p.queries
+    if restarted:
+        return StartJudgement(r.estimate(), prev.restarts + 1, r)
+    kept = prev.start_time if prev.start_time is not None else r.estimate()
+    return StartJudgement(kept, prev.restarts, r)
 
 
 def is_cache_reset(
@@ -116,6 +199,12 @@ class Unusable(enum.Enum):
     SEVERAL_CACHES = "several_caches"
 
 
+# Canary queries sent at once when a reset candidate appears (CanaryTracker.verify). With two
+# processes sharing an address equally, all of them reach the newcomer with probability
+# 2**-8; the candidate must then also count down at the next scrape from the newcomer
+# (1/2): a false reset in about 1 of 512 joins, against 1 in 2 before.
+VERIFY_QUERIES = 8
+
 # How long TTLs that count down faster than time (several caches behind one address, no
 # identity to tell them apart) keep the canary unusable after the last such sighting.
 SEVERAL_CACHES_HOLD = 3600.0
@@ -154,6 +243,9 @@ class CanaryTracker:
     several_caches_at: float | None = None
     last_at: float | None = None  # monotonic time of the last answer, any backend
     unconfirmed: int = 0  # reset candidates in a row that did not count down
+    # The backend key of a reset candidate the last answer raised, until verify() has seen
+    # the answers of the verification burst (after_probe sends them in the same round).
+    candidate: str | None = None
     resets: int = 0
     last_reset: float | None = None  # epoch seconds
 
@@ -214,6 +306,7 @@ class CanaryTracker:
                 if b.reset_at is not None:
                     self.unconfirmed += 1  # jumped again: not counting down
                 new = Baseline(ttl, now, trusted=True, reset_at=wall)
+                self.candidate = key
             elif ttl <= remaining + self.tolerance + TTL_GRANULARITY:
                 if ttl < b.ttl:  # the countdown goes on
                     confirmed = b.reset_at
@@ -235,6 +328,29 @@ class CanaryTracker:
             self.last_reset = confirmed
             return True
         return False
+
+    def verify(self, ttl: int | None, *, now: float, backend: str | None) -> None:
+        """One answer of the verification burst sent right after a reset candidate: several
+        fresh queries, each from its own socket. A flushed cache answers them all from the
+        new countdown. A second cache behind the same address and identity (a process that
+        joined an SO_REUSEPORT group: the kernel picks the socket by a hash of the query's
+        source address and port, so each fresh socket lands on either) shows the old
+        countdown in some of them: then the candidate is withdrawn and the canary is marked
+        `several_caches`. Never confirms a candidate, never becomes a baseline."""
+        key = backend or ""
+        b = self.baselines.get(key)
+        if ttl is None or b is None or b.reset_at is None:
+            return
+        remaining = b.ttl - (now - b.at)
+        window = max(PREFETCH_FRACTION * self.longest_ttl, PREFETCH_MIN_SECONDS)
+        if (
+            remaining > window + self.tolerance
+            and ttl < remaining - self.tolerance - TTL_GRANULARITY
+        ):
+            self.several_caches_at = now
+            self.unusable = Unusable.SEVERAL_CACHES
+            b.reset_at = None
+            b.trusted = False
 
     def _several_caches(self, now: float) -> bool:
         return (
@@ -357,6 +473,7 @@ class ResolverWatch:
                     "canary %s on %s: %s", canary[0].query_name, target.address, canary_res.detail
                 )
             # The canary's own identity: the main probe may have reached another backend.
+            st.canary.candidate = None
             if st.canary.observe(
                 ttl,
                 now=time.monotonic(),
@@ -370,6 +487,26 @@ class ResolverWatch:
                     nsid_of(canary_res) if canary_res else None,
                     canary[0].query_name,
                 )
+            if st.canary.candidate is not None:
+                await self._verify(st, target, canary, deadline)
+
+    async def _verify(
+        self, st: WatchState, target: Target, canary: tuple[Module, Query], deadline: float
+    ) -> None:
+        """A reset candidate: ask the canary VERIFY_QUERIES more times at once, each from
+        its own socket, so a second cache behind the address shows itself now rather than
+        after the reset was counted (CanaryTracker.verify)."""
+        budget = min(canary[0].timeout, deadline - asyncio.get_running_loop().time())
+        if budget <= 0:
+            return
+        answers = await asyncio.gather(
+            *(_ask(target, canary, budget) for _ in range(VERIFY_QUERIES))
+        )
+        now = time.monotonic()
+        for res in answers:
+            if res is not None and res.success and res.response is not None:
+                st.canary.verify(res.response.min_ttl, now=now, backend=nsid_of(res))
+        st.canary.candidate = None
 
     @staticmethod
     def observe_backend(st: WatchState, backend: str | None) -> None:

@@ -5,8 +5,11 @@ shows (resolver internals, canary and backend, stub failover, collector health);
 renders the last one, the prober's per-target results, and the reload state, and says how
 old they are. Restarts and cache resets are remembered as events by comparing one snapshot
 with the next (:class:`History`), so the page can say *when* they happened, not only that a
-counter moved. Everything is inline (no scripts, styles or fonts from elsewhere); the page
-reloads itself with a meta refresh.
+counter moved. A failing target says since when it fails (the prober keeps that across
+reloads that keep the target) and links the runbook of the alert it would raise, under the
+same base URL as the alerting rules (``--web.runbook-base-url``; alerts/config.yml's
+``runbook_base_url``). Everything is inline (no scripts, styles or fonts from elsewhere); the
+page reloads itself with a meta refresh.
 """
 
 from __future__ import annotations
@@ -27,6 +30,13 @@ if TYPE_CHECKING:
 
 REFRESH_SECONDS = 15
 EVENTS_PER_TARGET = 5
+# Where the runbooks are: the default of alerts/config.yml's runbook_base_url (a test keeps
+# the two equal); --web.runbook-base-url points it at your own copy or wiki.
+RUNBOOK_BASE_URL = "https://github.com/dnsfleet/dnsfleet/blob/main/alerts/runbooks/"
+# A watched resolv.conf whose modelled delay reaches this is degraded on the page; at 1 s
+# DNSStubFailoverDelay opens a ticket.
+DEGRADED_DELAY_SECONDS = 0.1
+STUB_DELAY_ALERT_SECONDS = 1.0
 
 # The families a snapshot keeps, by name; the page reads nothing else from a scrape.
 # Names another part of the exporter may not emit (a collector that is off, a resolver
@@ -240,6 +250,24 @@ def _span(cls: str, text: str) -> str:
     return f'<span class="{cls}">{html.escape(text)}</span>'
 
 
+def when(wall: float, now: float) -> str:
+    """Pure: ``3m ago (2026-11-23 16:40:12 UTC)``."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(wall))
+    return f"{ago(now - wall)} ago ({stamp})"
+
+
+def runbook_link(base: str, alert: str) -> str:
+    """A link to the runbook of ``alert``, named after it, as the rules link it."""
+    e = html.escape
+    return f'<a class="runbook" href="{e(base + alert + ".md")}">{e(alert)}</a>'
+
+
+def failing_alert(site: str | None, site_failing: bool) -> str:
+    """Pure: the alert a failing target raises: DNSSiteDown when it has a site and no
+    target of that site answered its last probe, DNSResolverDown otherwise."""
+    return "DNSSiteDown" if site and site_failing else "DNSResolverDown"
+
+
 def render(exp: Exporter, *, metrics_path: str, now: float | None = None) -> str:
     now = time.time() if now is None else now
     e = html.escape
@@ -279,12 +307,25 @@ def render(exp: Exporter, *, metrics_path: str, now: float | None = None) -> str
 
     states = list(exp.prober.states.values())
     failing = [st for st in states if st.last is not None and not st.last.success]
+    delays = snap.get("dnsfleet_stub_expected_delay_seconds") if snap else ()
+    stub_failing = {
+        s.labels.get("resolv_conf")
+        for s in (snap.get("dnsfleet_stub_resolution_failing") if snap else ())
+        if s.value == 1
+    }
+    degraded = {
+        s.labels.get("resolv_conf") for s in delays if s.value >= DEGRADED_DELAY_SECONDS
+    } - stub_failing
     collectors = snap.get("dnsfleet_collector_success") if snap else ()
     bad_collectors = [s for s in collectors if s.value != 1]
     summary = [
         f"{len(states)} targets",
         _span("bad" if failing else "ok", f"{len(failing)} failing"),
     ]
+    if stub_failing:
+        summary.append(_span("bad", f"{len(stub_failing)} resolv.conf failing"))
+    if degraded:
+        summary.append(_span("warn", f"{len(degraded)} resolv.conf degraded"))
     if collectors:
         summary.append(
             _span(
@@ -300,7 +341,7 @@ def render(exp: Exporter, *, metrics_path: str, now: float | None = None) -> str
 
     parts.append(_targets_table(exp, snap, hist, now))
     if snap is not None:
-        parts.append(_stub_table(snap))
+        parts.append(_stub_table(snap, runbooks=exp.runbook_base_url))
         parts.append(_collector_table(snap))
 
     return f"""<!doctype html>
@@ -345,6 +386,16 @@ def _targets_table(exp: Exporter, snap: Snapshot | None, hist: History, now: flo
         (s.labels.get("target"), s.labels.get("module")): s.value
         for s in (snap.get("dnsfleet_resolver_canary_cached") if snap else ())
     }
+    last_reset: dict[str, float] = {}
+    for s in snap.get("dnsfleet_resolver_last_cache_reset_timestamp_seconds") if snap else ():
+        tgt = s.labels.get("target", "")
+        last_reset[tgt] = max(last_reset.get(tgt, 0.0), s.value)
+    # A site fails when none of its targets answered its last probe (DNSSiteDown's rule).
+    site_ok: dict[str, bool] = {}
+    for st in exp.prober.states.values():
+        site = dict(st.target.labels).get("site")
+        if site and st.last is not None:
+            site_ok[site] = site_ok.get(site, False) or st.last.success
     states = sorted(
         exp.prober.states.values(),
         key=lambda s: (s.last is None or s.last.success, s.target.address, s.target.module),
@@ -354,13 +405,21 @@ def _targets_table(exp: Exporter, snap: Snapshot | None, hist: History, now: flo
         t, r = st.target, st.last
         key = (t.address, t.module)
         labels = " ".join(f"{k}={v}" for k, v in t.labels)
+        site = dict(t.labels).get("site")
+        since = ""
         if r is None:
             result = '<td class="unk">not probed yet</td><td></td><td></td>'
         else:
             verdict = "OK" if r.success else f"FAIL: {r.reason.value if r.reason else '?'}"
             detail = r.rcode_text if r.success else (r.detail or r.rcode_text)
+            runbook = ""
+            if not r.success:
+                alert = failing_alert(site, site is not None and not site_ok.get(site, True))
+                runbook = f"<br>runbook: {runbook_link(exp.runbook_base_url, alert)}"
+                if st.failing_since is not None:
+                    since = f'<span class="bad">since {e(when(st.failing_since, now))}</span>'
             result = (
-                f'<td class="{"ok" if r.success else "bad"}">{e(verdict)}</td>'
+                f'<td class="{"ok" if r.success else "bad"}">{e(verdict)}{runbook}</td>'
                 f"<td>{r.duration * 1000:.1f} ms</td><td>{e(detail)}</td>"
             )
         probed = f"{ago(now - st.last_wall)} ago" if r is not None else ""
@@ -398,6 +457,14 @@ def _targets_table(exp: Exporter, snap: Snapshot | None, hist: History, now: flo
             canary = '<span class="unk">none</span>'
         events = hist.events.get(t.address, ())
         ev = "<br>".join(f"{e(ev.what)} {ago(now - ev.wall)} ago" for ev in reversed(events))
+        # The last restart (the process start the resolver states) and the last cache reset
+        # the canary saw, whichever is known.
+        last = []
+        if t.address in start:
+            last.append(f"restart {when(start[t.address][0].value, now)}")
+        if t.address in last_reset:
+            last.append(f"cache reset {when(last_reset[t.address], now)}")
+        latest = "<br>".join(e(x) for x in last) or '<span class="unk">none seen</span>'
         headroom = _headroom(
             capacity.get(t.address, []),
             lower.get(t.address, []),
@@ -407,16 +474,19 @@ def _targets_table(exp: Exporter, snap: Snapshot | None, hist: History, now: flo
         rows.append(
             f'<tr data-target="{e(t.address)}" data-module="{e(t.module)}">'
             f"<td>{e(t.address)}</td><td>{e(t.module)}</td><td>{e(labels)}</td>{result}"
-            f"<td>{probed}</td><td>{e(backend.get(key, ''))}</td><td>{stats}</td>"
-            f"<td>{canary}</td><td>{ev}</td><td>{headroom}</td></tr>"
+            f"<td>{since}</td><td>{probed}</td><td>{e(backend.get(key, ''))}</td>"
+            f"<td>{stats}</td><td>{canary}</td><td>{latest}</td><td>{ev}</td>"
+            f"<td>{headroom}</td></tr>"
         )
-    body = "\n".join(rows) or '<tr><td colspan="13">No targets configured.</td></tr>'
+    body = "\n".join(rows) or '<tr><td colspan="14">No targets configured.</td></tr>'
     return (
-        "<h2>Resolvers</h2><p><small>Failing targets first.</small></p>"
+        "<h2>Resolvers</h2><p><small>Failing targets first, with the runbook of the alert "
+        "they raise.</small></p>"
         '<table id="targets"><tr><th>target</th><th>module</th><th>labels</th>'
-        "<th>result</th><th>latency</th><th>rcode / reason</th><th>probed</th>"
-        "<th>backend</th><th>statistics</th><th>canary</th>"
-        "<th>restarts and cache resets</th><th>capacity headroom</th></tr>\n"
+        "<th>result</th><th>latency</th><th>rcode / reason</th><th>failing</th>"
+        "<th>probed</th><th>backend</th><th>statistics</th><th>canary</th>"
+        "<th>last restart / cache reset</th><th>restarts and cache resets seen</th>"
+        "<th>capacity headroom</th></tr>\n"
         f"{body}</table>"
     )
 
@@ -454,7 +524,7 @@ def _headroom(
     )
 
 
-def _stub_table(snap: Snapshot) -> str:
+def _stub_table(snap: Snapshot, *, runbooks: str) -> str:
     e = html.escape
     delays = snap.get("dnsfleet_stub_expected_delay_seconds")
     if not delays and not snap.get("dnsfleet_stub_resolv_conf_readable"):
@@ -471,11 +541,20 @@ def _stub_table(snap: Snapshot) -> str:
     for s in sorted(delays, key=lambda s: (-s.value, s.labels.get("resolv_conf", ""))):
         path = s.labels.get("resolv_conf", "")
         delay = _span("bad" if s.value >= 1 else "ok", f"{s.value:.2f}s")
-        fails = (
-            _span("bad", "ALL LOOKUPS FAIL")
-            if failing.get((path, s.labels.get("libc"))) == 1
-            else ""
-        )
+        # What its clients get: every lookup failing, every lookup waiting (degraded), or
+        # answered at once; with the runbook of the alert it raises.
+        if failing.get((path, s.labels.get("libc"))) == 1:
+            fails = (
+                _span("bad", "ALL LOOKUPS FAIL")
+                + " "
+                + runbook_link(runbooks, "DNSStubResolutionFailing")
+            )
+        elif s.value >= DEGRADED_DELAY_SECONDS:
+            fails = _span("warn", f"DEGRADED: +{s.value:.2f}s per lookup")
+            if s.value >= STUB_DELAY_ALERT_SECONDS:
+                fails += " " + runbook_link(runbooks, "DNSStubFailoverDelay")
+        else:
+            fails = _span("ok", "ok")
         servers = f"{up.get(path, 0):.0f} of {total[path]:.0f} answer" if path in total else ""
         rows.append(
             f"<tr><td>{e(path)}</td><td>{e(s.labels.get('libc', ''))}</td>"
@@ -491,7 +570,7 @@ def _stub_table(snap: Snapshot) -> str:
         "<h2>Clients (resolv.conf)</h2><p><small>Modelled extra delay a lookup suffers "
         "from the failed nameservers listed before a working one.</small></p>"
         '<table id="stub"><tr><th>resolv.conf</th><th>libc</th><th>modelled delay</th>'
-        "<th>nameservers</th><th></th></tr>\n" + "\n".join(rows) + "</table>"
+        "<th>nameservers</th><th>clients</th></tr>\n" + "\n".join(rows) + "</table>"
     )
 
 

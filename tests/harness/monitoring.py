@@ -239,12 +239,13 @@ def seconds(text: str) -> float:
     return int(m.group(1)) * _UNIT[m.group(2)]
 
 
-def scaled_rules(dest: Path, divisor: int) -> list[Path]:
-    """Copies of alerts/rules/*.yml whose `for` and `keep_firing_for` are divided by
-    ``divisor`` (at least 1s); expressions, labels and annotations are untouched."""
+def scaled_rules(dest: Path, divisor: int, source: Path = RULES_DIR) -> list[Path]:
+    """Copies of alerts/rules/*.yml (or ``source``/*.yml) whose `for` and `keep_firing_for`
+    are divided by ``divisor`` (at least 1s); expressions, labels and annotations are
+    untouched."""
     dest.mkdir(parents=True, exist_ok=True)
     out = []
-    for src in sorted(RULES_DIR.glob("*.yml")):
+    for src in sorted(source.glob("*.yml")):
         doc = yaml.safe_load(src.read_text())
         for group in doc["groups"]:
             for rule in group["rules"]:

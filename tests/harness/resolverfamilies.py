@@ -128,9 +128,21 @@ setWebserverConfig({{apiKey="dnsfleet-test", acl="127.0.0.0/8",
         return self
 
 
+# kresd publishes no start time; this adds one to its /metrics (the http module's
+# documented `http.prometheus.finalize` hook), as docs/configuration.md shows.
+KRESD_START_TIME_LUA = """
+local started = os.time()
+http.prometheus.finalize = function (metrics)
+  table.insert(metrics, '# TYPE process_start_time_seconds gauge')
+  table.insert(metrics, 'process_start_time_seconds ' .. started)
+end
+"""
+
+
 @dataclass
 class Kresd(Daemon):
     upstream: str = ""  # "127.0.0.1@port": every query is forwarded there (STUB)
+    start_time_metric: bool = False  # add process_start_time_seconds (KRESD_START_TIME_LUA)
 
     @property
     def metrics_url(self) -> str:
@@ -144,6 +156,7 @@ net.listen('127.0.0.1', {self.web_port}, {{ kind = 'webmgmt' }})
 cache.size = 10 * MB
 modules = {{ 'policy', 'http' }}
 policy.add(policy.all(policy.STUB('{self.upstream}')))
+{KRESD_START_TIME_LUA if self.start_time_metric else ""}
 """)
         self._spawn([binary("kresd"), "-n", "-c", str(conf), str(self.workdir)])
         wait_dns("127.0.0.1", self.port, "www.example.test", "A")

@@ -5,7 +5,9 @@
   the software. A resolver whose statistics cannot be read is ``dnsfleet_resolver_stats_up
   0`` with the reason logged; that is the resolver's problem, not the collector's, so the
   collector still succeeds. The start time comes from the resolver (unbound ``time.now -
-  time.up``, BIND ``boot-time``), never from this exporter's clock or process.
+  time.up``, BIND ``boot-time``, or its uptime), never from this exporter's process, and
+  moves only when :func:`dnsfleet.restarts.judge_start` judges a restart: the judgement of
+  each target is kept in the collector state between scrapes.
 - Canary and backend identity (probed with /metrics probes; the model is restarts.py):
   :func:`canary_families`.
 - The resolver process on this host (the ``nic`` host collector reads it):
@@ -18,13 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from dnsfleet.collectors.base import DEADLINE_MARGIN, CollectContext, Collector
-from dnsfleet.config import Config, Target
+from dnsfleet.config import Config, StatsSource, Target
 from dnsfleet.exposition import Family, join_labels, labelset
 from dnsfleet.parsers.resolver import ResolverStats
 from dnsfleet.resolverstats import StatsError, read_stats
+from dnsfleet.restarts import StartJudgement, StartReading, judge_start
 
 if TYPE_CHECKING:
     import aiohttp
@@ -32,6 +36,9 @@ if TYPE_CHECKING:
     from dnsfleet.restarts import ResolverWatch
 
 log = logging.getLogger(__name__)
+
+STATE_KEY = "resolver_stats"  # in CollectContext.state: {(address, source): StartJudgement}
+JudgementKey = tuple[str, StatsSource]
 
 
 def resolver_labels(target: Target) -> str:
@@ -44,8 +51,11 @@ def stats_targets(cfg: Config) -> list[Target]:
     return [t for t in cfg.targets if t.stats is not None]
 
 
-def stats_families(rows: list[tuple[str, ResolverStats | None]]) -> list[Family]:
-    """Pure: (resolver labels, stats or None when unreadable) -> families."""
+def stats_families(
+    rows: list[tuple[str, ResolverStats | None, StartJudgement | None]],
+) -> list[Family]:
+    """Pure: (resolver labels, stats or None when unreadable, the restart judgement or None
+    before any) -> families. Without a judgement the start time is the stated one."""
     up = Family(
         "dnsfleet_resolver_stats_up",
         "1 if the resolver's own statistics could be read in this scrape.",
@@ -53,7 +63,15 @@ def stats_families(rows: list[tuple[str, ResolverStats | None]]) -> list[Family]
     start = Family(
         "dnsfleet_resolver_start_time_seconds",
         "Start time of the resolver process, from the resolver's statistics "
-        "(unbound time.now - time.up, BIND boot-time), seconds since the epoch.",
+        "(unbound time.now - time.up, BIND boot-time, or its uptime), seconds since "
+        "the epoch; moves only when a restart is judged.",
+    )
+    restarts = Family(
+        "dnsfleet_resolver_restarts_total",
+        "Restarts of the resolver judged from its own statistics since the exporter "
+        "started: its uptime went backwards, its start time moved forward, or (with "
+        "neither) its query counter went backwards.",
+        "counter",
     )
     info = Family("dnsfleet_resolver_info", "Resolver software and version; always 1.")
     queries = Family(
@@ -98,12 +116,15 @@ def stats_families(rows: list[tuple[str, ResolverStats | None]]) -> list[Family]
         "dnsfleet_resolver_backend_latency_seconds",
         "The load balancer's average latency of the backend.",
     )
-    for labels, st in rows:
+    for labels, st, judged in rows:
         up.add_raw(labels, 0.0 if st is None else 1.0)
+        if judged is not None:
+            restarts.add_raw(labels, judged.restarts)
         if st is None:
             continue
-        if st.start_time is not None:
-            start.add_raw(labels, st.start_time)
+        started = st.start_time if judged is None else judged.start_time
+        if started is not None:
+            start.add_raw(labels, started)
         info.add_raw(
             join_labels(labels, labelset([("software", st.software), ("version", st.version)])), 1.0
         )
@@ -125,6 +146,7 @@ def stats_families(rows: list[tuple[str, ResolverStats | None]]) -> list[Family]
     return [
         up,
         start,
+        restarts,
         info,
         queries,
         hits,
@@ -140,11 +162,21 @@ def stats_families(rows: list[tuple[str, ResolverStats | None]]) -> list[Family]
 
 async def _one(
     target: Target, session: aiohttp.ClientSession | None, budget: float
-) -> ResolverStats | None:
+) -> tuple[ResolverStats, StartReading] | None:
     assert target.stats is not None
     try:
         async with asyncio.timeout(max(budget, 0.001)):
-            return await read_stats(target.stats, session)
+            sent = time.monotonic()
+            st = await read_stats(target.stats, session)
+            received = time.monotonic()
+            return st, StartReading(
+                start_time=st.start_time,
+                uptime=st.uptime,
+                queries=st.queries,
+                sent=sent,
+                received=received,
+                wall=time.time(),
+            )
     except TimeoutError:
         log.warning(
             "resolver stats %s: no answer within %.3gs",
@@ -173,7 +205,23 @@ async def collect(ctx: CollectContext) -> list[Family]:
             connector=aiohttp.TCPConnector(limit=64, force_close=True),
         ) as session:
             results = await asyncio.gather(*(_one(t, session, budget) for t in targets))
-    return stats_families([(resolver_labels(t), r) for t, r in zip(targets, results, strict=True)])
+    # Kept per (address, statistics source) across scrapes and reloads that keep the pair.
+    before: dict[JudgementKey, StartJudgement] = ctx.state.get(STATE_KEY, {})
+    judged: dict[JudgementKey, StartJudgement] = {}
+    rows: list[tuple[str, ResolverStats | None, StartJudgement | None]] = []
+    for t, r in zip(targets, results, strict=True):
+        assert t.stats is not None
+        key = (t.address, t.stats)
+        j = before.get(key)
+        if r is not None:
+            j = judge_start(j, r[1])
+            if j.restarts > (before[key].restarts if key in before else 0):
+                log.info("resolver %s restarted (its own statistics say so)", t.address)
+        if j is not None:
+            judged[key] = j
+        rows.append((resolver_labels(t), None if r is None else r[0], j))
+    ctx.state[STATE_KEY] = judged
+    return stats_families(rows)
 
 
 COLLECTOR = Collector(

@@ -15,8 +15,10 @@ Metric names, from each project's documentation and checked against the Debian 1
 - Knot Resolver 5, http module ``/metrics`` (docs "Prometheus metrics endpoint"; the
   names carry no prefix): ``request_total`` and ``request_internal`` (its own queries),
   ``answer_total``, ``answer_cached``, ``answer_noerror``, ``answer_nxdomain``,
-  ``answer_servfail``. It exports no uptime or start time: restarts of kresd are seen only
-  by the canary.
+  ``answer_servfail``. It exports no uptime or start time of its own; a
+  ``process_start_time_seconds`` line added with ``http.prometheus.finalize`` in kresd's
+  configuration (docs/configuration.md) is read as its start time. Without one, a restart
+  shows as its query counter going backwards (restarts.judge_start).
 - CoreDNS ``/metrics`` (plugin/metrics, plugin/cache README): ``process_start_time_seconds``,
   ``coredns_dns_requests_total``, ``coredns_cache_hits_total``,
   ``coredns_cache_misses_total``, ``coredns_dns_responses_total{rcode}``, ``coredns_build_info``.
@@ -26,7 +28,6 @@ from __future__ import annotations
 
 import math
 import re
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -103,7 +104,7 @@ def _int(v: float) -> int:
     return int(v) if math.isfinite(v) and v >= 0 else 0
 
 
-def pdns_recursor(s: Samples, *, now: float) -> ResolverStats:
+def pdns_recursor(s: Samples) -> ResolverStats:
     p = "pdns_recursor_"
     rcodes = {
         "NOERROR": s.total(p + "noerror_answers"),
@@ -113,7 +114,8 @@ def pdns_recursor(s: Samples, *, now: float) -> ResolverStats:
     return ResolverStats(
         software="pdns-recursor",
         version="",
-        start_time=round(now - s.need(p + "uptime")),
+        start_time=None,
+        uptime=s.need(p + "uptime"),
         queries=_int(s.need(p + "questions")),
         # A question answered from the packet cache never reaches the record cache.
         cache_hits=_int(s.total(p + "packetcache_hits") + s.total(p + "cache_hits")),
@@ -122,7 +124,7 @@ def pdns_recursor(s: Samples, *, now: float) -> ResolverStats:
     )
 
 
-def dnsdist(s: Samples, *, now: float) -> ResolverStats:
+def dnsdist(s: Samples) -> ResolverStats:
     p = "dnsdist_"
     rcodes = {
         "NOERROR": s.total(p + "frontend_noerror"),
@@ -147,7 +149,8 @@ def dnsdist(s: Samples, *, now: float) -> ResolverStats:
     return ResolverStats(
         software="dnsdist",
         version="",
-        start_time=round(now - s.need(p + "uptime")),
+        start_time=None,
+        uptime=s.need(p + "uptime"),
         queries=_int(s.need(p + "queries")),
         cache_hits=_int(s.total(p + "cache_hits")),
         cache_misses=_int(s.total(p + "cache_misses")),
@@ -156,7 +159,7 @@ def dnsdist(s: Samples, *, now: float) -> ResolverStats:
     )
 
 
-def knot_resolver(s: Samples, *, now: float) -> ResolverStats:
+def knot_resolver(s: Samples) -> ResolverStats:
     rcodes = {
         "NOERROR": s.total("answer_noerror"),
         "NXDOMAIN": s.total("answer_nxdomain"),
@@ -167,7 +170,9 @@ def knot_resolver(s: Samples, *, now: float) -> ResolverStats:
     return ResolverStats(
         software="knot-resolver",
         version="",
-        start_time=None,
+        start_time=s.total("process_start_time_seconds")
+        if s.has("process_start_time_seconds")
+        else None,
         queries=_int(s.need("request_total") - s.total("request_internal")),
         cache_hits=_int(cached),
         cache_misses=_int(answers - cached),
@@ -175,7 +180,7 @@ def knot_resolver(s: Samples, *, now: float) -> ResolverStats:
     )
 
 
-def coredns(s: Samples, *, now: float) -> ResolverStats:
+def coredns(s: Samples) -> ResolverStats:
     rcodes: dict[str, int] = {}
     for r in s.get("coredns_dns_responses_total"):
         rcodes[r.label("rcode")] = rcodes.get(r.label("rcode"), 0) + _int(r.value)
@@ -191,7 +196,7 @@ def coredns(s: Samples, *, now: float) -> ResolverStats:
     )
 
 
-MAPPINGS: dict[str, Callable[..., ResolverStats]] = {
+MAPPINGS: dict[str, Callable[[Samples], ResolverStats]] = {
     "pdns-recursor": pdns_recursor,
     "dnsdist": dnsdist,
     "knot-resolver": knot_resolver,
@@ -199,7 +204,6 @@ MAPPINGS: dict[str, Callable[..., ResolverStats]] = {
 }
 
 
-def parse_resolver_metrics(software: str, text: str, *, now: float | None = None) -> ResolverStats:
-    """Pure (given ``now``): a resolver's Prometheus text -> normalised statistics."""
-    samples = Samples(parse_prometheus_text(text))
-    return MAPPINGS[software](samples, now=time.time() if now is None else now)
+def parse_resolver_metrics(software: str, text: str) -> ResolverStats:
+    """Pure: a resolver's Prometheus text -> normalised statistics."""
+    return MAPPINGS[software](Samples(parse_prometheus_text(text)))

@@ -24,8 +24,9 @@ class Backend:
 class ResolverStats:
     software: str  # "unbound", "bind"
     version: str  # "" when the resolver does not say
-    # epoch seconds of the resolver's process start; None where the software does not say
-    # (Knot Resolver): restarts are then seen only by the canary
+    # The process start as the resolver itself states it, epoch seconds: BIND boot-time,
+    # CoreDNS process_start_time_seconds, unbound time.now - time.up (both from one
+    # gettimeofday). None where it states only an uptime, or nothing (Knot Resolver).
     start_time: float | None
     queries: int  # client queries received
     cache_hits: int
@@ -38,6 +39,11 @@ class ResolverStats:
     # None when the software does not report it.
     stale_answers: int | None = None
     backends: tuple[Backend, ...] = ()  # a load balancer's view of its backends
+    # Seconds since the process started, as the resolver reports it where it gives no start
+    # time (PowerDNS Recursor, dnsdist: whole seconds of its wall clock). The restart
+    # judgement (restarts.judge_start) turns it into a start time that moves only on a
+    # restart; the parser does not, because one reading cannot tell jitter from a restart.
+    uptime: float | None = None
 
 
 def responses_with_common(counts: dict[str, int]) -> tuple[tuple[str, int], ...]:
