@@ -17,6 +17,7 @@ import tracemalloc
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -300,9 +301,38 @@ BROKEN: list[tuple[str, str]] = [
         "  - {address: 127.0.0.2, module: m}\n",
     ),
     ("not utf-8", "\udcff"),
+    # Issue 21: libyaml's C composer died with SIGSEGV on deep nesting (exit 139 on SIGHUP);
+    # an alias bomb froze the loop; a FIFO blocked it for good; /dev/urandom ate memory.
+    ("deep nesting", "targets: " + "[" * 50_000 + "]" * 50_000 + "\n"),
+    (
+        "alias bomb",
+        'a: &a ["x","x","x","x","x","x","x","x","x"]\n'
+        + "".join(f"{c}: &{c} [{','.join([f'*{p}'] * 9)}]\n" for p, c in pairwise("abcdefghi"))
+        + "targets: *i\n",
+    ),
+    ("fifo", ""),
+    ("device", ""),
     ("directory", ""),
     ("deleted", ""),
 ]
+
+
+def _replace(conf: Path, what: str, text: str) -> None:
+    """Put the broken variant ``what`` where the configuration file was."""
+    if conf.is_dir() and not conf.is_symlink():
+        conf.rmdir()
+    elif conf.exists() or conf.is_symlink():
+        conf.unlink()
+    if what == "directory":
+        conf.mkdir()
+    elif what == "fifo":
+        os.mkfifo(conf)
+    elif what == "device":
+        conf.symlink_to("/dev/urandom")
+    elif what == "not utf-8":
+        conf.write_bytes(b"modules: \xff\n")
+    elif what != "deleted":
+        conf.write_text(text)
 
 
 def test_broken_reload_keeps_the_old_config(tmp_path: Path) -> None:
@@ -317,15 +347,7 @@ def test_broken_reload_keeps_the_old_config(tmp_path: Path) -> None:
             _, first = http(e, "/metrics")
             assert metric(first, "dnsfleet_probe_success") == 1
             for i, (what, text) in enumerate(BROKEN):
-                if what == "directory":
-                    conf.unlink()
-                    conf.mkdir()
-                elif what == "deleted":
-                    conf.rmdir()
-                elif what == "not utf-8":
-                    conf.write_bytes(b"modules: \xff\n")
-                else:
-                    conf.write_text(text)
+                _replace(conf, what, text)
                 if i % 2:
                     failures = e.stderr().count("reload failed")
                     e.signal(signal.SIGHUP)
@@ -342,6 +364,7 @@ def test_broken_reload_keeps_the_old_config(tmp_path: Path) -> None:
                 assert metric(after, "dnsfleet_targets") == 1, what
                 assert metric(after, "dnsfleet_probe_success") == 1, what  # still probing
                 assert e.proc.poll() is None
+            _replace(conf, "deleted", "")
             write_config(conf, {**original, "targets": []})
             assert http(e, "/-/reload", "POST")[0] == 200
             _, final = http(e, "/metrics")
