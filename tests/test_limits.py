@@ -30,7 +30,8 @@ from dnsfleet.cli import raise_fd_limit
 from dnsfleet.config import ConfigError
 from dnsfleet.hostfs import HostFS
 from dnsfleet.probes import Reason
-from tests.harness.exporter import ExporterProc, running_exporter
+from tests.harness.exporter import EXPORTER, ExporterProc, running_exporter
+from tests.harness.process import HttpOk, ManagedProcess
 from tests.harness.servers import Blackhole, Unbound, answer, scripted
 from tests.harness.tools import free_port
 from tests.wildcard import WildcardUnbound, answering_and_silent
@@ -123,6 +124,56 @@ def test_max_concurrent_probes_is_honoured(tmp_path: Path) -> None:
     assert peer.received == 24
     assert peer.max_outstanding == 4
     assert all(st.last is not None and st.last.success for st in exp.prober.states.values())
+
+
+def test_probe_concurrency_fits_the_open_file_limit(
+    tmp_path: Path, wildcard_unbound: Unbound
+) -> None:
+    """N5: with `ulimit -n 256` and limits.max_concurrent_probes at its 1,024, 755 of 1,000
+    healthy targets were reported as network_error (EMFILE). The exporter sizes probe
+    concurrency to the open-file limit (after raising the soft limit to the hard one) and
+    says so in dnsfleet_probe_concurrency_limit."""
+    targets = [
+        {"address": a, "module": "a"}
+        for a, _ in answering_and_silent(
+            1000, silent_every=0, port=wildcard_unbound.port, silent_port=0
+        )
+    ]
+    conf = write_config(
+        tmp_path / "dnsfleet.yml",
+        {"modules": {"a": {**A_MODULE, "timeout": "5s"}}, "targets": targets},
+    )
+    port = free_port()
+    managed = ManagedProcess(
+        [
+            "bash",
+            "-c",
+            'ulimit -n 256 && exec "$@"',  # soft and hard: nothing to raise
+            "exporter",
+            *EXPORTER,
+            f"--web.listen-address=127.0.0.1:{port}",
+            f"--config.file={conf}",
+        ],
+        tmp_path / "exporter.log",
+        what="exporter",
+    )
+    try:
+        managed.wait_until(HttpOk(f"http://127.0.0.1:{port}/-/healthy"), timeout=30)
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/metrics",
+            headers={"X-Prometheus-Scrape-Timeout-Seconds": "30"},
+        )
+        with urllib.request.urlopen(req, timeout=60) as r:
+            text = r.read().decode()
+    finally:
+        managed.stop(timeout=10)
+    success = [ln for ln in text.splitlines() if ln.startswith("dnsfleet_probe_success{")]
+    failed = [ln for ln in success if ln.endswith(" 0")]
+    assert len(success) == 1000
+    assert failed == [], f"{len(failed)} failed, e.g. {failed[:3]}"
+    limit = metric(text, "dnsfleet_probe_concurrency_limit")
+    assert 1 <= limit <= (256 - 128) / 2, limit
+    assert "allows" in managed.output() and "raise it" in managed.output()
 
 
 def test_max_targets(tmp_path: Path) -> None:
@@ -258,11 +309,14 @@ def test_no_descriptor_or_memory_growth_over_1000_scrapes(tmp_path: Path) -> Non
         finally:
             hole.close()
     assert exp.scrapes_total == 1000
-    reasons = {
-        (st.target.port, st.target.module): st.last.reason if st.last else None
-        for st in exp.prober.states.values()
-    }
-    assert reasons[(good.port, "udp")] is None and reasons[(good.port, "tcp")] is None
+    states = {(st.target.port, st.target.module): st for st in exp.prober.states.values()}
+    reasons = {k: st.last.reason if st.last else None for k, st in states.items()}
+    # The good server answered (its latency histogram counts answers). Not "its last probe
+    # succeeded": with a 20 ms timeout against a server thread of this same process, one
+    # late answer in a thousand scrapes is the machine's load, not a leak (this failed on a
+    # busy machine before issue 21 and after it).
+    assert sum(states[(good.port, "udp")].buckets) > 0
+    assert sum(states[(good.port, "tcp")].buckets) > 0
     assert reasons[(hole.port, "udp")] is Reason.TIMEOUT
     assert reasons[(closed, "tcp")] is Reason.REFUSED
     assert fd1 == fd0, f"descriptors {fd0} -> {fd1}"
@@ -370,6 +424,61 @@ def test_broken_reload_keeps_the_old_config(tmp_path: Path) -> None:
             _, final = http(e, "/metrics")
             assert metric(final, "dnsfleet_config_last_reload_successful") == 1
             assert metric(final, "dnsfleet_targets") == 0
+
+
+def test_reloads_run_off_the_loop_and_coalesce(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """N12: reloads ran on the event loop (one reload of a 10,000-target file stalled every
+    request for 1.06 s; a SIGHUP storm pushed /-/healthy to 7.9 s). The load runs in a
+    worker thread, and requests arriving meanwhile share one more load. Held here with a
+    load that blocks until released: the loop answers /-/healthy while it is blocked (the
+    wait is a hang guard, not a timing assertion), and fifty requests cost two loads."""
+    from dnsfleet.httpserver import serve
+    from dnsfleet.web import make_router
+
+    exp = exporter_for(tmp_path, {"targets": []})
+    real = config_mod.load
+    threads: list[int] = []
+    gate = threading.Event()
+
+    def blocking_load(path: str) -> config_mod.Config:
+        threads.append(threading.get_ident())
+        assert gate.wait(30)
+        return real(path)
+
+    monkeypatch.setattr(config_mod, "load", blocking_load)
+
+    async def healthy(port: int) -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /-/healthy HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        try:
+            return await reader.read()
+        finally:
+            writer.close()
+
+    async def go() -> None:
+        srv = await serve(make_router(exp), "127.0.0.1", 0)
+        port = srv.sockets[0].getsockname()[1]
+        try:
+            for _ in range(50):  # a SIGHUP storm
+                exp.request_reload()
+            await asyncio.sleep(0)  # the first load starts and blocks in its thread
+            answer = await asyncio.wait_for(healthy(port), timeout=20)
+            assert answer.startswith(b"HTTP/1.1 200"), answer
+            gate.set()
+            status = await asyncio.wait_for(exp.reload(), timeout=30)
+            assert status.successful
+        finally:
+            srv.close()
+            await srv.wait_closed()
+
+    loop_thread = threading.get_ident()
+    asyncio.run(go())
+    # Fifty signals and one request while the first load ran: that load and one more.
+    # (exp.reload() above joined the second.)
+    assert len(threads) == 2, len(threads)
+    assert loop_thread not in threads
 
 
 def test_the_daemon_does_not_import_what_a_scrape_never_uses() -> None:

@@ -85,6 +85,12 @@ def new_state(target: Target) -> TargetState:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    queries: dict[str, Query]
+    states: dict[TargetKey, TargetState]
+
+
 class Prober:
     def __init__(self) -> None:
         self.states: dict[TargetKey, TargetState] = {}
@@ -95,11 +101,18 @@ class Prober:
 
     def configure(self, cfg: Config) -> None:
         """Adopt a new config, keeping the state of targets that are still configured."""
-        self.queries = {name: query_for(m) for name, m in cfg.modules.items()}
+        self.adopt(cfg, self.prepare(cfg))
+
+    def prepare(self, cfg: Config) -> Prepared:
+        """The queries and per-target states ``cfg`` needs, built without changing this
+        prober: a reload runs it in a worker thread (10,000 targets take ~0.2 s), then
+        :meth:`adopt` swaps the result in on the event loop."""
+        queries = {name: query_for(m) for name, m in cfg.modules.items()}
+        current = self.states
         states: dict[TargetKey, TargetState] = {}
         for t in cfg.targets:
             key = (t.address, t.module)
-            old = self.states.get(key)
+            old = current.get(key)
             if old is not None and old.target == t:
                 states[key] = old
             elif old is not None:  # same target, new labels: keep the counters
@@ -114,13 +127,18 @@ class Prober:
                 states[key] = fresh
             else:
                 states[key] = new_state(t)
-        self.states = states
+        return Prepared(queries, states)
+
+    def adopt(self, cfg: Config, prepared: Prepared) -> None:
+        self.queries = prepared.queries
+        self.states = prepared.states
         self.watch.configure(cfg)
 
-    async def probe_all(self, cfg: Config, deadline: float) -> None:
-        """Probe every configured target once; ``deadline`` is in ``loop.time()`` terms."""
+    async def probe_all(self, cfg: Config, deadline: float, concurrency: int | None = None) -> None:
+        """Probe every configured target once, at most ``concurrency`` at a time (default
+        limits.max_concurrent_probes); ``deadline`` is in ``loop.time()`` terms."""
         loop = asyncio.get_running_loop()
-        sem = asyncio.Semaphore(cfg.limits.max_concurrent_probes)
+        sem = asyncio.Semaphore(concurrency or cfg.limits.max_concurrent_probes)
 
         async def one(st: TargetState) -> None:
             t = st.target

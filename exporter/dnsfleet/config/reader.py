@@ -380,11 +380,23 @@ def load_yaml(text: str) -> Any:
         loader.dispose()
 
 
-def read_regular_file(path: str | Path, *, limit: int = MAX_FILE_BYTES) -> bytes:
+# What identifies a version of a file: (mtime in ns, size, inode).
+FileStamp = tuple[int, int, int]
+
+
+def file_stamp(st: os.stat_result) -> FileStamp:
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def read_regular_file(
+    path: str | Path, *, limit: int = MAX_FILE_BYTES, stamps: dict[str, FileStamp] | None = None
+) -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes; ConfigError naming the file
     otherwise. Opened without blocking (a FIFO with no writer would block open() and read()
     forever), refused unless it is a regular file (a FIFO, a socket, /dev/urandom, a
-    directory), and never read past ``limit``, whatever fstat said the size was."""
+    directory), and never read past ``limit``, whatever fstat said the size was.
+    ``stamps`` gets the stamp of the very file read (fstat of the open descriptor), so a
+    caller can tell later whether the path still holds what it read."""
     path = str(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
@@ -396,6 +408,8 @@ def read_regular_file(path: str | Path, *, limit: int = MAX_FILE_BYTES) -> bytes
             raise ConfigError(f"{path}: not a regular file ({_file_kind(st.st_mode)})")
         if st.st_size > limit:
             raise ConfigError(f"{path}: larger than {limit // 2**20} MiB")
+        if stamps is not None:
+            stamps[path] = file_stamp(st)
         chunks: list[bytes] = []
         total = 0
         while total <= limit:  # the size may have changed since fstat
@@ -426,12 +440,14 @@ def _file_kind(mode: int) -> str:
     return "not a file"
 
 
-def read_yaml_mapping(path: str | Path) -> dict[str, Any] | None:
+def read_yaml_mapping(
+    path: str | Path, *, stamps: dict[str, FileStamp] | None = None
+) -> dict[str, Any] | None:
     """A YAML file whose top level is a mapping (None when empty); ConfigError naming the
     file, and the line and column of a YAML error, otherwise."""
     path = str(path)
     try:
-        text = read_regular_file(path).decode("utf-8")
+        text = read_regular_file(path, stamps=stamps).decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
     try:
