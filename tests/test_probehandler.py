@@ -123,5 +123,4 @@ def test_probe_exposition_fast_path_renders_as_metrics_does(
         answer_rrs=3,
         detail="",
     )
-    labels = tuple(f'reason="{x.value}"' for x in REASONS)
-    assert probe_exposition(r) == render(probe_result_families([("", labels, r)]))
+    assert probe_exposition(r) == render(probe_result_families([("", r)]))

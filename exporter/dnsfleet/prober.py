@@ -12,12 +12,14 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from dnsfleet.collectors.resolver import canary_families
-from dnsfleet.config import Config, Target
+from dnsfleet.config import Config, Module, Target
 from dnsfleet.dnswire import Query
-from dnsfleet.exposition import Family, TextFamily, format_value, join_labels, labelset
-from dnsfleet.probes import REASONS, ProbeResult, Reason, failed, probe, query_for
+from dnsfleet.exposition import Family, TextFamily, format_value, labelset
+from dnsfleet.probes import REASONS, Exchange, ProbeResult, Reason, failed, judge, probe, query_for
+from dnsfleet.probes.udp import exchange_many
 from dnsfleet.restarts import ResolverWatch
 
 log = logging.getLogger(__name__)
@@ -37,7 +39,7 @@ LATENCY_BUCKETS: tuple[float, ...] = (
     2.5,
     5.0,
 )
-_REASON_SUFFIXES = tuple(f'reason="{r.value}"' for r in REASONS)
+_NOT_STARTED = failed(Reason.TIMEOUT, 0.0, "scrape deadline reached before the probe could start")
 
 TargetKey = tuple[str, str]  # (address, module)
 
@@ -46,7 +48,6 @@ TargetKey = tuple[str, str]  # (address, module)
 class TargetState:
     target: Target
     labels: str  # target, module and configured labels
-    reason_labels: tuple[str, ...] = ()
     last: ProbeResult | None = None
     last_wall: float = 0.0  # epoch seconds of the last probe
     failures: list[int] = field(default_factory=lambda: [0] * len(REASONS))
@@ -81,7 +82,6 @@ def new_state(target: Target) -> TargetState:
     return TargetState(
         target=target,
         labels=labels,
-        reason_labels=tuple(join_labels(labels, s) for s in _REASON_SUFFIXES),
     )
 
 
@@ -136,9 +136,64 @@ class Prober:
 
     async def probe_all(self, cfg: Config, deadline: float, concurrency: int | None = None) -> None:
         """Probe every configured target once, at most ``concurrency`` at a time (default
-        limits.max_concurrent_probes); ``deadline`` is in ``loop.time()`` terms."""
+        limits.max_concurrent_probes); ``deadline`` is in ``loop.time()`` terms.
+
+        Plain UDP probes (no canary or identity query in the same round) go out as one
+        batch (udp.exchange_many): in a 1,000-target cycle a task, a future and a timer per
+        probe cost more CPU than the probes' system calls. The rest, one task each. The
+        concurrency limit is shared between the two in proportion."""
+        states = list(self.states.values())
+        if not states:
+            return
+        self.probes_total += len(states)
+        limit = concurrency or cfg.limits.max_concurrent_probes
+        batch = [st for st in states if self._batchable(cfg.modules[st.target.module])]
+        each = [st for st in states if not self._batchable(cfg.modules[st.target.module])]
+        batch_limit = max(1, limit * len(batch) // len(states))
+        await asyncio.gather(
+            self._probe_batch(cfg, batch, deadline, batch_limit),
+            self._probe_each(cfg, each, deadline, max(1, limit - batch_limit)),
+        )
+
+    def _batchable(self, module: Module) -> bool:
+        # The watch's canary and identity queries ride in the probe's concurrency slot.
+        return (
+            module.transport == "udp"
+            and module.name not in self.watch.canary_queries
+            and module.name not in self.watch.identity_queries
+        )
+
+    async def _probe_batch(
+        self, cfg: Config, states: list[TargetState], deadline: float, concurrency: int
+    ) -> None:
+        if not states:
+            return
+        results: list[ProbeResult] = [_NOT_STARTED] * len(states)
+        modules = [cfg.modules[st.target.module] for st in states]
+
+        def on_result(i: int, ex: Exchange | None) -> None:
+            if ex is not None:
+                results[i] = judge(ex, modules[i])
+
+        await exchange_many(
+            [
+                (st.target.sockaddr, st.target.family, self.queries[st.target.module], m.timeout)
+                for st, m in zip(states, modules, strict=True)
+            ],
+            deadline=deadline,
+            concurrency=concurrency,
+            on_result=on_result,
+        )
+        for st, module, result in zip(states, modules, results, strict=True):
+            if result is not _NOT_STARTED:
+                await self.watch.after_probe(st.target, module, result, deadline=deadline)
+            self._record(st, result)
+
+    async def _probe_each(
+        self, cfg: Config, states: list[TargetState], deadline: float, concurrency: int
+    ) -> None:
         loop = asyncio.get_running_loop()
-        sem = asyncio.Semaphore(concurrency or cfg.limits.max_concurrent_probes)
+        sem = asyncio.Semaphore(concurrency)
 
         async def one(st: TargetState) -> None:
             t = st.target
@@ -146,9 +201,7 @@ class Prober:
             async with sem:
                 budget = min(module.timeout, deadline - loop.time())
                 if budget <= 0:
-                    result = failed(
-                        Reason.TIMEOUT, 0.0, "scrape deadline reached before the probe could start"
-                    )
+                    result = _NOT_STARTED
                 else:
                     result = await probe(
                         sockaddr=t.sockaddr,
@@ -158,117 +211,163 @@ class Prober:
                         timeout=budget,
                     )
                     await self.watch.after_probe(t, module, result, deadline=deadline)
-            st.observe(result, time.time())
-            if result.reason is not None:
-                log.debug(
-                    "probe %s (%s) failed: %s: %s",
-                    t.address,
-                    t.module,
-                    result.reason.value,
-                    result.detail,
-                )
+            self._record(st, result)
 
-        states = list(self.states.values())
-        self.probes_total += len(states)
         await asyncio.gather(*(one(st) for st in states))
 
-    def families(self) -> list[TextFamily | Family]:
-        states = list(self.states.values())
-        fams = probe_result_families([(st.labels, st.reason_labels, st.last) for st in states])
-        failures: list[str] = []
-        hist: list[str] = []
-        attempts: list[str] = []
-        fname = "dnsfleet_probe_failures_total"
-        hname = "dnsfleet_probe_latency_seconds"
-        aname = "dnsfleet_probe_attempts_total"
-        for st in states:
-            attempts.append(f"{aname}{{{st.labels}}} {st.probes}\n")
-            failures.extend(
-                f"{fname}{{{lab}}} {n}\n"
-                for lab, n in zip(st.reason_labels, st.failures, strict=True)
+    @staticmethod
+    def _record(st: TargetState, result: ProbeResult) -> None:
+        st.observe(result, time.time())
+        if result.reason is not None:
+            log.debug(
+                "probe %s (%s) failed: %s: %s",
+                st.target.address,
+                st.target.module,
+                result.reason.value,
+                result.detail,
             )
-            labels = st.labels
-            sep = "," if labels else ""
-            acc = 0
-            for le, c in zip(_LE_TEXT, st.buckets, strict=True):
-                acc += c
-                hist.append(f'{hname}_bucket{{{labels}{sep}le="{le}"}} {acc}\n')
-            hist.append(f"{hname}_sum{{{labels}}} {format_value(st.latency_sum)}\n")
-            hist.append(f"{hname}_count{{{labels}}} {acc}\n")
+
+    def families(self) -> list[TextFamily | Family]:
+        """The per-target families, each rendered with one format call per target from a
+        template shared by all targets (a 1,000-target cycle wrote 36,000 lines one
+        f-string at a time)."""
+        states = list(self.states.values())
+        fams = probe_result_families([(st.labels, st.last) for st in states])
+        attempts = "".join(
+            map(_ATTEMPTS.format, [st.labels for st in states], [st.probes for st in states])
+        )
+        failures = "".join([_FAILURES.format(_prefix(st.labels), *st.failures) for st in states])
+        hist = "".join(
+            [
+                _HISTOGRAM.format(
+                    _prefix(st.labels),
+                    *accumulate(st.buckets),
+                    format_value(st.latency_sum),
+                    st.labels,
+                )
+                for st in states
+            ]
+        )
         return [
             *fams,
             TextFamily(
-                fname,
+                _FAILURES_NAME,
                 "Failed probes per target by reason since the exporter started.",
                 "counter",
-                "".join(failures),
+                failures,
             ),
             # The denominator of the failure ratio: a share of failed probes needs the
             # probes, and counting them here stays right when two Prometheus servers scrape
             # one exporter (each scrape is a probe; a sample count per server is not).
             TextFamily(
-                aname,
+                _ATTEMPTS_NAME,
                 "Probes sent to this target on /metrics since the exporter "
                 "started, answered or not.",
                 "counter",
-                "".join(attempts),
+                attempts,
             ),
             TextFamily(
-                hname,
+                _LATENCY_NAME,
                 "Latency of probes that got an answer (any rcode).",
                 "histogram",
-                "".join(hist),
+                hist,
             ),
             *canary_families(self.watch),
         ]
 
 
+def _prefix(labels: str) -> str:
+    """Labels ahead of one more label (``reason``, ``le``): with their comma, if any."""
+    return labels + "," if labels else ""
+
+
+# Templates for str.format: {0} is the labels prefix (see _prefix); doubled braces are
+# the exposition's own.
+_FAILURES_NAME = "dnsfleet_probe_failures_total"
+_ATTEMPTS_NAME = "dnsfleet_probe_attempts_total"
+_LATENCY_NAME = "dnsfleet_probe_latency_seconds"
+_FAILURE_GAUGE = "dnsfleet_probe_failure"
+_ATTEMPTS = _ATTEMPTS_NAME + "{{{}}} {}\n"
+_FAILURES = "".join(
+    f'{_FAILURES_NAME}{{{{{{0}}reason="{r.value}"}}}} {{{i + 1}}}\n' for i, r in enumerate(REASONS)
+)
 _LE_TEXT = (*(format_value(b) for b in LATENCY_BUCKETS), "+Inf")
-
-
-def probe_result_families(
-    rows: Iterable[tuple[str, tuple[str, ...], ProbeResult | None]],
-) -> list[TextFamily]:
-    """Pure: the per-probe gauges for (labels, reason labels, result) rows. /metrics and
-    /probe share it; /probe passes empty labels."""
-    names = (
-        "dnsfleet_probe_success",
-        "dnsfleet_probe_duration_seconds",
-        "dnsfleet_probe_dns_rcode",
-        "dnsfleet_probe_answer_rrs",
+_HISTOGRAM = (
+    "".join(
+        f'{_LATENCY_NAME}_bucket{{{{{{0}}le="{le}"}}}} {{{i + 1}}}\n'
+        for i, le in enumerate(_LE_TEXT)
     )
-    cols: tuple[list[str], ...] = ([], [], [], [])
-    failure: list[str] = []
-    fail_name = "dnsfleet_probe_failure"
-    for labels, reason_labels, r in rows:
+    + f"{_LATENCY_NAME}_sum{{{{{{{len(_LE_TEXT) + 2}}}}}}} {{{len(_LE_TEXT) + 1}}}\n"
+    + f"{_LATENCY_NAME}_count{{{{{{{len(_LE_TEXT) + 2}}}}}}} {{{len(_LE_TEXT)}}}\n"
+)
+# The failure gauges of one result, by the index of its reason (-1: none), {0} the prefix.
+_FAILURE_ONE_HOT = {
+    current: "".join(
+        f'{_FAILURE_GAUGE}{{{{{{0}}reason="{r.value}"}}}} {1 if i == current else 0}\n'
+        for i, r in enumerate(REASONS)
+    )
+    for current in range(-1, len(REASONS))
+}
+_REASON_INDEX: dict[Reason | None, int] = {None: -1, **{r: i for i, r in enumerate(REASONS)}}
+
+
+def probe_result_families(rows: Iterable[tuple[str, ProbeResult | None]]) -> list[TextFamily]:
+    """Pure: the per-probe gauges for (labels, result) rows. /metrics and /probe share it;
+    /probe passes empty labels."""
+    braced: list[str] = []
+    prefixes: list[str] = []
+    success: list[int] = []
+    duration: list[str] = []
+    rcode: list[int] = []
+    answers: list[int] = []
+    current: list[int] = []
+    for labels, r in rows:
         if r is None:
             continue
-        lab = f"{{{labels}}}" if labels else ""
-        cols[0].append(f"{names[0]}{lab} {1 if r.success else 0}\n")
-        cols[1].append(f"{names[1]}{lab} {format_value(r.duration)}\n")
-        cols[2].append(f"{names[2]}{lab} {r.rcode}\n")
-        cols[3].append(f"{names[3]}{lab} {r.answer_rrs}\n")
-        current = REASONS.index(r.reason) if r.reason is not None else -1
-        failure.extend(
-            f"{fail_name}{{{rl}}} {1 if i == current else 0}\n"
-            for i, rl in enumerate(reason_labels)
-        )
-    helps = (
-        "1 if the last probe succeeded.",
-        "Duration of the last probe, answer or not.",
-        "Response code of the last answer (numeric), -1 when there was none.",
-        "Resource records in the answer section of the last answer.",
+        braced.append(f"{{{labels}}}" if labels else "")
+        prefixes.append(_prefix(labels))
+        success.append(1 if r.success else 0)
+        duration.append(format_value(r.duration))
+        rcode.append(r.rcode)
+        answers.append(r.answer_rrs)
+        current.append(_REASON_INDEX[r.reason])
+
+    def column(name: str, values: list[int] | list[str]) -> str:
+        return "".join(map((name + "{} {}\n").format, braced, values))
+
+    one_hot = "".join(
+        [_FAILURE_ONE_HOT[c].format(p) for c, p in zip(current, prefixes, strict=True)]
     )
-    fams = [
-        TextFamily(n, h, "gauge", "".join(c)) for n, h, c in zip(names, helps, cols, strict=True)
-    ]
-    fams.insert(
-        2,
+
+    return [
         TextFamily(
-            fail_name,
+            "dnsfleet_probe_success",
+            "1 if the last probe succeeded.",
+            "gauge",
+            column("dnsfleet_probe_success", success),
+        ),
+        TextFamily(
+            "dnsfleet_probe_duration_seconds",
+            "Duration of the last probe, answer or not.",
+            "gauge",
+            column("dnsfleet_probe_duration_seconds", duration),
+        ),
+        TextFamily(
+            _FAILURE_GAUGE,
             "1 for the reason the last probe failed, 0 for every other reason.",
             "gauge",
-            "".join(failure),
+            one_hot,
         ),
-    )
-    return fams
+        TextFamily(
+            "dnsfleet_probe_dns_rcode",
+            "Response code of the last answer (numeric), -1 when there was none.",
+            "gauge",
+            column("dnsfleet_probe_dns_rcode", rcode),
+        ),
+        TextFamily(
+            "dnsfleet_probe_answer_rrs",
+            "Resource records in the answer section of the last answer.",
+            "gauge",
+            column("dnsfleet_probe_answer_rrs", answers),
+        ),
+    ]

@@ -247,10 +247,15 @@ def _unique_mapping(loader: Any, node: yaml.MappingNode) -> dict[Any, Any]:
             continue
         if duplicate:
             raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {preview(key)}", key_node.start_mark
+                None, None, f"duplicate key {_key_text(key)}", key_node.start_mark
             )
         seen.add(key)
     return dict(loader.construct_mapping(node, deep=True))
+
+
+def _key_text(key: Any) -> str:
+    short = isinstance(key, str | int | float | bool) and len(str(key)) <= MAX_PREVIEW
+    return repr(key) if short else preview(key)
 
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:map", _unique_mapping)

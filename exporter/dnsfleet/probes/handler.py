@@ -165,9 +165,6 @@ class ProbeHandler:
             self.in_flight -= 1
 
 
-_REASON_LABELS = tuple(f'reason="{r.value}"' for r in REASONS)
-
-
 @lru_cache(maxsize=len(REASONS) + 1)
 def _template(reason: Reason | None) -> str:
     """The /probe exposition for a result with ``reason``, rendered once by the code that
@@ -180,7 +177,7 @@ def _template(reason: Reason | None) -> str:
         answer_rrs=876543,
         detail="",
     )
-    text = render(probe_result_families([("", _REASON_LABELS, sentinel)]))
+    text = render(probe_result_families([("", sentinel)]))
     text = text.replace("{", "{{").replace("}", "}}")
     for value, name in (("123456.25", "duration"), ("987654", "rcode"), ("876543", "answers")):
         assert text.count(value) == 1, value

@@ -17,15 +17,18 @@ A probe makes six system calls: socket, connect, send, epoll_ctl, recv, close.
 
 from __future__ import annotations
 
+import _socket
 import asyncio
 import errno
+import heapq
 import os
 import select
 import socket
 import struct
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
 
 from dnsfleet.dnswire import Malformed, Query, parse_response
 from dnsfleet.probes.result import Exchange, Reason
@@ -97,99 +100,219 @@ def classify_oserror(e: OSError) -> Reason:
     return Reason.NETWORK_ERROR
 
 
+Sockaddr = tuple[str, int] | tuple[str, int, int, int]
+
+
+class _Probe:
+    """One query on its own connected socket, driven by callbacks: readable (from the
+    multiplexer) and expired (from a timer). ``done`` gets the Exchange, once."""
+
+    __slots__ = ("done", "expires", "fd", "ignored", "mux", "qid", "query", "sock", "start")
+
+    def __init__(self, mux: _Mux, query: Query, done: Callable[[Exchange], None]) -> None:
+        self.mux = mux
+        self.query = query
+        self.done: Callable[[Exchange], None] | None = done
+        self.ignored = 0
+        self.sock: _socket.socket | None = None
+        self.fd = -1
+        self.qid = 0
+        self.start = 0.0
+        self.expires = 0.0  # loop time
+
+    def send(self, sockaddr: Sockaddr, family: socket.AddressFamily) -> bool:
+        """Open, connect and send; False when that already ended the probe."""
+        self.start = time.monotonic()
+        try:
+            # Non-blocking from birth (no fcntl/ioctl to make it so), and the C socket type
+            # itself: socket.socket adds only Python-level wrappers around the same calls.
+            sock = _socket.socket(family, _DGRAM_NONBLOCK)
+        except OSError as e:
+            self._finish(Exchange(None, Reason.NETWORK_ERROR, 0.0, f"socket: {e.strerror or e}"))
+            return False
+        self.sock = sock
+        self.qid = self.mux.next_id()
+        try:
+            sock.connect(sockaddr)
+            sock.send(self.query.with_id(self.qid))
+        except OSError as e:
+            self._finish(Exchange(None, classify_oserror(e), self._elapsed(), e.strerror or str(e)))
+            return False
+        self.fd = sock.fileno()
+        self.mux.add(self.fd, self.readable)
+        return True
+
+    def _elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def _finish(self, ex: Exchange) -> None:
+        done, self.done = self.done, None
+        sock, self.sock = self.sock, None
+        if sock is not None:
+            sock.close()  # takes it out of the epoll set too
+            if self.fd >= 0:
+                self.mux.remove(self.fd)
+        if done is not None:
+            done(ex)
+
+    def readable(self) -> None:
+        mux = self.mux
+        while self.sock is not None:
+            try:
+                n = self.sock.recv_into(mux.buf)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                self._finish(
+                    Exchange(None, classify_oserror(e), self._elapsed(), e.strerror or str(e))
+                )
+                return
+            try:
+                resp = parse_response(mux.view[:n].tobytes(), self.query, self.qid)
+            except Malformed as e:
+                self._finish(Exchange(None, Reason.MALFORMED, self._elapsed(), str(e)))
+                return
+            if resp is None:
+                self.ignored += 1  # not an answer to our query: keep waiting, like a stub
+                continue
+            self._finish(Exchange(resp, None, self._elapsed()))
+
+    def expire(self, timeout: float) -> None:
+        if self.sock is None:
+            return
+        # An answer the kernel already holds counts: when the loop runs late (a busy
+        # machine, thousands of probes in flight), the timer and the datagram come due in
+        # the same round, and the epoll batch may not have reached this socket yet.
+        self.readable()
+        if self.sock is None:
+            return
+        if self.ignored:
+            self._finish(
+                Exchange(
+                    None,
+                    Reason.MALFORMED,
+                    self._elapsed(),
+                    f"{self.ignored} datagram(s) that were not an answer to the query, "
+                    "and no answer before the timeout",
+                )
+            )
+        else:
+            self._finish(
+                Exchange(None, Reason.TIMEOUT, self._elapsed(), f"no answer within {timeout:.3g}s")
+            )
+
+    def cancel(self) -> None:
+        self.done = None
+        self._finish(Exchange(None, Reason.NETWORK_ERROR, self._elapsed(), "cancelled"))
+
+
 async def exchange(
     *,
-    sockaddr: tuple[str, int] | tuple[str, int, int, int],
+    sockaddr: Sockaddr,
     family: socket.AddressFamily,
     query: Query,
     timeout: float,
 ) -> Exchange:
     loop = asyncio.get_running_loop()
-    start = time.monotonic()
-    try:
-        # Non-blocking from birth: no fcntl/ioctl to make it so.
-        sock = socket.socket(family, _DGRAM_NONBLOCK)
-    except OSError as e:
-        return Exchange(None, Reason.NETWORK_ERROR, 0.0, f"socket: {e.strerror or e}")
-    mux = _mux(loop)
-    qid = mux.next_id()
     fut: asyncio.Future[Exchange] = loop.create_future()
-    ignored = 0
 
-    def finish(ex: Exchange) -> None:
-        if not fut.done():
+    def resolve(ex: Exchange) -> None:
+        if not fut.done():  # the caller may have been cancelled meanwhile
             fut.set_result(ex)
 
-    def on_readable() -> None:
-        nonlocal ignored
-        while not fut.done():
-            try:
-                n = sock.recv_into(mux.buf)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as e:
-                finish(
-                    Exchange(
-                        None, classify_oserror(e), time.monotonic() - start, e.strerror or str(e)
-                    )
-                )
-                return
-            data = mux.view[:n].tobytes()
-            try:
-                resp = parse_response(data, query, qid)
-            except Malformed as e:
-                finish(Exchange(None, Reason.MALFORMED, time.monotonic() - start, str(e)))
-                return
-            if resp is None:
-                ignored += 1  # not an answer to our query: keep waiting, like a stub
-                continue
-            finish(Exchange(resp, None, time.monotonic() - start))
-
-    def on_timeout() -> None:
-        # An answer the kernel already holds counts: when the loop runs late (a busy
-        # machine, thousands of probes in flight), the timer and the datagram come due in
-        # the same round, and the epoll batch may not have reached this socket yet.
-        on_readable()
-        if fut.done():
-            return
-        if ignored:
-            finish(
-                Exchange(
-                    None,
-                    Reason.MALFORMED,
-                    time.monotonic() - start,
-                    f"{ignored} datagram(s) that were not an answer to the query, "
-                    "and no answer before the timeout",
-                )
-            )
-        else:
-            finish(
-                Exchange(
-                    None,
-                    Reason.TIMEOUT,
-                    time.monotonic() - start,
-                    f"no answer within {timeout:.3g}s",
-                )
-            )
-
-    fd = sock.fileno()
-    registered = False
-    handle = None
+    probe = _Probe(_mux(loop), query, resolve)
+    if not probe.send(sockaddr, family):
+        return fut.result()
+    handle = loop.call_later(timeout, probe.expire, timeout)
     try:
-        try:
-            sock.connect(sockaddr)
-            sock.send(query.with_id(qid))
-        except OSError as e:
-            return Exchange(
-                None, classify_oserror(e), time.monotonic() - start, e.strerror or str(e)
-            )
-        mux.add(fd, on_readable)
-        registered = True
-        handle = loop.call_later(timeout, on_timeout)
         return await fut
     finally:
-        if handle is not None:
-            handle.cancel()
-        sock.close()
-        if registered:
-            mux.remove(fd)
+        handle.cancel()
+        probe.cancel()  # a no-op once finished; closes the socket if the caller gave up
+
+
+BatchItem = tuple[Sockaddr, socket.AddressFamily, Query, float]  # ..., module timeout
+
+
+async def exchange_many(
+    items: Sequence[BatchItem],
+    *,
+    deadline: float,
+    concurrency: int,
+    on_result: Callable[[int, Exchange | None], None],
+) -> None:
+    """Send each of ``items`` as :func:`exchange` would, at most ``concurrency`` in flight,
+    each with ``min(its timeout, deadline - now)`` when it starts (``deadline`` in loop
+    time); ``on_result(i, exchange)`` for each, with None for an item the deadline left no
+    time to start. One future for the batch instead of a task, a future and a timer per
+    probe (in a 1,000-target /metrics cycle those cost more than the probes' system calls):
+    expiries come from one timer that moves to the earliest deadline in flight."""
+    loop = asyncio.get_running_loop()
+    mux = _mux(loop)
+    finished = loop.create_future()
+    expiries: list[tuple[float, int, _Probe, float]] = []  # (loop time, seq, probe, timeout)
+    timer: asyncio.TimerHandle | None = None
+    timer_at = 0.0
+    in_flight = 0
+    next_item = 0
+    starting = False
+    total = len(items)
+    if not total:
+        return
+
+    def start_more() -> None:
+        nonlocal next_item, in_flight, starting
+        starting = True
+        while in_flight < concurrency and next_item < total:
+            i = next_item
+            next_item += 1
+            sockaddr, family, query, timeout = items[i]
+            budget = min(timeout, deadline - loop.time())
+            if budget <= 0:
+                on_result(i, None)
+                continue
+            probe = _Probe(mux, query, partial(done, i))
+            in_flight += 1
+            if probe.send(sockaddr, family):
+                probe.expires = loop.time() + budget
+                heapq.heappush(expiries, (probe.expires, i, probe, budget))
+                arm(probe.expires)
+        starting = False
+        if not in_flight and next_item >= total and not finished.done():
+            finished.set_result(None)
+
+    def done(i: int, ex: Exchange) -> None:
+        nonlocal in_flight
+        in_flight -= 1
+        on_result(i, ex)
+        if not starting:  # a failed send inside start_more's loop: it carries on
+            start_more()
+
+    def arm(when: float) -> None:
+        nonlocal timer, timer_at
+        if timer is None or when < timer_at:
+            if timer is not None:
+                timer.cancel()
+            timer = loop.call_at(when, sweep)
+            timer_at = when
+
+    def sweep() -> None:
+        nonlocal timer
+        timer = None
+        now = loop.time()
+        while expiries and expiries[0][0] <= now:
+            _, _, probe, budget = heapq.heappop(expiries)
+            probe.expire(budget)
+        while expiries and expiries[0][2].sock is None:
+            heapq.heappop(expiries)  # answered already
+        if expiries:
+            arm(expiries[0][0])
+
+    start_more()
+    try:
+        await finished
+    finally:
+        if timer is not None:
+            timer.cancel()
+        for _, _, probe, _ in expiries:
+            probe.cancel()
