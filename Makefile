@@ -20,7 +20,7 @@ TEST_DEBS := unbound:unbound named:bind9 dig:bind9-dnsutils prometheus:prometheu
              prometheus-bind-exporter:prometheus-bind-exporter fstrm_capture:fstrm-bin \
              dnstap-ldns:dnstap-ldns lintian:lintian mmdebstrap:mmdebstrap
 BENCH_DEBS := prometheus-blackbox-exporter:prometheus-blackbox-exporter \
-              prometheus-node-exporter:prometheus-node-exporter
+              prometheus-node-exporter:prometheus-node-exporter wrk:wrk
 ARGS ?=
 LINT_DIRS := $(wildcard exporter tests bench dashboards deploy)
 

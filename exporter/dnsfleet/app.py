@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -14,7 +15,7 @@ from dnsfleet.config import Config, ConfigError, Module, Target
 from dnsfleet.exposition import Family, TextFamily, merge, render_bytes
 from dnsfleet.hostfs import HostFS
 from dnsfleet.parsers.resolvconf import parse_resolv_conf
-from dnsfleet.prober import Prepared, Prober
+from dnsfleet.prober import Prepared, Prober, ProbeRecord
 from dnsfleet.probes import ProbeResult, probe, query_for
 from dnsfleet.selfmetrics import (
     ReloadStatus,
@@ -40,8 +41,8 @@ class Exporter:
         self.collector_state: dict[str, object] = {}
         # The scrape in flight: requests that arrive meanwhile share its result.
         self._inflight: asyncio.Future[list[Family | TextFamily]] | None = None
-        # The families of the last cycle that completed.
-        self.last_cycle: list[Family | TextFamily] | None = None
+        # The last cycle that completed: its probe record and its other families.
+        self._last_cycle: tuple[ProbeRecord, list[Family | TextFamily]] | None = None
         self.started = time.time()
         self.config = self._load()
         self.prober.configure(self.config)
@@ -181,9 +182,10 @@ class Exporter:
                 asyncio.shield(inflight), max(answer_by - loop.time(), 0.001)
             )
         except TimeoutError:
-            if self.last_cycle is None:
+            last = self.last_cycle
+            if last is None:
                 raise
-            return self.last_cycle
+            return last
 
     def _scrape_done(self, task: asyncio.Future[list[Family | TextFamily]]) -> None:
         if self._inflight is task:
@@ -200,8 +202,8 @@ class Exporter:
             run_collectors(ctx, COLLECTORS),
         )
         self.scrapes_total += 1
-        fams: list[Family | TextFamily] = [
-            *self.prober.families(),
+        record = self.prober.record()
+        rest: list[Family | TextFamily] = [
             *merge(collected),
             *exporter_families(
                 reload_successful=self.reload_status.successful,
@@ -215,15 +217,25 @@ class Exporter:
         ]
         took = loop.time() - start
         wall = time.time()
-        fams.append(scrape_duration_family(took))
-        fams.append(cycle_end_family(wall))
-        fams.extend(process_families())
+        rest.append(scrape_duration_family(took))
+        rest.append(cycle_end_family(wall))
+        rest.extend(process_families())
+        # Kept until the next cycle completes: a request that cannot wait for a cycle in
+        # flight is answered with it (see scrape_families). The probe families as their
+        # record, not their text: 0.3 MB instead of 3.4 MB at 1,000 targets.
+        self._last_cycle = (record, rest)
+        fams = [*record.families(), *rest]
         self.last_snapshot = Snapshot.of(fams, wall=wall, duration=took)
         self.status_history.update(self.last_snapshot, (t.address for t in cfg.targets))
-        # Kept until the next cycle completes: a request that cannot wait for a cycle in
-        # flight is answered with it (see scrape_families).
-        self.last_cycle = fams
         return fams
+
+    @property
+    def last_cycle(self) -> list[Family | TextFamily] | None:
+        """The families of the last cycle that completed, rendered again from its record."""
+        if self._last_cycle is None:
+            return None
+        record, rest = self._last_cycle
+        return [*record.families(), *rest]
 
     async def probe_one(
         self,
@@ -235,12 +247,10 @@ class Exporter:
         qtype: str | None = None,
     ) -> ProbeResult:
         if qname is not None or qtype is not None:
-            module = Module(
-                **{
-                    **module.__dict__,
-                    "query_name": qname or module.query_name,
-                    "query_type": qtype or module.query_type,
-                }
+            module = dataclasses.replace(
+                module,
+                query_name=qname or module.query_name,
+                query_type=qtype or module.query_type,
             )
             query = query_for(module)
         else:

@@ -6,7 +6,6 @@ import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, Literal, cast
 
 from dnsfleet.config.addresses import Address, Endpoint, parse_address
@@ -259,17 +258,15 @@ class Target:
         ),
     )
 
-    # Cached: every probe asks for the socket address and family (a /metrics cycle of
-    # 1,000 targets built 2,000 Endpoints for it).
-    @cached_property
+    @property
     def endpoint(self) -> Endpoint:
         return Endpoint(self.host, self.port, self.scope_id)
 
-    @cached_property
+    @property
     def family(self) -> socket.AddressFamily:
         return self.endpoint.family
 
-    @cached_property
+    @property
     def sockaddr(self) -> tuple[str, int] | tuple[str, int, int, int]:
         return self.endpoint.sockaddr
 

@@ -234,6 +234,110 @@ async def exchange(
 BatchItem = tuple[Sockaddr, socket.AddressFamily, Query, float]  # ..., module timeout
 
 
+class _Batch:
+    """The state of one :func:`exchange_many`. A class with an explicit close rather than
+    closures: closures that call each other form a reference cycle, which kept a whole
+    batch (its probes, its items, the caller's results) alive until a full garbage
+    collection, and RSS 3.5 MB higher at 1,000 targets."""
+
+    __slots__ = (
+        "concurrency",
+        "deadline",
+        "expiries",
+        "finished",
+        "in_flight",
+        "items",
+        "loop",
+        "mux",
+        "next_item",
+        "on_result",
+        "starting",
+        "timer",
+        "timer_at",
+    )
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        items: Sequence[BatchItem],
+        deadline: float,
+        concurrency: int,
+        on_result: Callable[[int, Exchange | None], None],
+    ) -> None:
+        self.loop = loop
+        self.mux = _mux(loop)
+        self.items = items
+        self.deadline = deadline
+        self.concurrency = concurrency
+        self.on_result: Callable[[int, Exchange | None], None] | None = on_result
+        self.finished: asyncio.Future[None] = loop.create_future()
+        # (loop time, sequence, probe, its timeout), earliest first.
+        self.expiries: list[tuple[float, int, _Probe, float]] = []
+        self.timer: asyncio.TimerHandle | None = None
+        self.timer_at = 0.0
+        self.in_flight = 0
+        self.next_item = 0
+        self.starting = False
+
+    def start_more(self) -> None:
+        self.starting = True
+        items, loop, on_result = self.items, self.loop, self.on_result
+        assert on_result is not None
+        while self.in_flight < self.concurrency and self.next_item < len(items):
+            i = self.next_item
+            self.next_item += 1
+            sockaddr, family, query, timeout = items[i]
+            budget = min(timeout, self.deadline - loop.time())
+            if budget <= 0:
+                on_result(i, None)
+                continue
+            probe = _Probe(self.mux, query, partial(self.done, i))
+            self.in_flight += 1
+            if probe.send(sockaddr, family):
+                probe.expires = loop.time() + budget
+                heapq.heappush(self.expiries, (probe.expires, i, probe, budget))
+                self.arm(probe.expires)
+        self.starting = False
+        if not self.in_flight and self.next_item >= len(items) and not self.finished.done():
+            self.finished.set_result(None)
+
+    def done(self, i: int, ex: Exchange) -> None:
+        self.in_flight -= 1
+        if self.on_result is not None:
+            self.on_result(i, ex)
+        if not self.starting:  # a failed send inside start_more's loop: it carries on
+            self.start_more()
+
+    def arm(self, when: float) -> None:
+        if self.timer is None or when < self.timer_at:
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timer = self.loop.call_at(when, self.sweep)
+            self.timer_at = when
+
+    def sweep(self) -> None:
+        self.timer = None
+        now = self.loop.time()
+        expiries = self.expiries
+        while expiries and expiries[0][0] <= now:
+            _, _, probe, budget = heapq.heappop(expiries)
+            probe.expire(budget)
+        while expiries and expiries[0][2].sock is None:
+            heapq.heappop(expiries)  # answered already
+        if expiries:
+            self.arm(expiries[0][0])
+
+    def close(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.on_result = None
+        for _, _, probe, _ in self.expiries:
+            probe.cancel()
+        self.expiries.clear()
+        self.items = ()
+
+
 async def exchange_many(
     items: Sequence[BatchItem],
     *,
@@ -247,72 +351,11 @@ async def exchange_many(
     time to start. One future for the batch instead of a task, a future and a timer per
     probe (in a 1,000-target /metrics cycle those cost more than the probes' system calls):
     expiries come from one timer that moves to the earliest deadline in flight."""
-    loop = asyncio.get_running_loop()
-    mux = _mux(loop)
-    finished = loop.create_future()
-    expiries: list[tuple[float, int, _Probe, float]] = []  # (loop time, seq, probe, timeout)
-    timer: asyncio.TimerHandle | None = None
-    timer_at = 0.0
-    in_flight = 0
-    next_item = 0
-    starting = False
-    total = len(items)
-    if not total:
+    if not items:
         return
-
-    def start_more() -> None:
-        nonlocal next_item, in_flight, starting
-        starting = True
-        while in_flight < concurrency and next_item < total:
-            i = next_item
-            next_item += 1
-            sockaddr, family, query, timeout = items[i]
-            budget = min(timeout, deadline - loop.time())
-            if budget <= 0:
-                on_result(i, None)
-                continue
-            probe = _Probe(mux, query, partial(done, i))
-            in_flight += 1
-            if probe.send(sockaddr, family):
-                probe.expires = loop.time() + budget
-                heapq.heappush(expiries, (probe.expires, i, probe, budget))
-                arm(probe.expires)
-        starting = False
-        if not in_flight and next_item >= total and not finished.done():
-            finished.set_result(None)
-
-    def done(i: int, ex: Exchange) -> None:
-        nonlocal in_flight
-        in_flight -= 1
-        on_result(i, ex)
-        if not starting:  # a failed send inside start_more's loop: it carries on
-            start_more()
-
-    def arm(when: float) -> None:
-        nonlocal timer, timer_at
-        if timer is None or when < timer_at:
-            if timer is not None:
-                timer.cancel()
-            timer = loop.call_at(when, sweep)
-            timer_at = when
-
-    def sweep() -> None:
-        nonlocal timer
-        timer = None
-        now = loop.time()
-        while expiries and expiries[0][0] <= now:
-            _, _, probe, budget = heapq.heappop(expiries)
-            probe.expire(budget)
-        while expiries and expiries[0][2].sock is None:
-            heapq.heappop(expiries)  # answered already
-        if expiries:
-            arm(expiries[0][0])
-
-    start_more()
+    batch = _Batch(asyncio.get_running_loop(), items, deadline, concurrency, on_result)
     try:
-        await finished
+        batch.start_more()
+        await batch.finished
     finally:
-        if timer is not None:
-            timer.cancel()
-        for _, _, probe, _ in expiries:
-            probe.cancel()
+        batch.close()
