@@ -283,22 +283,26 @@ class _Batch:
         self.starting = True
         items, loop, on_result = self.items, self.loop, self.on_result
         assert on_result is not None
-        while self.in_flight < self.concurrency and self.next_item < len(items):
+        mux, deadline, expiries, done = self.mux, self.deadline, self.expiries, self.done
+        total = len(items)
+        while self.in_flight < self.concurrency and self.next_item < total:
             i = self.next_item
             self.next_item += 1
             sockaddr, family, query, timeout = items[i]
-            budget = min(timeout, self.deadline - loop.time())
+            now = loop.time()
+            budget = min(timeout, deadline - now)
             if budget <= 0:
                 on_result(i, None)
                 continue
-            probe = _Probe(self.mux, query, partial(self.done, i))
+            probe = _Probe(mux, query, partial(done, i))
             self.in_flight += 1
             if probe.send(sockaddr, family):
-                probe.expires = loop.time() + budget
-                heapq.heappush(self.expiries, (probe.expires, i, probe, budget))
-                self.arm(probe.expires)
+                expires = probe.expires = now + budget
+                heapq.heappush(expiries, (expires, i, probe, budget))
+                if self.timer is None or expires < self.timer_at:
+                    self.arm(expires)
         self.starting = False
-        if not self.in_flight and self.next_item >= len(items) and not self.finished.done():
+        if not self.in_flight and self.next_item >= total and not self.finished.done():
             self.finished.set_result(None)
 
     def done(self, i: int, ex: Exchange) -> None:
@@ -333,7 +337,8 @@ class _Batch:
             self.timer = None
         self.on_result = None
         for _, _, probe, _ in self.expiries:
-            probe.cancel()
+            if probe.sock is not None:
+                probe.cancel()
         self.expiries.clear()
         self.items = ()
 
