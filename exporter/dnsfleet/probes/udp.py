@@ -28,7 +28,6 @@ import struct
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from functools import partial
 
 from dnsfleet.dnswire import Malformed, Query, parse_response
 from dnsfleet.probes.result import Exchange, Reason
@@ -105,14 +104,28 @@ Sockaddr = tuple[str, int] | tuple[str, int, int, int]
 
 class _Probe:
     """One query on its own connected socket, driven by callbacks: readable (from the
-    multiplexer) and expired (from a timer). ``done`` gets the Exchange, once."""
+    multiplexer) and expired (from a timer). ``done(index, exchange)`` is called once."""
 
-    __slots__ = ("done", "expires", "fd", "ignored", "mux", "qid", "query", "sock", "start")
+    __slots__ = (
+        "done",
+        "expires",
+        "fd",
+        "ignored",
+        "index",
+        "mux",
+        "qid",
+        "query",
+        "sock",
+        "start",
+    )
 
-    def __init__(self, mux: _Mux, query: Query, done: Callable[[Exchange], None]) -> None:
+    def __init__(
+        self, mux: _Mux, query: Query, done: Callable[[int, Exchange], None], index: int = 0
+    ) -> None:
         self.mux = mux
         self.query = query
-        self.done: Callable[[Exchange], None] | None = done
+        self.done: Callable[[int, Exchange], None] | None = done
+        self.index = index
         self.ignored = 0
         self.sock: _socket.socket | None = None
         self.fd = -1
@@ -153,7 +166,7 @@ class _Probe:
             if self.fd >= 0:
                 self.mux.remove(self.fd)
         if done is not None:
-            done(ex)
+            done(self.index, ex)
 
     def readable(self) -> None:
         mux = self.mux
@@ -216,7 +229,7 @@ async def exchange(
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[Exchange] = loop.create_future()
 
-    def resolve(ex: Exchange) -> None:
+    def resolve(_: int, ex: Exchange) -> None:
         if not fut.done():  # the caller may have been cancelled meanwhile
             fut.set_result(ex)
 
@@ -294,7 +307,7 @@ class _Batch:
             if budget <= 0:
                 on_result(i, None)
                 continue
-            probe = _Probe(mux, query, partial(done, i))
+            probe = _Probe(mux, query, done, i)
             self.in_flight += 1
             if probe.send(sockaddr, family):
                 expires = probe.expires = now + budget
