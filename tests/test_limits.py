@@ -221,20 +221,46 @@ def wildcard_unbound(tmp_path: Path) -> Iterator[Unbound]:
 
 
 def test_ten_thousand_targets_a_fifth_silent(tmp_path: Path, wildcard_unbound: Unbound) -> None:
+    """10,000 targets, a fifth silent, in one scrape: every answering target answered,
+    every silent one got its full timeout (none starved by the deadline), and the scrape
+    ended within Prometheus' timeout.
+
+    How long the 8,000 answers take depends on the machine: unbound and the exporter share
+    two cores with whatever else runs. So the answering targets' timeout is derived from
+    what the machine delivers now (three times the slowest answer of a calibration scrape
+    of them alone), not assumed: with a fixed 1 s it failed on a busy machine (7,695 of
+    8,000 within the budget)."""
     raise_fd_limit()
     silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # reads nothing, answers nothing
     silent.bind(("0.0.0.0", 0))
     silent_port = silent.getsockname()[1]
-    targets = [
-        {"address": a, "module": "a"}
-        for a, _ in answering_and_silent(
-            10_000, silent_every=5, port=wildcard_unbound.port, silent_port=silent_port
-        )
-    ]
-    scrape_timeout = 10.0
+    pairs = answering_and_silent(
+        10_000, silent_every=5, port=wildcard_unbound.port, silent_port=silent_port
+    )
     try:
+        (tmp_path / "calibration").mkdir()
+        calibration = exporter_for(
+            tmp_path / "calibration",
+            {
+                "modules": {"a": {**A_MODULE, "timeout": "20s"}},
+                "targets": [{"address": a, "module": "a"} for a, quiet in pairs if not quiet],
+            },
+        )
+        asyncio.run(calibration.scrape(30.0))
+        answered = [st.last for st in calibration.prober.states.values()]
+        assert all(r is not None and r.success for r in answered), "unbound did not answer"
+        slowest = max(r.duration for r in answered if r is not None)
+        answer_timeout = max(1.0, 3 * slowest)
+        scrape_timeout = 10.0 + answer_timeout
         exp = exporter_for(
-            tmp_path, {"modules": {"a": {**A_MODULE, "timeout": "1s"}}, "targets": targets}
+            tmp_path,
+            {
+                "modules": {
+                    "a": {**A_MODULE, "timeout": answer_timeout},
+                    "s": {**A_MODULE, "timeout": "1s"},
+                },
+                "targets": [{"address": a, "module": "s" if quiet else "a"} for a, quiet in pairs],
+            },
         )
         text = asyncio.run(exp.scrape(scrape_timeout)).decode()
     finally:
@@ -245,9 +271,11 @@ def test_ten_thousand_targets_a_fifth_silent(tmp_path: Path, wildcard_unbound: U
     timed_out = [
         a
         for a, r in results.items()
-        if r is not None and r.reason is Reason.TIMEOUT and r.detail.startswith("no answer within")
+        if r is not None and r.reason is Reason.TIMEOUT and r.detail == "no answer within 1s"
     ]
-    assert len(ok) == 8_000 and all(a.startswith("127.0.") for a in ok)
+    assert len(ok) == 8_000 and all(a.startswith("127.0.") for a in ok), (
+        f"{len(ok)} of 8,000 answered (answer timeout {answer_timeout:.2f} s)"
+    )
     # Every silent target got its full module timeout: none was starved by the deadline.
     assert len(timed_out) == 2_000 and all(a.startswith("127.1.") for a in timed_out)
     duration = float(text.split("\ndnsfleet_scrape_duration_seconds ", 1)[1].split()[0])
