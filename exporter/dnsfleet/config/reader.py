@@ -299,6 +299,10 @@ def load_yaml(text: str) -> Any:
     the same Python resolver per scalar, which is most of the time (see docs/design.md,
     "Configuration loader")."""
     ev = yaml.events
+    scalar_event, alias_event = ev.ScalarEvent, ev.AliasEvent
+    mapping_start, sequence_start = ev.MappingStartEvent, ev.SequenceStartEvent
+    mapping_end, sequence_end = ev.MappingEndEvent, ev.SequenceEndEvent
+    scalar_node = yaml.ScalarNode
     loader = _StrictLoader(text)
     try:
         get = loader.get_event
@@ -313,24 +317,25 @@ def load_yaml(text: str) -> Any:
             e = get()
             t = type(e)
             node: yaml.Node
-            if t is ev.ScalarEvent:
+            if t is scalar_event:
                 tag = e.tag
+                value = e.value
                 if tag is None or tag == "!":
-                    tag = resolve(yaml.ScalarNode, e.value, e.implicit)
-                node = yaml.ScalarNode(tag, e.value, e.start_mark, e.end_mark, style=e.style)
+                    tag = resolve(scalar_node, value, e.implicit)
+                node = scalar_node(tag, value, e.start_mark, e.end_mark, e.style)
                 size, height = 1, 0
                 if e.anchor is not None:
                     if e.anchor in anchors:
                         raise _composer_error(f"found duplicate anchor {e.anchor!r}", e.start_mark)
                     anchors[e.anchor] = (node, 1, 0)
-            elif t is ev.AliasEvent:
+            elif t is alias_event:
                 found = anchors.get(e.anchor)
                 if found is None:
                     raise _composer_error(f"found undefined alias {e.anchor!r}", e.start_mark)
                 node, size, height = found
-            elif t is ev.MappingStartEvent or t is ev.SequenceStartEvent:
+            elif t is mapping_start or t is sequence_start:
                 kind: type[yaml.MappingNode] | type[yaml.SequenceNode] = (
-                    yaml.MappingNode if t is ev.MappingStartEvent else yaml.SequenceNode
+                    yaml.MappingNode if t is mapping_start else yaml.SequenceNode
                 )
                 tag = e.tag
                 if tag is None or tag == "!":
@@ -344,12 +349,12 @@ def load_yaml(text: str) -> Any:
                         f"nested more than {MAX_YAML_DEPTH} levels deep", e.start_mark
                     )
                 continue
-            elif t is ev.MappingEndEvent or t is ev.SequenceEndEvent:
+            elif t is mapping_end or t is sequence_end:
                 frame = stack.pop()
                 node = frame.node
                 node.end_mark = e.end_mark
                 items = frame.items
-                if t is ev.MappingEndEvent:
+                if t is mapping_end:
                     node.value = list(zip(items[::2], items[1::2], strict=True))
                 else:
                     node.value = items
