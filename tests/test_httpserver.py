@@ -27,6 +27,7 @@ from dnsfleet.app import Exporter
 from dnsfleet.hostfs import HostFS
 from dnsfleet.httpserver import Request, Response, Router, serve
 from dnsfleet.web import make_router
+from tests.harness.metrics import value
 from tests.harness.tools import binary
 
 pytestmark = pytest.mark.integration
@@ -396,11 +397,11 @@ def test_a_late_scrape_keeps_its_own_deadline(tmp_path: Path) -> None:
             + b"\r\nConnection: close\r\n\r\n",
             timeout=20,
         )
-        ended = None
-        for line in raw.decode().splitlines():
-            if line.startswith("dnsfleet_scrape_cycle_end_timestamp_seconds "):
-                ended = float(line.split()[1])
-        return status(raw), ended
+        body = raw.partition(b"\r\n\r\n")[2].decode()
+        code = status(raw)
+        return code, value(
+            body, "dnsfleet_scrape_cycle_end_timestamp_seconds"
+        ) if code == 200 else None
 
     async def go() -> None:
         async with server(make_router(exp)) as port:

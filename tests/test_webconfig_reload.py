@@ -22,6 +22,7 @@ import yaml
 from dnsfleet import webconfig
 from dnsfleet.httpserver import Request, Response, Router, serve
 from tests.harness.exporter import ExporterProc, running_exporter
+from tests.harness.metrics import value
 from tests.harness.tools import binary
 
 pytestmark = pytest.mark.integration
@@ -126,13 +127,6 @@ def write_web(path: Path, pki: Pki, **tls: object) -> None:
     tmp.replace(path)
 
 
-def sample(text: str, name: str) -> float:
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"{name} not in the exposition")
-
-
 def scrape(e: ExporterProc, pki: Pki, cert: Path | None) -> str:
     args = [binary("curl"), "-sS", "--max-time", "10", "--cacert", str(pki.server_ca.cert)]
     if cert is not None:
@@ -215,7 +209,7 @@ def test_reload_replaces_tls_trust_whole(tmp_path: Path, pki: Pki) -> None:
         assert curl_code(url, pki) == "tls"
         assert curl_code(url, pki, cert=pki.client_b) == "200"
         text = scrape(e, pki, pki.client_b)
-        assert sample(text, "dnsfleet_web_config_last_reload_successful") == 1
+        assert value(text, "dnsfleet_web_config_last_reload_successful") == 1
 
         # A file that does not load (a CA file that is not PEM) is refused whole: the
         # previous settings stay, and the metric and the log say so.
@@ -225,7 +219,7 @@ def test_reload_replaces_tls_trust_whole(tmp_path: Path, pki: Pki) -> None:
         assert curl_code(url, pki) == "tls"
         assert curl_code(url, pki, cert=pki.client_b) == "200"
         text = scrape(e, pki, pki.client_b)
-        assert sample(text, "dnsfleet_web_config_last_reload_successful") == 0
+        assert value(text, "dnsfleet_web_config_last_reload_successful") == 0
         log = e.stderr()
         assert "web config not reloaded, keeping the previous one" in log
         assert f"{web}: tls_server_config.client_ca_file: cannot load client CA" in log
@@ -281,7 +275,7 @@ def test_in_place_rewrite_never_drops_auth(tmp_path: Path, what: str, text: str)
         req = urllib.request.Request(metrics, headers=basic("alice", "alice-pw"))
         with urllib.request.urlopen(req, timeout=10) as r:
             body = r.read().decode()
-        assert sample(body, "dnsfleet_web_config_last_reload_successful") == 0
+        assert value(body, "dnsfleet_web_config_last_reload_successful") == 0
         # The rewrite completes: the new users apply.
         with web.open("w") as f:
             f.write(yaml.safe_dump({"basic_auth_users": {"bob": BOB}}))
