@@ -26,7 +26,7 @@ TEST_DEBS := unbound:unbound named:bind9 dig:bind9-dnsutils prometheus:prometheu
              dnstap-ldns:dnstap-ldns lintian:lintian mmdebstrap:mmdebstrap \
              shellcheck:shellcheck $(DEB_BUILD_DEBS)
 BENCH_DEBS := prometheus-blackbox-exporter:prometheus-blackbox-exporter \
-              prometheus-node-exporter:prometheus-node-exporter
+              prometheus-node-exporter:prometheus-node-exporter wrk:wrk
 ARGS ?=
 LINT_DIRS := $(wildcard exporter tests bench dashboards deploy alerts)
 

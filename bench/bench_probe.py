@@ -1,32 +1,54 @@
-"""Probe cost, side by side in one run against the same unbound on loopback:
+"""Probe cost against blackbox_exporter, side by side in one run against the same unbound on
+loopback, measured as issue 21 asks:
 
-* ``/probe`` CPU seconds per probe: dnsfleet, blackbox_exporter (Debian) and dns_exporter
-  (PyPI), each driven by the same bounded HTTP load loop;
-* one ``/metrics`` scrape of 1,000 configured targets: wall time and CPU, against the CPU
-  blackbox_exporter spends on 1,000 ``/probe`` requests;
-* dnsfleet's RSS with 1,000 targets.
+* ``/probe``: ``wrk -t1 -c8`` (keep-alive, 8 connections) for ``--seconds`` against each
+  exporter in turn, alternating which goes first, ``--rounds`` times; CPU is utime + stime
+  from ``/proc/<pid>/stat`` of each exporter over its wrk window, divided by the requests
+  wrk completed. The ratio is taken round by round (the two windows of a round are
+  adjacent), so a neighbour's load on this shared machine weighs on both.
+* one ``/metrics`` scrape of 1,000 configured targets (1,000 loopback addresses on that
+  unbound): ``wrk -t1 -c1`` with Prometheus' headers (``Accept-Encoding: gzip``, the
+  scrape timeout) on one keep-alive connection, CPU per probe-and-collect cycle (cycles
+  counted by ``dnsfleet_scrapes_total``; concurrent scrapes would share cycles), against
+  blackbox_exporter's CPU for 1,000 ``/probe`` requests from the same round.
+* dns_exporter (PyPI) once, the same way as /probe, when installed; dnsfleet's RSS with
+  1,000 targets.
 
-Run by hand: ``make bench`` (installs the peers). Prints figures and ratios; absolute times on
-a shared 2-core machine are noisy, the ratios are the result.
+Run with ``make bench`` (installs the peers and wrk); ``make bench ARGS="--rounds 5"``.
+Absolute times on a shared 2-core machine are noisy: the ratios, and their spread over the
+rounds, are the result.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
-import time
+import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 from tests.harness.servers import Unbound
 from tests.harness.tools import free_port
 
-from bench.common import cpu_seconds, load, rss_bytes, stop, wait_http
+from bench.common import cpu_seconds, rss_bytes, stop, wait_http
 
 QNAME = "a.local.test"
 N_TARGETS = 1000
+PROBE_TARGET = 0.30  # dnsfleet / blackbox CPU per /probe
+SCRAPE_TARGET = 0.15  # one 1,000-target cycle / blackbox's CPU for 1,000 /probe requests
+PROMETHEUS_HEADERS = (
+    "-H",
+    "Accept: text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    "-H",
+    "Accept-Encoding: gzip",
+    "-H",
+    "X-Prometheus-Scrape-Timeout-Seconds: 10",
+)
 
 
 def target_addresses(n: int) -> list[str]:
@@ -68,42 +90,98 @@ def spawn(cmd: list[str], url: str, log: Path) -> subprocess.Popen[bytes]:
     return proc
 
 
+@dataclass
+class Window:
+    requests: int
+    cpu: float  # seconds of the measured process
+    seconds: float
+
+    @property
+    def cpu_per_request(self) -> float:
+        return self.cpu / max(self.requests, 1)
+
+
+def wrk(
+    url: str, pid: int, *, seconds: int, connections: int, extra: tuple[str, ...] = ()
+) -> Window:
+    """``wrk -t1 -c<connections>`` for ``seconds``; the CPU ``pid`` spent meanwhile."""
+    cpu0 = cpu_seconds(pid)
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "15s", *extra, url],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
+    ).stdout
+    cpu = cpu_seconds(pid) - cpu0
+    m = re.search(r"(\d+) requests in ([\d.]+)(m?s)", out)
+    if not m:
+        raise RuntimeError(f"wrk said:\n{out}")
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    errors = re.search(r"Socket errors: (.*)", out)
+    if bad or errors:
+        raise RuntimeError(f"errors under load against {url}:\n{out}")
+    return Window(int(m.group(1)), cpu, seconds)
+
+
+def check(url: str, needle: str) -> None:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        body = r.read().decode()
+    if needle not in body:
+        raise RuntimeError(f"{url} did not say {needle!r}:\n{body[:2000]}")
+
+
+def scrapes_total(url: str) -> int:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        m = re.search(r"^dnsfleet_scrapes_total (\d+)$", r.read().decode(), re.M)
+    assert m is not None
+    return int(m.group(1))
+
+
+def spread(values: list[float]) -> str:
+    return (
+        f"median {statistics.median(values):.2f}, "
+        f"min {min(values):.2f}, max {max(values):.2f} over {len(values)}"
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--probes", type=int, default=3000, help="/probe requests per exporter")
-    ap.add_argument("--concurrency", type=int, default=8)
-    ap.add_argument("--scrapes", type=int, default=5, help="/metrics scrapes of 1,000 targets")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
+    ap.add_argument("--seconds", type=int, default=10, help="wrk duration per window")
     ap.add_argument(
         "--dns-exporter",
         default=str(Path(".venv-bench/bin/dns_exporter")),
         help="dns_exporter binary (make bench installs it in .venv-bench)",
     )
     args = ap.parse_args()
+    if not shutil.which("wrk"):
+        print("wrk is not installed (make bench installs it)", file=sys.stderr)
+        return 1
 
     work = Path(tempfile.mkdtemp(prefix="dnsfleet-bench-"))
     addresses = target_addresses(N_TARGETS)
     unbound = start_unbound(work, ["127.0.0.1", *addresses])
     port = unbound.port
     procs: list[subprocess.Popen[bytes]] = []
-    results: dict[str, float] = {}
     try:
-        # --- /probe, one exporter at a time against the same unbound
         one = work / "one.yml"
         write_dnsfleet_config(one, ["127.0.0.1"], port)
-        dp = free_port()
+        many = work / "many.yml"
+        write_dnsfleet_config(many, addresses, port)
+        dp, mp, bp = free_port(), free_port(), free_port()
+        python = [sys.executable, "-m", "dnsfleet", "--log.level=warn"]
         dnsfleet = spawn(
-            [
-                sys.executable,
-                "-m",
-                "dnsfleet",
-                f"--config.file={one}",
-                f"--web.listen-address=127.0.0.1:{dp}",
-                "--log.level=warn",
-            ],
+            [*python, f"--config.file={one}", f"--web.listen-address=127.0.0.1:{dp}"],
             f"http://127.0.0.1:{dp}/-/healthy",
             work / "dnsfleet.log",
         )
         procs.append(dnsfleet)
+        fleet = spawn(
+            [*python, f"--config.file={many}", f"--web.listen-address=127.0.0.1:{mp}"],
+            f"http://127.0.0.1:{mp}/-/healthy",
+            work / "dnsfleet-many.log",
+        )
+        procs.append(fleet)
         bb_conf = work / "blackbox.yml"
         bb_conf.write_text(f"""modules:
   dns_a:
@@ -116,7 +194,6 @@ def main() -> int:
       preferred_ip_protocol: ip4
       valid_rcodes: [NOERROR]
 """)
-        bp = free_port()
         bb_bin = shutil.which("prometheus-blackbox-exporter") or "blackbox_exporter"
         blackbox = spawn(
             [
@@ -129,18 +206,57 @@ def main() -> int:
             work / "blackbox.log",
         )
         procs.append(blackbox)
-        peers = {
-            "dnsfleet": (
-                dnsfleet.pid,
-                f"http://127.0.0.1:{dp}/probe?target=127.0.0.1:{port}&module=bench",
-                "dnsfleet_probe_success 1",
-            ),
-            "blackbox_exporter": (
-                blackbox.pid,
-                f"http://127.0.0.1:{bp}/probe?target=127.0.0.1:{port}&module=dns_a",
-                "probe_success 1",
-            ),
+        probe_urls = {
+            "dnsfleet": f"http://127.0.0.1:{dp}/probe?target=127.0.0.1:{port}&module=bench",
+            "blackbox_exporter": f"http://127.0.0.1:{bp}/probe?target=127.0.0.1:{port}"
+            "&module=dns_a",
         }
+        pids = {"dnsfleet": dnsfleet.pid, "blackbox_exporter": blackbox.pid}
+        check(probe_urls["dnsfleet"], "dnsfleet_probe_success 1")
+        check(probe_urls["blackbox_exporter"], "probe_success 1")
+        metrics = f"http://127.0.0.1:{mp}/metrics"
+        check(metrics, 'dnsfleet_probe_success{target="127.0.4.250')
+        for name, url in probe_urls.items():  # warm-up: caches, Go's runtime, sockets
+            wrk(url, pids[name], seconds=2, connections=8)
+        wrk(metrics, fleet.pid, seconds=3, connections=1, extra=PROMETHEUS_HEADERS)
+
+        print(
+            f"/probe: wrk -t1 -c8 for {args.seconds} s per exporter and round; /metrics: "
+            f"wrk -t1 -c1 with Prometheus' headers, {N_TARGETS} targets; unbound on "
+            f"127.0.0.1:{port}"
+        )
+        print(
+            f"{'round':<6}{'dnsfleet µs':>12}{'blackbox µs':>13}{'probe ratio':>12}"
+            f"{'cycle ms':>10}{'cycles':>8}{'scrape ratio':>14}"
+        )
+        probe_ratios: list[float] = []
+        scrape_ratios: list[float] = []
+        cycle_cpu: list[float] = []
+        per_probe: dict[str, list[float]] = {n: [] for n in probe_urls}
+        for r in range(args.rounds):
+            order = list(probe_urls) if r % 2 == 0 else list(reversed(probe_urls))
+            got = {
+                n: wrk(probe_urls[n], pids[n], seconds=args.seconds, connections=8) for n in order
+            }
+            s0 = scrapes_total(metrics)
+            w = wrk(
+                metrics, fleet.pid, seconds=args.seconds, connections=1, extra=PROMETHEUS_HEADERS
+            )
+            cycles = scrapes_total(metrics) - 1 - s0  # the reading scrape is not counted
+            cycle = w.cpu / max(cycles, 1)
+            d, b = got["dnsfleet"].cpu_per_request, got["blackbox_exporter"].cpu_per_request
+            for n in probe_urls:
+                per_probe[n].append(got[n].cpu_per_request)
+            probe_ratios.append(d / b)
+            scrape_ratios.append(cycle / (b * N_TARGETS))
+            cycle_cpu.append(cycle)
+            print(
+                f"{r + 1:<6}{d * 1e6:>12.0f}{b * 1e6:>13.0f}{d / b:>12.2f}"
+                f"{cycle * 1000:>10.1f}{cycles:>8}{cycle / (b * N_TARGETS):>14.2f}"
+            )
+        rss = rss_bytes(fleet.pid)
+
+        dnsx_line = ""
         if Path(args.dns_exporter).exists():
             xp = free_port()
             dnsx = spawn(
@@ -149,102 +265,41 @@ def main() -> int:
                 work / "dns_exporter.log",
             )
             procs.append(dnsx)
-            peers["dns_exporter"] = (
-                dnsx.pid,
+            url = (
                 f"http://127.0.0.1:{xp}/query?server=udp://127.0.0.1:{port}"
-                f"&query_name={QNAME}&query_type=A",
-                "dnsexp_dns_query_success 1",
+                f"&query_name={QNAME}&query_type=A"
+            )
+            check(url, "dnsexp_dns_query_success 1")
+            x = wrk(url, dnsx.pid, seconds=args.seconds, connections=8).cpu_per_request
+            ours = wrk(
+                probe_urls["dnsfleet"], dnsfleet.pid, seconds=args.seconds, connections=8
+            ).cpu_per_request
+            dnsx_line = (
+                f"  dnsfleet / dns_exporter CPU per probe: {ours / x:.2f} "
+                f"({ours * 1e6:.0f} µs vs {x * 1e6:.0f} µs, one round)"
             )
         else:
             print(f"dns_exporter not found at {args.dns_exporter}: skipped", file=sys.stderr)
-
-        print(
-            f"/probe: {args.probes} requests each, {args.concurrency} concurrent, "
-            f"unbound on 127.0.0.1:{port}"
-        )
-        print(f"{'exporter':<20}{'probes/s':>10}{'CPU us/probe':>14}{'RSS MB':>9}{'errors':>8}")
-        for name, (pid, url, check) in peers.items():
-            load(url, pid, requests=200, concurrency=args.concurrency, check=check)  # warm-up
-            r = load(url, pid, requests=args.probes, concurrency=args.concurrency, check=check)
-            results[f"{name}_cpu_per_probe"] = r.cpu_per_request
-            print(
-                f"{name:<20}{r.rate:>10.0f}{r.cpu_per_request * 1e6:>14.0f}"
-                f"{rss_bytes(pid) / 2**20:>9.1f}{r.errors:>8}"
-            )
-        for p in procs:
-            stop(p)
-        procs.clear()
-
-        # --- /metrics with 1,000 configured targets
-        many = work / "many.yml"
-        write_dnsfleet_config(many, addresses, port)
-        mp = free_port()
-        fleet = spawn(
-            [
-                sys.executable,
-                "-m",
-                "dnsfleet",
-                f"--config.file={many}",
-                f"--web.listen-address=127.0.0.1:{mp}",
-                "--log.level=warn",
-            ],
-            f"http://127.0.0.1:{mp}/-/healthy",
-            work / "dnsfleet-many.log",
-        )
-        procs.append(fleet)
-        url = f"http://127.0.0.1:{mp}/metrics"
-        load(url, fleet.pid, requests=2, concurrency=1)  # warm-up: sockets, caches
-        walls, cpus = [], []
-        for _ in range(args.scrapes):
-            c0, t0 = cpu_seconds(fleet.pid), time.monotonic()
-            r = load(url, fleet.pid, requests=1, concurrency=1, check="dnsfleet_probe_success")
-            walls.append(time.monotonic() - t0)
-            cpus.append(cpu_seconds(fleet.pid) - c0)
-            if r.errors:
-                print("scrape error", file=sys.stderr)
-        with __import__("urllib.request").request.urlopen(url, timeout=30) as resp:
-            body = resp.read().decode()
-        ok = body.count("dnsfleet_probe_success{") - body.count("dnsfleet_probe_success{", 0, 0)
-        failed = sum(
-            1
-            for line in body.splitlines()
-            if line.startswith("dnsfleet_probe_success{") and line.endswith(" 0")
-        )
-        rss = rss_bytes(fleet.pid)
-        walls.sort()
-        cpus.sort()
-        wall_med, cpu_med = walls[len(walls) // 2], cpus[len(cpus) // 2]
-        results.update(scrape_wall=wall_med, scrape_cpu=cpu_med, rss=rss)
-        print(
-            f"\n/metrics with {N_TARGETS} targets ({args.scrapes} scrapes, median): "
-            f"wall {wall_med * 1000:.0f} ms, CPU {cpu_med * 1000:.0f} ms, "
-            f"RSS {rss / 2**20:.1f} MB, series {body.count(chr(10))}, "
-            f"targets {ok} ({failed} failing)"
-        )
     finally:
         for p in procs:
             stop(p)
         unbound.stop()
 
-    bb = results.get("blackbox_exporter_cpu_per_probe")
-    print("\nratios (targets in parentheses)")
-    if bb:
-        print(
-            f"  dnsfleet / blackbox CPU per /probe:          "
-            f"{results['dnsfleet_cpu_per_probe'] / bb:.2f}  (<= 0.50)"
-        )
-        print(
-            f"  1,000-target scrape CPU / blackbox 1,000 probes: "
-            f"{results['scrape_cpu'] / (bb * N_TARGETS):.2f}  (<= 0.25)"
-        )
-    if "dns_exporter_cpu_per_probe" in results:
-        print(
-            f"  dnsfleet / dns_exporter CPU per probe:       "
-            f"{results['dnsfleet_cpu_per_probe'] / results['dns_exporter_cpu_per_probe']:.2f}"
-        )
+    print("\nratios (target), over the rounds")
+    print(f"  /probe CPU, dnsfleet / blackbox: {spread(probe_ratios)}  (<= {PROBE_TARGET})")
     print(
-        f"  1,000-target scrape wall: {results['scrape_wall']:.2f} s  (< 2 s); "
-        f"RSS {results['rss'] / 2**20:.1f} MB  (< 40 MB)"
+        "  1,000-target /metrics cycle / blackbox's 1,000 /probe: "
+        f"{spread(scrape_ratios)}  (<= {SCRAPE_TARGET})"
+    )
+    if dnsx_line:
+        print(dnsx_line)
+    print(
+        f"  CPU per /probe, µs: dnsfleet {spread([v * 1e6 for v in per_probe['dnsfleet']])}; "
+        f"blackbox {spread([v * 1e6 for v in per_probe['blackbox_exporter']])}"
+    )
+    print(
+        f"  1,000-target cycle CPU, ms: {spread([c * 1000 for c in cycle_cpu])}; "
+        f"RSS after the scrapes {rss / 2**20:.1f} MB (< 40 MB)"
     )
     return 0
 

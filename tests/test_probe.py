@@ -247,3 +247,55 @@ def test_encode_name_rejects(name: str, problem: str) -> None:
 
     with pytest.raises(ValueError, match=problem):
         encode_name(name)
+
+
+def test_batch_exchange_matches_single_exchanges(unbound: Unbound, blackhole: Blackhole) -> None:
+    """A /metrics cycle sends plain UDP probes as one batch (udp.exchange_many); each item
+    must come out as udp.exchange would have it: an answer, ICMP refused at once, a
+    timeout, junk before the timeout; and a passed deadline leaves no time to start."""
+    from dnsfleet.probes import udp
+
+    mod = Module(name="t", query_name="www.example.test", query_type="A")
+    q = query_for(mod)
+    closed = free_port()
+    with scripted(lambda qry: [os.urandom(40)]) as junk:
+        targets = [unbound.address, f"127.0.0.1:{closed}", blackhole.address, junk.address]
+        items: list[udp.BatchItem] = []
+        for t in targets:
+            host, port, _ = parse_address(t)
+            items.append(((host, port), socket.AF_INET, q, 0.5))
+
+        async def both() -> tuple[list[Any], list[Any]]:
+            loop = asyncio.get_running_loop()
+            got: list[Any] = [None] * len(items)
+            calls: list[int] = []
+
+            def on_result(i: int, ex: Any) -> None:
+                calls.append(i)
+                got[i] = ex
+
+            await udp.exchange_many(
+                items, deadline=loop.time() + 10, concurrency=2, on_result=on_result
+            )
+            assert sorted(calls) == list(range(len(items)))
+            # A deadline already passed leaves no time to start: None for each, no packet.
+            late: list[Any] = []
+            await udp.exchange_many(
+                items,
+                deadline=loop.time() - 1,
+                concurrency=2,
+                on_result=lambda i, ex: late.append(ex),
+            )
+            assert late == [None] * len(items)
+            single = [
+                await udp.exchange(sockaddr=s, family=f, query=qq, timeout=to)
+                for s, f, qq, to in items
+            ]
+            return got, single
+
+        batch, single = asyncio.run(both())
+    reasons = [None, Reason.REFUSED, Reason.TIMEOUT, Reason.MALFORMED]
+    assert [ex.error for ex in batch[:4]] == reasons
+    assert [ex.error for ex in single] == reasons
+    assert batch[0].response is not None and batch[0].response.answer_rrs == 1
+    assert [ex.detail for ex in batch[1:]] == [ex.detail for ex in single[1:]]

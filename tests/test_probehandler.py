@@ -11,8 +11,10 @@ import pytest
 
 from dnsfleet.app import Exporter
 from dnsfleet.config import Config, Module, Target, parse
-from dnsfleet.probes import ProbeResult
-from dnsfleet.probes.handler import ProbeHandler, Refusal, Refused
+from dnsfleet.exposition import render
+from dnsfleet.prober import probe_result_families
+from dnsfleet.probes import REASONS, ProbeResult, Reason
+from dnsfleet.probes.handler import ProbeHandler, Refusal, Refused, probe_exposition
 
 pytestmark = pytest.mark.unit
 
@@ -38,6 +40,9 @@ class FakeExporter:
 
     def scrape_budget(self, header: float | None) -> float:
         return 1.0
+
+    def max_concurrent_probes(self, cfg: Config | None = None) -> int:
+        return (cfg or self.config).limits.max_concurrent_probes
 
     async def probe_one(
         self,
@@ -101,3 +106,21 @@ def test_allowed_requests() -> None:
     )
     ((target, module, qname, qtype),) = exp.sent
     assert (target.host, qname, qtype) == ("127.0.0.9", "b.test", "AAAA")
+
+
+@pytest.mark.parametrize("reason", [None, *REASONS])
+@pytest.mark.parametrize("duration", [0.0, 1e-7, 0.000123, 1.5, 2.0, 123456.25])
+def test_probe_exposition_fast_path_renders_as_metrics_does(
+    reason: Reason | None, duration: float
+) -> None:
+    """/probe's output comes from a template per reason; it must equal what the family
+    renderer (the /metrics path) writes for the same result, to the byte."""
+    r = ProbeResult(
+        success=reason is None,
+        reason=reason,
+        duration=duration,
+        rcode=-1 if reason else 0,
+        answer_rrs=3,
+        detail="",
+    )
+    assert probe_exposition(r) == render(probe_result_families([("", r)]))

@@ -5,8 +5,10 @@ nss_dns, the code every glibc program uses) with it in a network namespace whose
 carries an answering unbound, a blackhole, a closed port and a refusing unbound (see
 tests/harness/netlab.py), and measures its wall time. The same text goes through
 ``parse_resolv_conf`` and ``stubmodel.model``: the model must agree with glibc within
-0.25 s, and on whether the lookup fails. Cases run concurrently, each getent in its own
-mount namespace, so the file takes about as long as its slowest case (~5 s).
+0.25 s (plus what this machine adds to a lookup and to its waits, measured in the same
+batch: see machine_slack), and on whether the lookup fails. Cases run concurrently, each
+getent in its own mount namespace, so the file takes about as long as its slowest case
+(~5 s).
 
 ``rotate`` makes glibc start at a random server per process: those cases run several times
 and each run must match the model's delay for one of the start positions (the model's
@@ -128,19 +130,45 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetLab]:
         yield lab
 
 
+# Calibration, run in the same batch as the cases: what a lookup costs on this machine at
+# this moment with no wait at all, and with one 1 s wait. On a busy machine a getent takes
+# longer to start, and each of glibc's timed waits ends later than asked (the process is
+# woken late): the model predicts the waits, so the test allows what the machine adds, as
+# measured now, instead of assuming an idle machine (it once failed with 3.46 s against
+# the model's 3.0 when other suites were running).
+CALIBRATION_RUNS = 3
+NO_WAIT = conf(U)
+ONE_WAIT = conf(S, U, options="timeout:1 attempts:1")
+
+
+def machine_slack(no_wait: list[Run], one_wait: list[Run]) -> tuple[float, float]:
+    """(seconds a lookup takes beyond its waits, seconds added per second of waiting)."""
+    overhead = max(r.measured for r in no_wait)
+    per_second = max(0.0, max(r.measured for r in one_wait) - min(r.measured for r in no_wait) - 1)
+    return overhead, per_second
+
+
 def test_model_agrees_with_real_glibc(lab: NetLab, tmp_path: Path) -> None:
     t0 = time.monotonic()
     runs: list[Any] = []
+    no_wait = [
+        _start(lab, tmp_path, "calibrate-no-wait", NO_WAIT, i) for i in range(CALIBRATION_RUNS)
+    ]
+    one_wait = [
+        _start(lab, tmp_path, "calibrate-one-wait", ONE_WAIT, i) for i in range(CALIBRATION_RUNS)
+    ]
     for case, text in CASES:
         n = ROTATE_RUNS if "rotate" in text else 1
         runs.extend(_start(lab, tmp_path, case, text, i) for i in range(n))
-    for r in runs:
+    for r in [*no_wait, *one_wait, *runs]:
         _finish(r)
     elapsed = time.monotonic() - t0
+    overhead, per_second = machine_slack(no_wait, one_wait)
 
     table = [
         "",
-        f"glibc oracle: {len(runs)} getent runs, {len(CASES)} cases, {elapsed:.1f} s wall",
+        f"glibc oracle: {len(runs)} getent runs, {len(CASES)} cases, {elapsed:.1f} s wall; "
+        f"this machine now: {overhead:.3f} s per lookup, +{per_second:.3f} s per s of wait",
         f"{'case':34} {'glibc s':>8} {'model s':>8} {'fails':>10}  resolv.conf",
     ]
     bad = []
@@ -149,7 +177,8 @@ def test_model_agrees_with_real_glibc(lab: NetLab, tmp_path: Path) -> None:
         candidates = v.delays_by_start or (v.delay,)
         nearest = min(candidates, key=lambda c: abs(c - r.measured))
         glibc_failed = r.rc != 0
-        ok = abs(nearest - r.measured) <= TOLERANCE and glibc_failed == v.failing
+        allowed = TOLERANCE + overhead + nearest * per_second
+        ok = nearest - TOLERANCE <= r.measured <= nearest + allowed and glibc_failed == v.failing
         model_txt = f"{nearest:.2f}" if not v.delays_by_start else f"{nearest:.2f}*"
         table.append(
             f"{r.case:34} {r.measured:8.3f} {model_txt:>8} "
@@ -158,7 +187,8 @@ def test_model_agrees_with_real_glibc(lab: NetLab, tmp_path: Path) -> None:
         if not ok:
             bad.append(
                 f"{r.case}: glibc {r.measured:.3f} s (rc {r.rc}), model "
-                f"{candidates} failing={v.failing}"
+                f"{candidates} failing={v.failing}, allowed {nearest - TOLERANCE:.3f} to "
+                f"{nearest + allowed:.3f} s"
             )
     table.append(
         "* rotate: the start-position delay nearest to this run; the model's "

@@ -664,9 +664,8 @@ def test_tls_certificate_rotation_and_no_log_line_per_connection(
     async def go() -> None:
         r = Router()
         r.add("GET", "/", ok)
-        wc = webconfig.load(p)
-        webconfig.install(r, wc)
-        srv = await serve(r, "127.0.0.1", 0, ssl_context=wc.ssl_context)
+        live = webconfig.install(r, webconfig.load(p))
+        srv = await serve(r, "127.0.0.1", 0, tls=live)
         port = srv.sockets[0].getsockname()[1]
         try:
             for _ in range(3):

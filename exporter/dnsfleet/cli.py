@@ -121,7 +121,8 @@ def exporter_parser() -> argparse.ArgumentParser:
 
 
 def raise_fd_limit() -> None:
-    """Every in-flight probe holds a socket: lift the soft descriptor limit to the hard one."""
+    """Every in-flight probe holds a socket: lift the soft descriptor limit to the hard one,
+    as Go's runtime does at start (os/rlimit.go) and blackbox_exporter so has."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -140,6 +141,8 @@ def _invalid(args: argparse.Namespace, text: str) -> int:
 def exporter_main(argv: Sequence[str] | None = None) -> int:
     args = exporter_parser().parse_args(argv)
     logs.setup(level=args.log_level, fmt=args.log_format)
+    # Before anything is measured against it (the exporter sizes probe concurrency by it).
+    raise_fd_limit()
     fs = HostFS.from_flags(procfs=args.procfs, sysfs=args.sysfs, rootfs=args.rootfs)
     try:
         exp = Exporter(fs=fs, config_file=args.config_file)
@@ -157,7 +160,6 @@ def exporter_main(argv: Sequence[str] | None = None) -> int:
             f"{len(cfg.targets)} targets"
         )
         return 0
-    raise_fd_limit()
     malloc.tune()
     if args.once:
         sys.stdout.buffer.write(asyncio.run(exp.scrape()))
@@ -173,25 +175,26 @@ async def serve(exp: Exporter, args: argparse.Namespace) -> int:
         max_requests=args.max_requests,
     )
     wc: webconfig.WebConfig | None = getattr(args, "web_config", None)
-    ssl_context = None
+    live = None
     if wc is not None:
-        webconfig.install(router, wc)
-        ssl_context = wc.ssl_context
+        live = webconfig.install(router, wc)
+        exp.web_config_status = lambda: live.status
+    tls = live if live is not None and wc is not None and wc.tls is not None else None
     host, port = args.listen
     try:
-        server = await http_serve(router, host or None, port, ssl_context=ssl_context)
+        server = await http_serve(router, host or None, port, tls=tls)
     except OSError as e:
         log.error("cannot listen on %s:%d: %s", host, port, e.strerror or e)
         return 1
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    loop.add_signal_handler(signal.SIGHUP, exp.reload)
+    loop.add_signal_handler(signal.SIGHUP, exp.request_reload)
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
     log.info(
         "dnsfleet-exporter %s listening on %s://%s:%d%s (config: %s, %d targets)",
         __version__,
-        "https" if ssl_context else "http",
+        "https" if tls else "http",
         host or "*",
         port,
         args.telemetry_path,

@@ -84,10 +84,14 @@ class TextFamily:
         return self.lines
 
 
+def _head(fam: Family | TextFamily) -> str:
+    helptext = fam.help.replace("\\", "\\\\").replace("\n", "\\n")
+    return f"# HELP {fam.name} {helptext}\n# TYPE {fam.name} {fam.type}\n"
+
+
 def _render_one(fam: Family | TextFamily) -> str:
     name = fam.name
-    helptext = fam.help.replace("\\", "\\\\").replace("\n", "\\n")
-    head = f"# HELP {name} {helptext}\n# TYPE {name} {fam.type}\n"
+    head = _head(fam)
     if isinstance(fam, TextFamily):
         return head + fam.lines
     out = [head]
@@ -107,8 +111,18 @@ def render(families: Iterable[Family | TextFamily]) -> str:
 
 def render_bytes(families: Iterable[Family | TextFamily]) -> bytes:
     """Like :func:`render`, encoding family by family so a large exposition never exists
-    as one str and one bytes copy at once."""
-    return b"".join(_render_one(f).encode() for f in families if f.samples)
+    as one str and one bytes copy at once; a pre-rendered family's lines are encoded as
+    they are, not first copied behind their HELP and TYPE lines."""
+    parts: list[bytes] = []
+    for f in families:
+        if not f.samples:
+            continue
+        if isinstance(f, TextFamily):
+            parts.append(_head(f).encode())
+            parts.append(f.lines.encode())
+        else:
+            parts.append(_render_one(f).encode())
+    return b"".join(parts)
 
 
 OPENMETRICS_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"

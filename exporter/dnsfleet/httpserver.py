@@ -1,22 +1,31 @@
 """A small, strict HTTP/1.1 server on asyncio.Protocol.
 
 Why not aiohttp.web: importing it alone costs ~28 MB of RSS and ~150 µs of CPU per request,
-which is most of this exporter's budget (RSS < 40 MB with 1,000 targets, /probe at under half
-of blackbox_exporter's CPU). The exporter serves a handful of GET endpoints to Prometheus and
-people; that needs request parsing with hard limits, keep-alive, timeouts, and TLS (asyncio's
-own), not a framework.
+which is most of this exporter's budget (RSS < 40 MB with 1,000 targets, /probe at under a
+third of blackbox_exporter's CPU). The exporter serves a handful of GET endpoints to
+Prometheus and people; that needs request parsing with hard limits, keep-alive, timeouts,
+back-pressure and TLS (asyncio's own), not a framework.
 
 Limits: request line and headers <= 16 KiB, body <= 64 KiB (Content-Length only; chunked
-request bodies are refused), a request's head must arrive within 15 s, idle keep-alive
-connections close after 75 s, one request at a time per connection (pipelined requests wait
-their turn: reading pauses while a request is handled).
+request bodies are refused), a request's head must arrive within 15 s of its first byte (of
+the accept on a new connection, the TLS handshake included), idle keep-alive connections
+close after 75 s, one request at a time per connection. Pipelined requests wait their turn:
+at most 80 KiB of them is buffered (then reading pauses), and none is started while the
+connection's output is above its high-water mark. A connection whose queued output makes no
+progress for 15 s is aborted (not closed: a close would wait for the peer to read).
 
 Parsing is as strict as RFC 9112 asks of a server and as h11 and Go's net/http are: lines
 end in CRLF (a bare LF is a 400 at once, not a wait for a CRLF that never comes), header
 names are tokens, values carry no control bytes, HTTP/1.1 needs exactly one Host, only
 HTTP/1.0 and 1.1 are spoken, one Content-Length at most, ``Expect: 100-continue`` is
-answered, and a TLS ClientHello on a plain port gets a 400 at once. Any exception while
-answering ends in a 500 and a closed connection, never a hung one.
+answered, the absolute form of the request target is accepted (RFC 9112 §3.2.2), and a TLS
+ClientHello on a plain port gets a 400 at once. Any exception while answering ends in a 500
+and a closed connection, never a hung one.
+
+TLS: the listening socket is plain and each accepted connection is upgraded with
+``loop.start_tls`` using the context its :class:`TLSSource` gives at that moment, so a
+reloaded web configuration applies whole to every new connection (a context changed in
+place keeps trust it should drop: OpenSSL can add CAs to a context, not remove them).
 
 Why not h11: it is the library this parser is held to, and its per-request cost was
 measured against this one (``bench/bench_http_parse.py``): see docs/design.md, "HTTP
@@ -26,39 +35,79 @@ server and endpoints", for the figure.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import re
+import socket
 import ssl
+import struct
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any
-from urllib.parse import parse_qsl, unquote
+from typing import Any, Protocol
+from urllib.parse import unquote
 
 log = logging.getLogger(__name__)
 
 MAX_HEAD = 16 * 1024
 MAX_BODY = 64 * 1024
+# Pipelined input kept while a request is handled; beyond it reading pauses.
+MAX_PENDING = MAX_HEAD + MAX_BODY
 HEAD_TIMEOUT = 15.0
 IDLE_TIMEOUT = 75.0
+WRITE_TIMEOUT = 15.0  # queued output must make progress within this
 MAX_QUERY_PARAMS = 32
+# asyncio's own default: above it the transport asks us to stop producing (pause_writing).
+WRITE_HIGH_WATER = 64 * 1024
+# Bodies up to this size go out with their head in one write (one send(), one TCP segment).
+SMALL_BODY = 64 * 1024
 
 
-@dataclass(frozen=True, slots=True)
 class Request:
-    method: str
-    path: str
-    query: Mapping[str, str]  # first value of each parameter
-    headers: Mapping[str, str]  # lower-cased names
-    body: bytes = b""
-    peer: str = ""
-    # Parameters given more than once (``query`` keeps the first): /probe refuses them.
-    repeated: frozenset[str] = frozenset()
-    # The verified client certificate (ssl.getpeercert() form) on a TLS connection.
-    peercert: Mapping[str, Any] | None = None
-    # loop.time() when the request's head was complete: deadlines count from here.
-    arrived: float = 0.0
+    """One parsed request. A plain slotted class: it is built once per request."""
+
+    __slots__ = (
+        "arrived",
+        "body",
+        "headers",
+        "method",
+        "path",
+        "peer",
+        "peercert",
+        "query",
+        "repeated",
+        "tls_context",
+    )
+
+    def __init__(
+        self,
+        *,
+        method: str,
+        path: str,
+        query: Mapping[str, str],
+        headers: Mapping[str, str],
+        body: bytes = b"",
+        peer: str = "",
+        repeated: frozenset[str] = frozenset(),
+        peercert: Mapping[str, Any] | None = None,
+        arrived: float = 0.0,
+        tls_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.method = method
+        self.path = path
+        self.query = query  # first value of each parameter
+        self.headers = headers  # lower-cased names
+        self.body = body
+        self.peer = peer
+        # Parameters given more than once (``query`` keeps the first): /probe refuses them.
+        self.repeated = repeated
+        # The verified client certificate (ssl.getpeercert() form) on a TLS connection.
+        self.peercert = peercert
+        # loop.time() when the request's head was complete: deadlines count from here.
+        self.arrived = arrived
+        # The TLS context the connection was accepted under (None on plain HTTP).
+        self.tls_context = tls_context
 
 
 @dataclass(slots=True)
@@ -68,6 +117,9 @@ class Response:
     content_type: str = "text/plain; charset=utf-8"
     headers: list[tuple[str, str]] = field(default_factory=list)
     close: bool = False  # end the connection after this response
+    # End the connection without answering, as when a server closes an idle keep-alive
+    # connection: clients retry an idempotent request on a new one (Go's net/http does).
+    drop: bool = False
 
     @classmethod
     def text(cls, status: int, text: str) -> Response:
@@ -78,6 +130,20 @@ Handler = Callable[[Request], Awaitable[Response]]
 # Runs before routing; returns a response to answer instead (e.g. 401), or None to go on.
 # May be a coroutine (basic auth verifies bcrypt hashes off the event loop).
 Guard = Callable[[Request], Awaitable[Response | None] | Response | None]
+
+
+class TLSSource(Protocol):
+    """Gives the TLS context a newly accepted connection is to use."""
+
+    async def context(self) -> ssl.SSLContext: ...
+
+
+class StaticTLS:
+    def __init__(self, ctx: ssl.SSLContext) -> None:
+        self.ctx = ctx
+
+    async def context(self) -> ssl.SSLContext:
+        return self.ctx
 
 
 class Router:
@@ -126,12 +192,48 @@ class _BadRequest(Exception):
 
 
 # RFC 9110 5.1 token; 5.5 field values: visible characters, SP and HTAB, obs-text.
-_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_TOKEN_CLASS = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]"
+_TOKEN = re.compile(_TOKEN_CLASS + rb"+")
 _BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 _VERSIONS = ("HTTP/1.0", "HTTP/1.1")
+# A well-formed head (with its last CRLF), matched in one pass: request line, then header
+# lines. Anything it does not match goes through _slow_parse_head for the precise refusal.
+# Values are greedy up to the CRLF (no backtracking: the class excludes CR and LF).
+_WELL_FORMED = re.compile(
+    rb"([A-Z]+) ([^\x00-\x20\x7f]+) (HTTP/1\.[01])\r\n"
+    rb"((?:" + _TOKEN_CLASS + rb"+:[^\x00-\x08\x0a-\x1f\x7f]*\r\n)*)"
+)
+_HEADER_LINE = re.compile(rb"(" + _TOKEN_CLASS + rb"+):([^\r]*)\r\n")
 
 
 def _parse_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:
+    """``head``: the request head without its final CRLFCRLF. Returns method, target,
+    version and the headers (lower-cased names, repeated ones joined with ", ")."""
+    m = _WELL_FORMED.fullmatch(head + b"\r\n")
+    if m is None:
+        return _slow_parse_head(head)
+    method_b, target_b, version_b, block = m.groups()
+    headers: dict[str, str] = {}
+    hosts = 0
+    for name_b, value_b in _HEADER_LINE.findall(block):
+        key = name_b.decode("ascii").lower()
+        text = value_b.strip(b" \t").decode("latin-1")
+        if key in headers:
+            if key == "content-length":
+                raise _BadRequest(400, "more than one Content-Length")
+            headers[key] = f"{headers[key]}, {text}"
+        else:
+            headers[key] = text
+        if key == "host":
+            hosts += 1
+    version = version_b.decode("ascii")
+    if hosts != 1 and version == "HTTP/1.1":
+        raise _BadRequest(400, "HTTP/1.1 needs exactly one Host header")
+    return method_b.decode("ascii"), target_b.decode("latin-1"), version, headers
+
+
+def _slow_parse_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:
+    """Line by line, for the precise reason a head is refused."""
     lines = head.split(b"\r\n")
     if any(b"\n" in line or b"\r" in line for line in lines):
         raise _BadRequest(400, "bare CR or LF in the request head")
@@ -169,6 +271,47 @@ def _parse_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:
     return method_b.decode("ascii"), target_b.decode("latin-1"), version, headers
 
 
+def _origin_form(target: str) -> str:
+    """The path and query of a request target. RFC 9112 §3.2.2: a server must accept the
+    absolute form (``http://host/path?q``) although clients send it only to proxies."""
+    if target[0] == "/":
+        return target
+    scheme, sep, rest = target.partition("://")
+    if not sep or scheme.lower() not in ("http", "https"):
+        raise _BadRequest(400, "malformed request target")
+    slash = rest.find("/")
+    query = rest.find("?")
+    if slash < 0 or 0 <= query < slash:
+        # No path: "http://host" or "http://host?q" asks for "/".
+        return "/" + (rest[query:] if query >= 0 else "")
+    return rest[slash:]
+
+
+def _parse_query(qs: str) -> tuple[dict[str, str], frozenset[str]]:
+    """As urllib.parse.parse_qsl(keep_blank_values=True, max_num_fields=32) reads a query
+    (``+`` is a space, ``%XX`` decoded, the first value of a repeated name kept), without
+    its per-call overhead on the /probe path. ValueError past MAX_QUERY_PARAMS."""
+    query: dict[str, str] = {}
+    if not qs:
+        return query, frozenset()
+    parts = qs.split("&")
+    if len(parts) > MAX_QUERY_PARAMS:
+        raise ValueError("too many query parameters")
+    repeated: set[str] = set()
+    for part in parts:
+        if not part:
+            continue
+        k, _, v = part.partition("=")
+        if "%" in part or "+" in part:
+            k = unquote(k.replace("+", " "))
+            v = unquote(v.replace("+", " "))
+        if k in query:
+            repeated.add(k)
+        else:
+            query[k] = v
+    return query, frozenset(repeated) if repeated else frozenset()
+
+
 def _tokens(value: str) -> set[str]:
     return {t.strip().lower() for t in value.split(",") if t.strip()}
 
@@ -180,28 +323,50 @@ def _reason(status: int) -> str:
         return "Unknown"
 
 
+_REASONS = {s.value: s.phrase for s in HTTPStatus}
+_LINGER_RESET = struct.pack("ii", 1, 0)  # struct linger {l_onoff = 1, l_linger = 0}
+
+
 class HTTPProtocol(asyncio.Protocol):
+    """One connection. Timeouts share one timer handle whose deadline moves forward without
+    touching the loop's timer heap on every request (re-arming costs a heap push and a
+    cancelled handle per request); reading is paused only when pipelined input piles up,
+    not around every request (each pause and resume is an epoll_ctl)."""
+
     def __init__(
         self,
         router: Router,
         *,
         head_timeout: float = HEAD_TIMEOUT,
         idle_timeout: float = IDLE_TIMEOUT,
+        write_timeout: float = WRITE_TIMEOUT,
+        tls: TLSSource | None = None,
     ) -> None:
         self.router = router
         self.head_timeout = head_timeout
         self.idle_timeout = idle_timeout
+        self.write_timeout = write_timeout
+        self.tls = tls
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
-        self.buf = bytearray()
-        self.busy = False
+        self.buf = b""
+        self.busy = False  # a request is being handled (or its response drained)
         self.closing = False
+        self.handshaking = False
+        self.read_paused = False
+        self.write_paused = False  # output above the high-water mark
+        self.keep_alive = True
         self.task: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
+        self.timer_at = 0.0
+        self.deadline = 0.0
+        self.written = 0  # bytes handed to the transport
+        self.sent_mark = -1  # bytes gone out at the last progress check; -1: none queued
+        self.started = 0.0  # loop.time() of the first byte of the request being read
         self.peer = ""
         self.peercert: Mapping[str, Any] | None = None
+        self.tls_context: ssl.SSLContext | None = None
         self.continued = False  # 100 Continue sent for the request being read
-        self.tls = False
 
     # -- connection lifecycle
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -209,127 +374,248 @@ class HTTPProtocol(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else ""
-        self.peercert = transport.get_extra_info("peercert")
-        self.tls = transport.get_extra_info("sslcontext") is not None
-        self._arm(self.head_timeout)
+        # The handshake and the first request's head share the head deadline.
+        self._expire_at(self.loop.time() + self.head_timeout)
+        if self.tls is not None:
+            self.handshaking = True
+            transport.pause_reading()
+            self.task = self.loop.create_task(self._start_tls(transport, self.tls))
+        else:
+            transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+
+    async def _start_tls(self, raw: asyncio.Transport, source: TLSSource) -> None:
+        try:
+            ctx = await source.context()
+            remaining = self.deadline - self.loop.time()
+            if remaining <= 0 or self.transport is None:
+                raise TimeoutError
+            tls = await self.loop.start_tls(
+                raw, self, ctx, server_side=True, ssl_handshake_timeout=remaining
+            )
+        except (OSError, TimeoutError, EOFError):
+            # A failed handshake (plain HTTP, an untrusted client certificate, a silent
+            # client past the deadline): start_tls has closed the connection already.
+            self._handshake_failed(raw)
+            return
+        except Exception:
+            log.exception("TLS handshake with %s failed", self.peer)
+            self._handshake_failed(raw)
+            return
+        if tls is None or self.closing:
+            self._handshake_failed(raw)
+            return
+        self.handshaking = False
+        self.transport = tls
+        self.tls_context = ctx
+        self.peercert = tls.get_extra_info("peercert")
+        tls.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        if self.buf:
+            self._next()
+
+    def _abort(self, transport: asyncio.Transport) -> None:
+        """End the connection now, dropping what is queued, in the kernel too: a plain
+        close() leaves the socket's send buffer (megabytes on loopback) to be retried to a
+        peer that does not read; a zero linger makes the close a reset (RST)."""
+        self.closing = True
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+        transport.abort()
+
+    def _handshake_failed(self, raw: asyncio.Transport) -> None:
+        # asyncio calls no connection_lost for a connection that never finished its
+        # handshake: clean up here.
+        raw.abort()
+        self.connection_lost(None)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         if self.timer:
             self.timer.cancel()
-        if self.task and not self.task.done():
+            self.timer = None
+        if self.task and not self.task.done() and not self.handshaking:
             self.task.cancel()
         self.transport = None
 
-    def _arm(self, seconds: float) -> None:
-        if self.timer:
-            self.timer.cancel()
-        self.timer = self.loop.call_later(seconds, self._timeout)
+    def pause_writing(self) -> None:
+        self.write_paused = True
 
-    def _timeout(self) -> None:
-        if not self.busy and self.transport is not None:
-            self.transport.close()
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if not self.busy and not self.closing:
+            self._continue()
+
+    # -- deadlines
+    def _expire_at(self, when: float) -> None:
+        """The connection ends at ``when`` unless the deadline moves first."""
+        self.deadline = when
+        if self.timer is None or self.timer_at > when:
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timer = self.loop.call_at(when, self._tick)
+            self.timer_at = when
+
+    def _track_drain(self) -> None:
+        """Output is queued: from now on it must make progress every write_timeout."""
+        if self.sent_mark < 0 and self.transport is not None:
+            queued = self.transport.get_write_buffer_size()
+            if queued:
+                self.sent_mark = self.written - queued
+                self._expire_at(self.loop.time() + self.write_timeout)
+
+    def _tick(self) -> None:
+        self.timer = None
+        transport = self.transport
+        if transport is None:
+            return
+        now = self.loop.time()
+        if self.sent_mark >= 0:
+            queued = transport.get_write_buffer_size()
+            sent = self.written - queued
+            if queued and sent <= self.sent_mark:
+                # Not one byte of the queued output went out for write_timeout: the client
+                # stopped reading. Abort: close() would wait for the queue to drain.
+                log.debug("aborting %s: %d bytes unread", self.peer, queued)
+                self._abort(transport)
+                return
+            if queued:
+                self.sent_mark = sent
+                self._expire_at(now + self.write_timeout)
+                return
+            self.sent_mark = -1
+            if not self.busy and not self.closing:
+                self._continue()
+                return
+        if self.closing or (self.busy and not self.handshaking):
+            return  # the handler keeps its own deadline; armed again after the response
+        if now < self.deadline:
+            self.timer = self.loop.call_at(self.deadline, self._tick)
+            self.timer_at = self.deadline
+            return
+        self.closing = True
+        if self.handshaking:
+            transport.abort()
+        else:
+            transport.close()
+            self._track_drain()
 
     # -- input
     def data_received(self, data: bytes) -> None:
-        self.buf += data
-        if not self.busy:
-            self._next()
+        if self.buf:
+            self.buf += data
+        else:
+            self.buf = data
+            self.started = self.loop.time()
+        if self.busy or self.handshaking or self.write_paused:
+            if len(self.buf) > MAX_PENDING and not self.read_paused and self.transport:
+                self.read_paused = True
+                self.transport.pause_reading()
+            return
+        self._next()
+        if self.buf and not self.busy and not self.closing:
+            # Part of a head: it must be complete within the head timeout of its first
+            # byte (an idle keep-alive connection's deadline was the idle timeout).
+            self._expire_at(self.started + self.head_timeout)
 
     def eof_received(self) -> bool | None:
+        self.keep_alive = False
         if not self.busy and self.transport is not None:
+            self.closing = True
             self.transport.close()
-        if self.tls:
+        if self.tls is not None:
             # TLS cannot half-close; returning True there only makes asyncio log a warning
             # for every connection a client ends.
             return None
         return True  # keep our half open until the response in flight is written
 
     def _next(self) -> None:
-        if self.closing or self.transport is None:
+        transport = self.transport
+        if self.closing or transport is None:
             return
-        if self.buf[:2] == b"\x16\x03":
+        buf = self.buf
+        if buf[:2] == b"\x16\x03":
             # A TLS ClientHello (handshake record, version 3.x) on the plain port.
             self._fail(400, "this port speaks plain HTTP, not TLS")
             return
-        end = self.buf.find(b"\r\n\r\n")
+        end = buf.find(b"\r\n\r\n")
         if end < 0:
-            if len(self.buf) > MAX_HEAD:
+            if len(buf) > MAX_HEAD:
                 self._fail(431, "request head too large")
-            elif self.buf.find(b"\n\n") >= 0 or self.buf.find(b"\r\n\n") >= 0:
+            elif buf.find(b"\n\n") >= 0 or buf.find(b"\r\n\n") >= 0:
                 self._fail(400, "bare LF in the request head")
             return
         if end > MAX_HEAD:
             self._fail(431, "request head too large")
             return
         try:
-            method, target, version, headers = _parse_head(bytes(self.buf[:end]))
+            method, target, version, headers = _parse_head(buf[:end])
             if "transfer-encoding" in headers:
                 raise _BadRequest(501, "chunked request bodies are not supported")
-            clen_raw = headers.get("content-length", "0")
-            if not (clen_raw.isascii() and clen_raw.isdigit()):
-                raise _BadRequest(400, "invalid Content-Length")
-            clen = int(clen_raw)
-            if clen > MAX_BODY:
-                raise _BadRequest(413, "request body too large")
+            clen = 0
+            clen_raw = headers.get("content-length")
+            if clen_raw is not None:
+                if not (clen_raw.isascii() and clen_raw.isdigit()):
+                    raise _BadRequest(400, "invalid Content-Length")
+                clen = int(clen_raw)
+                if clen > MAX_BODY:
+                    raise _BadRequest(413, "request body too large")
             expect = headers.get("expect")
             if expect is not None and expect.lower() != "100-continue":
                 raise _BadRequest(417, "only Expect: 100-continue is supported")
+            target = _origin_form(target)
         except _BadRequest as e:
             self._fail(e.status, str(e))
             return
         total = end + 4 + clen
-        if len(self.buf) < total:
+        if len(buf) < total:
             if expect is not None and not self.continued:
                 self.continued = True
-                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             return  # wait for the body
         self.continued = False
-        body = bytes(self.buf[end + 4 : total])
-        del self.buf[:total]
+        body = buf[end + 4 : total] if clen else b""
+        self.buf = buf[total:]
+        if self.buf:
+            self.started = self.loop.time()
         path, _, qs = target.partition("?")
         try:
-            query: dict[str, str] = {}
-            repeated: set[str] = set()
-            for k, v in parse_qsl(
-                qs, keep_blank_values=True, max_num_fields=MAX_QUERY_PARAMS, strict_parsing=False
-            ):
-                if k in query:
-                    repeated.add(k)
-                query.setdefault(k, v)
+            query, repeated = _parse_query(qs)
         except ValueError:
             self._fail(400, "too many query parameters")
             return
-        conn = _tokens(headers.get("connection", ""))
-        keep_alive = (
-            "close" not in conn
-            if version == "HTTP/1.1"
-            else "keep-alive" in conn and "close" not in conn
-        )
+        conn = headers.get("connection")
+        if version == "HTTP/1.1":
+            keep = conn is None or "close" not in _tokens(conn)
+        else:
+            tokens = _tokens(conn or "")
+            keep = "keep-alive" in tokens and "close" not in tokens
+        self.keep_alive = self.keep_alive and keep
         req = Request(
             method=method,
-            path=unquote(path),
+            path=unquote(path) if "%" in path else path,
             query=query,
             headers=headers,
             body=body,
             peer=self.peer,
-            repeated=frozenset(repeated),
+            repeated=repeated,
             peercert=self.peercert,
             arrived=self.loop.time(),
+            tls_context=self.tls_context,
         )
         self.busy = True
-        self.transport.pause_reading()
-        if self.timer:
-            self.timer.cancel()
-        self.task = self.loop.create_task(self._handle(req, keep_alive))
+        self.task = self.loop.create_task(self._handle(req))
 
-    async def _handle(self, req: Request, keep_alive: bool) -> None:
+    async def _handle(self, req: Request) -> None:
         try:
             resp = await self.router.dispatch(req)
             if self.transport is None:
                 return
-            keep_alive = keep_alive and not resp.close
-            self._write(resp, keep_alive=keep_alive, head_only=req.method == "HEAD")
+            if resp.drop:
+                self._abort(self.transport)
+                return
+            self.keep_alive = self.keep_alive and not resp.close
+            self._write(resp, head_only=req.method == "HEAD")
         except Exception:
             # A guard, a handler outside the router's net, or writing itself (a header
             # that is not latin-1) failed: answer 500 and close, never leave the client
@@ -338,32 +624,49 @@ class HTTPProtocol(asyncio.Protocol):
             self._fail(500, "internal error")
             return
         self.busy = False
-        if not keep_alive:
+        if not self.keep_alive:
             self.closing = True
             self.transport.close()
-            return
-        self.transport.resume_reading()
-        self._arm(self.idle_timeout if not self.buf else self.head_timeout)
+        # A client that has not taken the whole response yet must keep taking it.
+        self._track_drain()
+        if not self.write_paused and not self.closing:
+            self._continue()
+
+    def _continue(self) -> None:
+        """Ready for the next request: resume reading, arm the idle or head deadline, and
+        start on a pipelined request already buffered."""
+        if self.read_paused and self.transport is not None:
+            self.read_paused = False
+            self.transport.resume_reading()
+        if self.sent_mark < 0:
+            now = self.loop.time()
+            self._expire_at(now + (self.head_timeout if self.buf else self.idle_timeout))
         if self.buf:
             self._next()
 
-    def _write(self, resp: Response, *, keep_alive: bool, head_only: bool = False) -> None:
+    def _write(self, resp: Response, *, head_only: bool = False) -> None:
         assert self.transport is not None
-        lines = [
-            f"HTTP/1.1 {resp.status} {_reason(resp.status)}",
-            f"Content-Type: {resp.content_type}",
-            f"Content-Length: {len(resp.body)}",
-            f"Connection: {'keep-alive' if keep_alive else 'close'}",
-        ]
-        lines += [f"{k}: {v}" for k, v in resp.headers]
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        if head_only or not resp.body:
-            self.transport.write(head)
+        status = resp.status
+        head = (
+            f"HTTP/1.1 {status} {_REASONS.get(status) or _reason(status)}\r\n"
+            f"Content-Type: {resp.content_type}\r\n"
+            f"Content-Length: {len(resp.body)}\r\n"
+            f"Connection: {'keep-alive' if self.keep_alive else 'close'}\r\n"
+        )
+        if resp.headers:
+            head += "".join(f"{k}: {v}\r\n" for k, v in resp.headers)
+        data = (head + "\r\n").encode("latin-1")
+        body = b"" if head_only else resp.body
+        self.written += len(data) + len(body)
+        if not body:
+            self.transport.write(data)
+        elif len(body) <= SMALL_BODY:
+            self.transport.write(data + body)
         else:
-            # Two writes, not writelines(): asyncio joins writelines' buffers into one new
-            # bytes object first, a copy of a multi-megabyte exposition.
-            self.transport.write(head)
-            self.transport.write(resp.body)
+            # Two writes, not one joined buffer: joining would copy a multi-megabyte
+            # exposition once more.
+            self.transport.write(data)
+            self.transport.write(body)
 
     def _fail(self, status: int, reason: str) -> None:
         """Answer and close, without the router's extra headers (they may be what failed)."""
@@ -371,12 +674,15 @@ class HTTPProtocol(asyncio.Protocol):
             return
         self.closing = True
         body = (reason + "\n").encode()
-        self.transport.write(
+        data = (
             f"HTTP/1.1 {status} {_reason(status)}\r\nContent-Type: text/plain; "
             f"charset=utf-8\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
             + body
         )
+        self.written += len(data)
+        self.transport.write(data)
         self.transport.close()
+        self._track_drain()
 
 
 async def serve(
@@ -385,15 +691,25 @@ async def serve(
     port: int,
     *,
     ssl_context: ssl.SSLContext | None = None,
+    tls: TLSSource | None = None,
     head_timeout: float = HEAD_TIMEOUT,
     idle_timeout: float = IDLE_TIMEOUT,
+    write_timeout: float = WRITE_TIMEOUT,
 ) -> asyncio.Server:
+    """Listen on ``host:port``. TLS with ``tls`` (a context per connection, as the web
+    configuration gives it now) or a fixed ``ssl_context``."""
     loop = asyncio.get_running_loop()
+    source = tls if tls is not None else (StaticTLS(ssl_context) if ssl_context else None)
     return await loop.create_server(
-        lambda: HTTPProtocol(router, head_timeout=head_timeout, idle_timeout=idle_timeout),
+        lambda: HTTPProtocol(
+            router,
+            head_timeout=head_timeout,
+            idle_timeout=idle_timeout,
+            write_timeout=write_timeout,
+            tls=source,
+        ),
         host or None,
         port,
-        ssl=ssl_context,
         reuse_address=True,
         backlog=512,
     )

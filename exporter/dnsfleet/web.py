@@ -44,16 +44,36 @@ def wants_openmetrics(accept: str) -> bool:
     )
 
 
-def accepts_gzip(accept_encoding: str) -> bool:
-    for part in accept_encoding.split(","):
-        coding, _, params = part.strip().partition(";")
-        if coding.strip().lower() in ("gzip", "*"):
-            q = params.strip().lower().removeprefix("q=")
+def _qvalue(params: list[str]) -> float:
+    """The weight of an Accept-Encoding member (RFC 9110 §12.4.2): 1 without ``q``; 0 for a
+    weight that is not a qvalue (0 to 1), so a malformed weight never enables a coding."""
+    for p in params:
+        name, _, value = p.partition("=")
+        if name.strip().lower() == "q":
             try:
-                return not params or float(q) > 0
+                q = float(value.strip())
             except ValueError:
-                return False
-    return False
+                return 0.0
+            return q if 0.0 <= q <= 1.0 else 0.0
+    return 1.0
+
+
+def accepts_gzip(accept_encoding: str) -> bool:
+    """RFC 9110 §12.5.3: gzip is acceptable if listed with a weight above 0, or, when not
+    listed at all, if ``*`` is; a coding listed with q=0 is not acceptable whatever ``*``
+    says. An empty value asks for no coding."""
+    gzip_q: float | None = None
+    star_q: float | None = None
+    for member in accept_encoding.split(","):
+        coding, *params = member.split(";")
+        coding = coding.strip().lower()
+        if coding in ("gzip", "x-gzip"):
+            gzip_q = max(gzip_q or 0.0, _qvalue(params))
+        elif coding == "*":
+            star_q = _qvalue(params)
+    if gzip_q is not None:
+        return gzip_q > 0
+    return star_q is not None and star_q > 0
 
 
 class Handlers:
@@ -125,7 +145,7 @@ class Handlers:
         if not self.enable_lifecycle:
             # As Prometheus: reloading over HTTP is opt-in (SIGHUP always works).
             return _bad(403, "Lifecycle API is not enabled (--web.enable-lifecycle)")
-        st = self.exp.reload()
+        st = await self.exp.reload()
         if st.successful:
             return Response.text(200, "reloaded\n")
         return Response.text(500, f"reload failed, old configuration kept: {st.error}\n")

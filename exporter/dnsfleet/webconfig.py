@@ -2,10 +2,18 @@
 
 The file is the one every Prometheus exporter shares (exporter-toolkit
 ``docs/web-configuration.md``): ``tls_server_config``, ``http_server_config``,
-``basic_auth_users`` (bcrypt hashes) and ``rate_limit``. It is read strictly at start: an
-unknown key, a hash that is not bcrypt or a certificate that does not load stops the
-exporter with a message naming the key, rather than serving without the protection the
-operator asked for.
+``basic_auth_users`` (bcrypt hashes) and ``rate_limit``. It is read strictly, with the
+configuration package's checks table (each key's check in its dataclass field): an unknown
+key, a hash that is not bcrypt, a section with no value or a certificate that does not load
+stops the exporter with a message naming the key, rather than serving without the
+protection the operator asked for.
+
+It is re-read when it or a file it names changes. A new version applies whole or not at
+all: a fresh TLS context for every connection accepted after it (connections accepted under
+an older one are ended at their next request), or, if it does not load, the previous
+settings stay, ``dnsfleet_web_config_last_reload_successful`` goes to 0 and the log says
+why. An empty file is refused on reload (it is what an editor's in-place rewrite leaves for
+a moment, and it would read as "no TLS, no auth").
 
 Where Python's ``ssl`` cannot do what a toolkit option asks, the option is rejected with a
 reason instead of being silently weakened: ``RequestClientCert`` and
@@ -18,6 +26,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
+import dataclasses
 import hashlib
 import hmac
 import logging
@@ -25,16 +35,30 @@ import os
 import re
 import secrets
 import ssl
-import tempfile
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dnsfleet.config import ConfigError, Fields, Node, read_yaml_mapping
+from dnsfleet.config import ConfigError, Node, read_yaml_mapping
+from dnsfleet.config.checks import (
+    JSON,
+    Boolean,
+    Check,
+    Choice,
+    Duration,
+    Integer,
+    ListOf,
+    Section,
+    String,
+    read_keys,
+)
+from dnsfleet.config.checks import key as yaml_key
+from dnsfleet.config.reader import FileStamp, file_stamp, read_regular_file
 from dnsfleet.httpserver import Request, Response, Router
+from dnsfleet.selfmetrics import ReloadStatus
 
 log = logging.getLogger(__name__)
 
@@ -106,78 +130,163 @@ EXTRA_HEADERS: dict[str, tuple[str, ...]] = {
 AUTH_CACHE_SIZE = 1024
 
 
+# --------------------------------------------------------------------------- the file
+
+
+class BcryptUsers(Check):
+    """``basic_auth_users``: user name -> bcrypt hash, cost within bounds."""
+
+    def read(self, node: Node) -> dict[str, bytes]:
+        users: dict[str, bytes] = {}
+        for name, v in node.items():
+            h = v.string()
+            m = BCRYPT_RE.match(h)
+            if not m:
+                raise v.error(
+                    "not a bcrypt hash (generate one with: htpasswd -nBC 10 \"\" | tr -d ':\\n')"
+                )
+            cost = int(m.group(1))
+            if not MIN_BCRYPT_COST <= cost <= MAX_BCRYPT_COST:
+                # Each cost step doubles the work: 31 would take days per check. The
+                # toolkit's documentation uses 10-12.
+                raise v.error(
+                    f"bcrypt cost {cost} is outside {MIN_BCRYPT_COST}-{MAX_BCRYPT_COST} "
+                    "(each step doubles the time of every login; use 10-12)"
+                )
+            users[name] = h.encode()
+        return users
+
+    def schema(self) -> JSON:
+        return {"type": "object", "additionalProperties": {"type": "string"}}
+
+
+class ExtraHeaders(Check):
+    """``http_server_config.headers``: the toolkit's closed set, values without controls."""
+
+    def read(self, node: Node) -> tuple[tuple[str, str], ...]:
+        headers: list[tuple[str, str]] = []
+        for name, v in node.items():
+            if name not in EXTRA_HEADERS:
+                raise v.error(
+                    f"HTTP header {name!r} can not be configured "
+                    f"(configurable: {', '.join(EXTRA_HEADERS)})"
+                )
+            value = v.string(allow_empty=True)
+            if not value.isascii() or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+                # CR or LF would let the file inject headers; the toolkit's values are ASCII.
+                raise v.error(f"invalid value {value[:80]!r}: control characters or non-ASCII")
+            allowed = EXTRA_HEADERS[name]
+            if allowed and value not in allowed:
+                raise v.error(f"invalid value {value[:80]!r}: expected one of {', '.join(allowed)}")
+            if value:
+                headers.append((name, value))
+        return tuple(headers)
+
+    def schema(self) -> JSON:
+        return {"type": "object", "propertyNames": {"enum": list(EXTRA_HEADERS)}}
+
+
 @dataclass(frozen=True)
 class TLSServerConfig:
-    cert_file: str = ""
-    key_file: str = ""
-    cert: str = ""
-    key: str = field(default="", repr=False)
-    client_ca_file: str = ""
-    client_ca: str = ""
-    client_auth_type: str = "NoClientCert"
-    client_allowed_sans: tuple[str, ...] = ()
-    min_version: str = "TLS12"
-    max_version: str = "TLS13"
-    cipher_suites: tuple[str, ...] = ()
-    prefer_server_cipher_suites: bool = True
-    curve_preferences: tuple[str, ...] = ()
+    cert_file: str = field(default="", metadata=yaml_key(String()))
+    key_file: str = field(default="", metadata=yaml_key(String()))
+    cert: str = field(default="", metadata=yaml_key(String(), doc="inline PEM"))
+    key: str = field(default="", repr=False, metadata=yaml_key(String(), secret=True))
+    client_ca_file: str = field(default="", metadata=yaml_key(String()))
+    client_ca: str = field(default="", metadata=yaml_key(String(), doc="inline PEM"))
+    client_auth_type: str = field(
+        default="NoClientCert", metadata=yaml_key(Choice(CLIENT_AUTH_TYPES))
+    )
+    client_allowed_sans: tuple[str, ...] = field(default=(), metadata=yaml_key(ListOf(String())))
+    min_version: str = field(default="TLS12", metadata=yaml_key(Choice(tuple(TLS_VERSIONS))))
+    max_version: str = field(default="TLS13", metadata=yaml_key(Choice(tuple(TLS_VERSIONS))))
+    cipher_suites: tuple[str, ...] = field(
+        default=(), metadata=yaml_key(ListOf(Choice(tuple(CIPHER_SUITES))))
+    )
+    prefer_server_cipher_suites: bool = field(default=True, metadata=yaml_key(Boolean()))
+    curve_preferences: tuple[str, ...] = field(
+        default=(), metadata=yaml_key(ListOf(Choice(tuple(CURVES))))
+    )
+
+
+@dataclass(frozen=True)
+class HTTPServerConfig:
+    http2: bool = field(default=True, metadata=yaml_key(Boolean(), doc="accepted; HTTP/1.1 only"))
+    headers: tuple[tuple[str, str], ...] = field(default=(), metadata=yaml_key(ExtraHeaders()))
 
 
 @dataclass(frozen=True)
 class RateLimit:
-    interval: float  # seconds between requests; 0 disables
-    burst: int
+    interval: float = field(
+        default=0.0, metadata=yaml_key(Duration(minimum=-0.000001), doc="seconds between requests")
+    )
+    burst: int = field(default=0, metadata=yaml_key(Integer(minimum=0)))
+
+
+def _read_section(cls: type[Any]) -> Callable[[Node], Any]:
+    def read(node: Node) -> Any:
+        f = node.fields()
+        obj = cls(**read_keys(f, cls))
+        f.done()
+        return obj
+
+    return read
+
+
+def _parse_rate_limit(node: Node) -> RateLimit | None:
+    rate: RateLimit = _read_section(RateLimit)(node)
+    if rate.interval <= 0:
+        return None
+    if rate.burst < 1:
+        raise node.child("burst").error("must be at least 1 when interval is set")
+    return rate
 
 
 @dataclass(frozen=True)
 class WebConfig:
     source: str
-    tls: TLSServerConfig | None = None
-    basic_auth_users: Mapping[str, bytes] = field(default_factory=dict, repr=False)
-    headers: tuple[tuple[str, str], ...] = ()
-    http2: bool = True
-    rate_limit: RateLimit | None = None
+    tls: TLSServerConfig | None = field(
+        default=None, metadata=yaml_key(Section(TLSServerConfig), name="tls_server_config")
+    )
+    http: HTTPServerConfig = field(
+        default_factory=HTTPServerConfig,
+        metadata=yaml_key(
+            Section(HTTPServerConfig, _read_section(HTTPServerConfig)), name="http_server_config"
+        ),
+    )
+    basic_auth_users: Mapping[str, bytes] = field(
+        default_factory=dict, repr=False, metadata=yaml_key(BcryptUsers(), secret=True)
+    )
+    rate_limit: RateLimit | None = field(
+        default=None, metadata=yaml_key(Section(RateLimit, _parse_rate_limit))
+    )
     ssl_context: ssl.SSLContext | None = field(default=None, compare=False, repr=False)
+    # Every file this configuration was read from, as it was when read.
+    files: Mapping[str, FileStamp] = field(default_factory=dict, compare=False, repr=False)
 
+    @property
+    def headers(self) -> tuple[tuple[str, str], ...]:
+        return self.http.headers
 
-# --------------------------------------------------------------------------- loading
-
-
-def _strings(n: Node) -> tuple[str, ...]:
-    return tuple(item.string() for item in n.sequence())
+    @property
+    def http2(self) -> bool:
+        return self.http.http2
 
 
 def _parse_tls(node: Node, base: Path) -> TLSServerConfig:
     f = node.fields()
-
-    def path(n: Node) -> str:
-        p = Path(n.string())
-        return str(p if p.is_absolute() else base / p)
-
-    tls = TLSServerConfig(
-        cert_file=f.opt("cert_file", "", path),
-        key_file=f.opt("key_file", "", path),
-        cert=f.opt("cert", "", lambda n: n.string()),
-        key=f.opt("key", "", lambda n: n.string()),
-        client_ca_file=f.opt("client_ca_file", "", path),
-        client_ca=f.opt("client_ca", "", lambda n: n.string()),
-        client_auth_type=f.opt(
-            "client_auth_type", "NoClientCert", lambda n: n.choice(CLIENT_AUTH_TYPES)
-        ),
-        client_allowed_sans=f.opt("client_allowed_sans", (), _strings),
-        min_version=f.opt("min_version", "TLS12", lambda n: n.choice(tuple(TLS_VERSIONS))),
-        max_version=f.opt("max_version", "TLS13", lambda n: n.choice(tuple(TLS_VERSIONS))),
-        cipher_suites=f.opt(
-            "cipher_suites",
-            (),
-            lambda n: tuple(i.choice(tuple(CIPHER_SUITES)) for i in n.sequence()),
-        ),
-        prefer_server_cipher_suites=f.opt("prefer_server_cipher_suites", True, Node.boolean),
-        curve_preferences=f.opt(
-            "curve_preferences", (), lambda n: tuple(i.choice(tuple(CURVES)) for i in n.sequence())
-        ),
-    )
+    tls = TLSServerConfig(**read_keys(f, TLSServerConfig))
     f.done()
+
+    def path(p: str) -> str:
+        return str(base / p) if p and not Path(p).is_absolute() else p
+
+    tls = dataclasses.replace(
+        tls,
+        cert_file=path(tls.cert_file),
+        key_file=path(tls.key_file),
+        client_ca_file=path(tls.client_ca_file),
+    )
     if tls.cert_file and tls.cert:
         raise node.error("cert and cert_file are mutually exclusive")
     if tls.key_file and tls.key:
@@ -223,121 +332,70 @@ def _parse_tls(node: Node, base: Path) -> TLSServerConfig:
     return tls
 
 
-def _parse_http(node: Node) -> tuple[bool, tuple[tuple[str, str], ...]]:
-    f = node.fields()
-    http2 = f.opt("http2", True, Node.boolean)
-    headers: list[tuple[str, str]] = []
-    if f.has("headers"):
-        for name, v in f.get("headers").items():
-            if name not in EXTRA_HEADERS:
-                raise v.error(
-                    f"HTTP header {name!r} can not be configured "
-                    f"(configurable: {', '.join(EXTRA_HEADERS)})"
-                )
-            value = v.string(allow_empty=True)
-            if not value.isascii() or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
-                # CR or LF would let the file inject headers; the toolkit's values are ASCII.
-                raise v.error(f"invalid value {value!r}: control characters or non-ASCII")
-            allowed = EXTRA_HEADERS[name]
-            if allowed and value not in allowed:
-                raise v.error(f"invalid value {value!r}: expected one of {', '.join(allowed)}")
-            if value:
-                headers.append((name, value))
-    else:
-        f.get("headers")
-    f.done()
-    return http2, tuple(headers)
-
-
-def _parse_users(node: Node) -> dict[str, bytes]:
-    users: dict[str, bytes] = {}
-    for name, v in node.items():
-        h = v.string()
-        m = BCRYPT_RE.match(h)
-        if not m:
-            raise v.error(
-                "not a bcrypt hash (generate one with: htpasswd -nBC 10 \"\" | tr -d ':\\n')"
-            )
-        cost = int(m.group(1))
-        if not MIN_BCRYPT_COST <= cost <= MAX_BCRYPT_COST:
-            # Each cost step doubles the work: 31 would take days per check. The toolkit's
-            # documentation uses 10-12.
-            raise v.error(
-                f"bcrypt cost {cost} is outside {MIN_BCRYPT_COST}-{MAX_BCRYPT_COST} "
-                "(each step doubles the time of every login; use 10-12)"
-            )
-        users[name] = h.encode()
-    return users
-
-
-def _parse_rate_limit(node: Node) -> RateLimit | None:
-    f = node.fields()
-    interval = f.opt("interval", 0.0, lambda n: n.duration(minimum=-0.000001))
-    burst = f.opt("burst", 0, lambda n: n.integer(minimum=0))
-    f.done()
-    if interval <= 0:
-        return None
-    if burst < 1:
-        raise node.child("burst").error("must be at least 1 when interval is set")
-    return RateLimit(interval=interval, burst=burst)
-
-
-def parse(data: Any, *, source: str) -> WebConfig:
+def parse(data: Any, *, source: str, stamps: dict[str, FileStamp] | None = None) -> WebConfig:
     root = Node(source, "", data if data is not None else {})
-    f: Fields = root.fields()
-    base = Path(source).resolve().parent
-    tls_node = f.get("tls_server_config")
+    f = root.fields()
+    for name in f.data:
+        if f.data[name] is None:
+            # `basic_auth_users:` with nothing under it is what a file cut short (or a
+            # half-done edit) leaves: reading it as "no users" would turn auth off.
+            raise root.child(str(name)).error("no value (a file cut short?)")
     tls = None
-    if tls_node.value is not None and tls_node.value != {}:
-        tls = _parse_tls(tls_node, base)
-    no_headers: tuple[tuple[str, str], ...] = ()
-    http2, headers = f.opt("http_server_config", (True, no_headers), _parse_http)
-    no_users: dict[str, bytes] = {}
-    users = f.opt("basic_auth_users", no_users, _parse_users)
-    rate = f.opt("rate_limit", None, _parse_rate_limit)
+    if f.has("tls_server_config") and f.data["tls_server_config"] != {}:
+        tls = _parse_tls(f.get("tls_server_config"), Path(source).resolve().parent)
+    f.seen.add("tls_server_config")
+    wc = WebConfig(source=source, tls=tls, **read_keys(f, WebConfig, skip=("tls_server_config",)))
     f.done()
-    ctx = ssl_context(tls, tls_node) if tls is not None else None
-    return WebConfig(
-        source=source,
-        tls=tls,
-        basic_auth_users=users,
-        headers=headers,
-        http2=http2,
-        rate_limit=rate,
-        ssl_context=ctx,
-    )
+    stamps = {} if stamps is None else stamps
+    ctx = ssl_context(tls, root.child("tls_server_config"), stamps) if tls else None
+    return dataclasses.replace(wc, ssl_context=ctx, files=dict(stamps))
 
 
-def load(path: str | Path) -> WebConfig:
-    return parse(read_yaml_mapping(path), source=str(path))
+def load(
+    path: str | Path, *, reloading: bool = False, stamps: dict[str, FileStamp] | None = None
+) -> WebConfig:
+    """Read and validate the file. ``reloading``: an empty file is refused (at start it
+    means plain HTTP with no auth, as in the toolkit). ``stamps`` gets the stamp of every
+    file read, also when the load fails."""
+    stamps = {} if stamps is None else stamps
+    data = read_yaml_mapping(path, stamps=stamps)
+    if reloading and not data:
+        raise ConfigError(
+            f"{path}: the file is empty (being rewritten?): an empty web configuration "
+            "would turn TLS and authentication off; restart the exporter to do that on purpose"
+        )
+    try:
+        return parse(data, source=str(path), stamps=stamps)
+    except ConfigError:
+        raise
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply") from None
 
 
 def ssl_context(
-    tls: TLSServerConfig, node: Node, ctx: ssl.SSLContext | None = None
+    tls: TLSServerConfig, node: Node, stamps: dict[str, FileStamp] | None = None
 ) -> ssl.SSLContext:
-    """Build the server context, or reconfigure ``ctx`` in place (the listening socket
-    keeps the object: new connections see new certificates); every failure names the file
-    and the key."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER) if ctx is None else ctx
+    """A new server context for ``tls``, every file read through the one bounded reader
+    (regular files only: a FIFO or /dev/urandom named as a certificate would hang OpenSSL's
+    reader); every failure names the file and the key."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = TLS_VERSIONS[tls.min_version]
     ctx.maximum_version = TLS_VERSIONS[tls.max_version]
+    what = tls.cert_file or "cert"
+    cert = _pem(tls.cert_file, tls.cert, node.child("cert_file"), stamps)
+    key_pem = _pem(tls.key_file, tls.key, node.child("key_file"), stamps)
     try:
-        if tls.cert_file and tls.key_file:
-            ctx.load_cert_chain(tls.cert_file, tls.key_file)
-        else:
-            _load_inline_chain(ctx, tls)
+        with _in_memory_file(cert) as cert_path, _in_memory_file(key_pem) as key_path:
+            ctx.load_cert_chain(cert_path, key_path)
     except (OSError, ssl.SSLError) as e:
-        what = tls.cert_file or "cert"
         raise node.error(
             f"cannot load certificate and key ({what}): {getattr(e, 'strerror', None) or e}"
         ) from None
     if tls.client_auth_type != "NoClientCert":
+        ca = _pem(tls.client_ca_file, tls.client_ca, node.child("client_ca_file"), stamps)
         try:
-            if tls.client_ca_file:
-                ctx.load_verify_locations(cafile=tls.client_ca_file)
-            else:
-                ctx.load_verify_locations(cadata=tls.client_ca)
-        except (OSError, ssl.SSLError) as e:
+            ctx.load_verify_locations(cadata=ca.decode("ascii"))
+        except (OSError, ssl.SSLError, UnicodeDecodeError, ValueError) as e:
             raise node.child("client_ca_file").error(
                 f"cannot load client CA: {getattr(e, 'strerror', None) or e}"
             ) from None
@@ -360,38 +418,84 @@ def ssl_context(
     return ctx
 
 
-def _load_inline_chain(ctx: ssl.SSLContext, tls: TLSServerConfig) -> None:
-    # SSLContext can only load a chain from files: write the inline PEM to a private
-    # directory for the duration of the call.
-    with tempfile.TemporaryDirectory(prefix="dnsfleet-tls-") as d:
-        cert = Path(d, "cert.pem")
-        key = Path(d, "key.pem")
-        if tls.cert:
-            cert.write_text(tls.cert)
-        if tls.key:
-            fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(tls.key)
-        ctx.load_cert_chain(tls.cert_file or str(cert), tls.key_file or str(key))
+MAX_PEM_BYTES = 1024 * 1024
+
+
+def _pem(path: str, inline: str, node: Node, stamps: dict[str, FileStamp] | None) -> bytes:
+    if not path:
+        return inline.encode()
+    try:
+        return read_regular_file(path, limit=MAX_PEM_BYTES, stamps=stamps)
+    except ConfigError as e:
+        raise node.error(str(e)) from None
+
+
+@contextlib.contextmanager
+def _in_memory_file(data: bytes) -> Iterator[str]:
+    """A path OpenSSL can open that holds ``data`` and never touches a disk: an anonymous
+    memory file (memfd_create(2)) opened by its /dev/fd entry. SSLContext.load_cert_chain
+    reads only from paths, and a private key must not be copied to /tmp."""
+    fd = os.memfd_create("dnsfleet-tls", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, data)
+        yield f"/dev/fd/{fd}"
+    finally:
+        os.close(fd)
+
+
+def _load_stamped(path: str, stamps: dict[str, FileStamp]) -> WebConfig:
+    return load(path, reloading=True, stamps=stamps)
 
 
 # --------------------------------------------------------------------------- serving
 
 
+class Verdicts:
+    """Remembered bcrypt verdicts, keyed by an HMAC of (user, stored hash, password) under a
+    per-process key (never the password itself), bounded so that a client trying many
+    passwords cannot grow memory. Kept across web-config reloads: a key names the stored
+    hash, so a changed hash can never match an old verdict."""
+
+    def __init__(self) -> None:
+        self._key = secrets.token_bytes(32)
+        self.entries: OrderedDict[bytes, bool] = OrderedDict()
+
+    def key(self, user: str, hashed: bytes, password: bytes) -> bytes:
+        msg = b"\0".join((user.encode(), hashed, password))
+        return hmac.new(self._key, msg, hashlib.sha256).digest()
+
+    def get(self, k: bytes) -> bool | None:
+        hit = self.entries.get(k)
+        if hit is not None:
+            self.entries.move_to_end(k)
+        return hit
+
+    def put(self, k: bytes, ok: bool) -> None:
+        self.entries[k] = ok
+        if len(self.entries) > AUTH_CACHE_SIZE:
+            self.entries.popitem(last=False)
+
+
 class BasicAuth:
-    """bcrypt verification with a bounded cache, one hash at a time, off the event loop.
+    """bcrypt verification with a bounded cache, off the event loop.
 
     A cost-10 bcrypt takes ~70 ms of CPU: without the cache every scrape would pay it.
-    Unknown users are checked against a hash of a random password with the same cost, so
-    response time does not tell which user names exist (as the toolkit does)."""
+    Uncached checks run in threads, as many at once as there are CPUs (bcrypt releases the
+    GIL), and concurrent checks of the same credentials share one computation. Unknown
+    users are checked against a hash of a random password with the same cost, so response
+    time does not tell which user names exist (as the toolkit does)."""
 
-    def __init__(self, users: Mapping[str, bytes]) -> None:
+    def __init__(self, users: Mapping[str, bytes], verdicts: Verdicts | None = None) -> None:
         self.users = dict(users)
-        self._key = secrets.token_bytes(32)
-        self._cache: OrderedDict[bytes, bool] = OrderedDict()
-        self._lock = asyncio.Lock()
+        self.verdicts = verdicts if verdicts is not None else Verdicts()
+        self._slots = asyncio.Semaphore(max(2, os.cpu_count() or 1))
+        self._pending: dict[bytes, asyncio.Future[bool]] = {}
         self._dummy: bytes | None = None
         self.bcrypt_calls = 0
+
+    @property
+    def _cache(self) -> OrderedDict[bytes, bool]:
+        return self.verdicts.entries
 
     def _dummy_hash(self) -> bytes:
         if self._dummy is None:
@@ -405,26 +509,31 @@ class BasicAuth:
             )
         return self._dummy
 
-    def _cache_key(self, user: str, hashed: bytes, password: bytes) -> bytes:
-        msg = b"\0".join((user.encode(), hashed, password))
-        return hmac.new(self._key, msg, hashlib.sha256).digest()
-
     async def check(self, user: str, password: bytes) -> bool:
         hashed = self.users.get(user)
         known = hashed is not None
         if hashed is None:
             hashed = await asyncio.to_thread(self._dummy_hash)  # hashpw: off the loop
-        key = self._cache_key(user, hashed, password)
-        hit = self._cache.get(key)
+        k = self.verdicts.key(user, hashed, password)
+        hit = self.verdicts.get(k)
         if hit is not None:
-            self._cache.move_to_end(key)
             return hit and known
-        async with self._lock:
-            self.bcrypt_calls += 1
-            ok = await asyncio.to_thread(_checkpw, password, hashed)
-        self._cache[key] = ok
-        if len(self._cache) > AUTH_CACHE_SIZE:
-            self._cache.popitem(last=False)
+        pending = self._pending.get(k)
+        if pending is None:
+            pending = self._pending[k] = asyncio.get_running_loop().create_future()
+            try:
+                async with self._slots:
+                    self.bcrypt_calls += 1
+                    ok = await asyncio.to_thread(_checkpw, password, hashed)
+                self.verdicts.put(k, ok)
+                pending.set_result(ok)
+            except BaseException as e:
+                pending.set_exception(e)
+                pending.exception()  # retrieved: no "never retrieved" warning
+                raise
+            finally:
+                del self._pending[k]
+        ok = await asyncio.shield(pending)
         return ok and known
 
 
@@ -480,11 +589,11 @@ def _peer_sans(request: Request) -> set[str]:
 
 
 def guard(
-    wc: WebConfig,
+    wc: WebConfig, verdicts: Verdicts | None = None
 ) -> tuple[Callable[[Request], Awaitable[Response | None]], BasicAuth | None]:
     """Rate limit, client SAN check and basic auth, in the toolkit's order; 401 carries
     ``WWW-Authenticate: Basic``. Returns the guard and the BasicAuth it uses (or None)."""
-    auth = BasicAuth(wc.basic_auth_users) if wc.basic_auth_users else None
+    auth = BasicAuth(wc.basic_auth_users, verdicts) if wc.basic_auth_users else None
     bucket = TokenBucket(wc.rate_limit) if wc.rate_limit else None
     allowed_sans = set(wc.tls.client_allowed_sans) if wc.tls else set()
 
@@ -506,74 +615,102 @@ def guard(
 
 def install(router: Router, wc: WebConfig) -> LiveWebConfig:
     """Guard every route of ``router`` and add the configured response headers; the file is
-    re-read when it (or a certificate, key or CA file it names) changes."""
+    re-read when it (or a certificate, key or CA file it names) changes. The result is also
+    the TLS source of the listener (:func:`dnsfleet.httpserver.serve`)."""
     return LiveWebConfig(router, wc)
 
 
-def _stamp(paths: list[str]) -> tuple[tuple[int, int, int] | None, ...]:
-    out: list[tuple[int, int, int] | None] = []
-    for p in paths:
+def _changed(files: Mapping[str, FileStamp]) -> bool:
+    """Whether any of ``files`` is no longer the version that was read."""
+    for path, stamp in files.items():
         try:
-            st = os.stat(p)
-            out.append((st.st_mtime_ns, st.st_size, st.st_ino))
+            if file_stamp(os.stat(path)) != stamp:
+                return True
         except OSError:
-            out.append(None)
-    return tuple(out)
+            return True
+    return False
+
+
+_DROP = Response(status=0, drop=True)
 
 
 class LiveWebConfig:
     """The web config in force. The exporter-toolkit reads its file on every request, so
     rotated certificates and changed passwords take effect without a restart; here a stat
-    of the file and the files it names per request (a few microseconds) decides whether
-    to re-read. A file that no longer loads keeps the previous settings and is logged.
-    Turning TLS on or off needs a restart (the listening socket is plain or TLS)."""
+    of the file and the files it names, per request and per accepted connection (a few
+    microseconds), decides whether to re-read. Re-reading runs in a thread, once for all
+    the requests that notice the change. Turning TLS on or off needs a restart (the
+    listening port is plain or TLS)."""
 
     def __init__(self, router: Router, wc: WebConfig) -> None:
         self.router = router
         self.wc = wc
-        self.check, self.auth = guard(wc)
-        self.stamp = _stamp(self._paths(wc))
+        self.ssl_context = wc.ssl_context
+        self.verdicts = Verdicts()
+        self.check, self.auth = guard(wc, self.verdicts)
+        # The files to watch: those the configuration in force was read from, or, after a
+        # failed reload, those that failed (re-read when they change again).
+        self.watched: Mapping[str, FileStamp] = wc.files
         self.reloads = 0
+        self.status = ReloadStatus(True, time.time())
+        self._reloading: asyncio.Task[None] | None = None
         router.guards.insert(0, self.guard)
         router.extra_headers.extend(wc.headers)
 
-    @staticmethod
-    def _paths(wc: WebConfig) -> list[str]:
-        tls = wc.tls
-        files = [tls.cert_file, tls.key_file, tls.client_ca_file] if tls else []
-        return [wc.source, *(str(f) for f in files if f)]
+    async def refresh(self) -> None:
+        """Re-read the file if it or a file it names changed since it was last read."""
+        if self._reloading is None:
+            if not _changed(self.watched):
+                return
+            self._reloading = asyncio.get_running_loop().create_task(self._reload())
+        await asyncio.shield(self._reloading)
+
+    async def context(self) -> ssl.SSLContext:
+        """The TLS context a connection accepted now must use (httpserver.TLSSource)."""
+        await self.refresh()
+        assert self.ssl_context is not None
+        return self.ssl_context
 
     async def guard(self, request: Request) -> Response | None:
-        stamp = _stamp(self._paths(self.wc))
-        if stamp != self.stamp:
-            self.stamp = stamp
-            self._reload()
+        await self.refresh()
+        if request.tls_context is not None and request.tls_context is not self.ssl_context:
+            # Accepted under TLS settings that are no longer in force (a CA rotated out, a
+            # client certificate requirement changed): end the connection without answering;
+            # the client's retry handshakes under the new settings.
+            return _DROP
         return await self.check(request)
 
-    def _reload(self) -> None:
+    async def _reload(self) -> None:
+        source = self.wc.source
+        stamps: dict[str, FileStamp] = {}
         try:
-            new = load(self.wc.source)
+            new = await asyncio.to_thread(_load_stamped, source, stamps)
             if (new.tls is None) != (self.wc.tls is None):
-                raise ConfigError(f"{self.wc.source}: turning TLS on or off needs a restart")
-            if new.tls is not None and self.wc.ssl_context is not None:
-                ssl_context(
-                    new.tls, Node(new.source, "tls_server_config", None), self.wc.ssl_context
-                )
+                raise ConfigError(f"{source}: turning TLS on or off needs a restart")
         except ConfigError as e:
+            # Not re-read on every request: only when one of the files read changes again
+            # (or, when the web config itself could not be read, when it appears).
+            self.watched = stamps or {source: (-1, -1, -1)}
+            self.status = ReloadStatus(False, self.status.timestamp, str(e), failed_at=time.time())
             log.error("web config not reloaded, keeping the previous one: %s", e)
             return
+        except Exception as e:  # a check that missed a case must not leave auth undefined
+            self.watched = stamps or {source: (-1, -1, -1)}
+            self.status = ReloadStatus(
+                False, self.status.timestamp, f"{type(e).__name__}: {e}", failed_at=time.time()
+            )
+            log.exception("web config not reloaded, keeping the previous one")
+            return
+        finally:
+            self._reloading = None
         for h in self.wc.headers:
             self.router.extra_headers.remove(h)
         self.router.extra_headers.extend(new.headers)
-        self.check, self.auth = guard(new)
-        self.wc = WebConfig(
-            source=new.source,
-            tls=new.tls,
-            basic_auth_users=new.basic_auth_users,
-            headers=new.headers,
-            http2=new.http2,
-            rate_limit=new.rate_limit,
-            ssl_context=self.wc.ssl_context,
-        )
+        self.check, self.auth = guard(new, self.verdicts)
+        self.wc = new
+        self.watched = new.files
+        if new.ssl_context is not None:
+            self.ssl_context = new.ssl_context
         self.reloads += 1
+        self.status = ReloadStatus(True, time.time())
         log.info("web config %s reloaded", new.source)

@@ -23,7 +23,7 @@ from dnsfleet.config.consul import ConsulConfig, _parse_consul
 from dnsfleet.config.host import HostConfig, _parse_host
 from dnsfleet.config.limits import Limits, _parse_limits
 from dnsfleet.config.modules import DEFAULT_MODULE, Module, _parse_module
-from dnsfleet.config.reader import ConfigError, Node, quote, read_yaml_mapping
+from dnsfleet.config.reader import ConfigError, Node, collector_paused, quote, read_yaml_mapping
 from dnsfleet.config.resolver import ResolverConfig, _parse_resolver
 from dnsfleet.config.stub import DEFAULT_RESOLV_CONF, ResolvConfWatch, _parse_resolv_conf
 from dnsfleet.config.targets import Target, _check_one_internals_entry, _parse_target
@@ -117,6 +117,11 @@ MONITORING_KEYS = ("targets", "resolv_conf", "consul")
 
 def load(path: str | Path) -> Config:
     """Read and validate; ConfigError (file, key path, problem) for every bad input."""
+    with collector_paused():  # see collector_paused: validation too builds what it keeps
+        return _load(path)
+
+
+def _load(path: str | Path) -> Config:
     data = read_yaml_mapping(path)
     try:
         return parse(data, source=str(path))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 import dns.rcode
@@ -92,15 +93,16 @@ class Module:
         ),
     )
 
-    @property
+    # Cached: judging every probe's answer asks for them.
+    @cached_property
     def qtype(self) -> int:
         return int(dns.rdatatype.from_text(self.query_type))
 
-    @property
+    @cached_property
     def qclass(self) -> int:
         return int(dns.rdataclass.from_text(self.query_class))
 
-    @property
+    @cached_property
     def valid_rcode_numbers(self) -> frozenset[int]:
         return frozenset(int(dns.rcode.from_text(r)) for r in self.valid_rcodes)
 

@@ -4,8 +4,12 @@ problem."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
+import os
 import re
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,6 +38,8 @@ class Node:
         return ConfigError(where + problem)
 
     def child(self, key: str | int) -> Node:
+        if not isinstance(key, int) and len(key) > MAX_PREVIEW:
+            key = preview(key)
         path = (
             f"{self.path}[{key}]"
             if isinstance(key, int)
@@ -159,18 +165,36 @@ class Fields:
 def describe(v: Any) -> str:
     if v is None:
         return "nothing"
-    return {
-        dict: "a mapping",
-        list: "a list",
-        bool: "a boolean",
-        str: f"string {quote(v)}",
-        int: f"integer {v}",
-        float: f"number {v}",
-    }.get(type(v), type(v).__name__)
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, str):
+        return f"string {quote(v)}"
+    if isinstance(v, int | float):
+        return f"{'integer' if isinstance(v, int) else 'number'} {preview(v)}"
+    if isinstance(v, dict):
+        return "a mapping"
+    return "a list" if isinstance(v, list) else type(v).__name__
+
+
+# Values in messages are cut to this many characters: a message must never grow with the
+# value (an alias bomb's list, stringified whole, once took minutes and gigabytes).
+MAX_PREVIEW = 80
+
+
+def preview(v: Any) -> str:
+    """``v`` for a message: containers by kind (never walked), scalars cut to MAX_PREVIEW."""
+    if isinstance(v, dict | list | tuple | set):
+        return describe(v) if isinstance(v, dict | list) else type(v).__name__
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 256:
+        return "a very large integer"  # str() of a huge int is quadratic
+    s = str(v)
+    return s if len(s) <= MAX_PREVIEW else f"{s[:MAX_PREVIEW]}... ({len(s)} characters)"
 
 
 def quote(v: Any) -> str:
-    return '"' + str(v).replace('"', '\\"') + '"'
+    if isinstance(v, dict | list | tuple | set):
+        return preview(v)
+    return '"' + preview(v).replace('"', '\\"') + '"'
 
 
 # Go's time.ParseDuration syntax, as the Prometheus ecosystem writes durations: one or more
@@ -225,32 +249,246 @@ def _unique_mapping(loader: Any, node: yaml.MappingNode) -> dict[Any, Any]:
             continue
         if duplicate:
             raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
+                None, None, f"duplicate key {_key_text(key)}", key_node.start_mark
             )
         seen.add(key)
     return dict(loader.construct_mapping(node, deep=True))
 
 
+def _key_text(key: Any) -> str:
+    short = isinstance(key, str | int | float | bool) and len(str(key)) <= MAX_PREVIEW
+    return repr(key) if short else preview(key)
+
+
 _StrictLoader.add_constructor("tag:yaml.org,2002:map", _unique_mapping)
 
+# Bounds on what one file may ask of the loader. Real configurations are a few levels deep
+# and a 20,000-target file is about 1.5 MB; anything far beyond is a mistake or an attack.
+MAX_FILE_BYTES = 16 * 1024 * 1024
+# Nesting, aliases followed: libyaml's C composer (PyYAML's CSafeLoader) recurses once per
+# level on the C stack and crashes the process (SIGSEGV) near 50,000 levels, so the bound is
+# checked on the event stream before any node is built.
+MAX_YAML_DEPTH = 64
+# Nodes after expanding aliases: "billion laughs" (nine lists of nine aliases to the one
+# before, 0.7 kB) expand to 10^9 nodes, which every walk of the value (validation, an error
+# message) would visit.
+MAX_YAML_NODES = 1_000_000
 
-def read_yaml_mapping(path: str | Path) -> dict[str, Any] | None:
+
+class _Frame:
+    __slots__ = ("anchor", "height", "items", "node", "size")
+
+    def __init__(self, node: yaml.Node, anchor: str | None) -> None:
+        self.node = node
+        self.anchor = anchor
+        self.items: list[yaml.Node] = []
+        self.size = 1  # nodes below and including this one, aliases expanded
+        self.height = 0  # levels below this one, aliases followed
+
+
+def _composer_error(problem: str, mark: Any) -> yaml.YAMLError:
+    return yaml.composer.ComposerError(None, None, problem, mark)
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off for a while. Loading a large file builds hundreds of
+    thousands of objects that all stay alive, and the collector's passes over them were
+    half the time of loading a 10,000-target file (1.6 s with, 0.8 s without); loading makes
+    no cyclic garbage worth collecting meanwhile. The collector is process-wide: it is
+    switched back on only by whoever switched it off (two loads at once stay correct)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def load_yaml(text: str) -> Any:
+    """The one document in ``text``, with duplicate keys refused and nesting and alias
+    expansion bounded (MAX_YAML_DEPTH, MAX_YAML_NODES) while composing, before anything
+    recurses: libyaml's parser produces the events (it keeps its own stack, no recursion),
+    this loop composes the nodes (PyYAML's composer, iteratively), the safe constructor
+    builds the values. yaml.YAMLError for every problem.
+
+    Composing here instead of in libyaml's C composer costs nothing measurable: both call
+    the same Python resolver per scalar, which is most of the time (see docs/design.md,
+    "Configuration loader")."""
+    with collector_paused():
+        return _compose_and_construct(text)
+
+
+def _compose_and_construct(text: str) -> Any:
+    ev = yaml.events
+    scalar_event, alias_event = ev.ScalarEvent, ev.AliasEvent
+    mapping_start, sequence_start = ev.MappingStartEvent, ev.SequenceStartEvent
+    mapping_end, sequence_end = ev.MappingEndEvent, ev.SequenceEndEvent
+    scalar_node = yaml.ScalarNode
+    loader = _StrictLoader(text)
+    try:
+        get = loader.get_event
+        resolve = loader.resolve
+        anchors: dict[str, tuple[yaml.Node, int, int]] = {}
+        stack: list[_Frame] = []
+        root: yaml.Node | None = None
+        get()  # StreamStartEvent
+        if isinstance(get(), ev.StreamEndEvent):  # else DocumentStartEvent
+            return None
+        while True:
+            e = get()
+            t = type(e)
+            node: yaml.Node
+            if t is scalar_event:
+                tag = e.tag
+                value = e.value
+                if tag is None or tag == "!":
+                    tag = resolve(scalar_node, value, e.implicit)
+                node = scalar_node(tag, value, e.start_mark, e.end_mark, e.style)
+                size, height = 1, 0
+                if e.anchor is not None:
+                    if e.anchor in anchors:
+                        raise _composer_error(f"found duplicate anchor {e.anchor!r}", e.start_mark)
+                    anchors[e.anchor] = (node, 1, 0)
+            elif t is alias_event:
+                found = anchors.get(e.anchor)
+                if found is None:
+                    raise _composer_error(f"found undefined alias {e.anchor!r}", e.start_mark)
+                node, size, height = found
+            elif t is mapping_start or t is sequence_start:
+                kind: type[yaml.MappingNode] | type[yaml.SequenceNode] = (
+                    yaml.MappingNode if t is mapping_start else yaml.SequenceNode
+                )
+                tag = e.tag
+                if tag is None or tag == "!":
+                    tag = resolve(kind, None, e.implicit)
+                if e.anchor is not None and e.anchor in anchors:
+                    raise _composer_error(f"found duplicate anchor {e.anchor!r}", e.start_mark)
+                collection = kind(tag, [], e.start_mark, None, flow_style=e.flow_style)
+                stack.append(_Frame(collection, e.anchor))
+                if len(stack) > MAX_YAML_DEPTH:
+                    raise _composer_error(
+                        f"nested more than {MAX_YAML_DEPTH} levels deep", e.start_mark
+                    )
+                continue
+            elif t is mapping_end or t is sequence_end:
+                frame = stack.pop()
+                node = frame.node
+                node.end_mark = e.end_mark
+                items = frame.items
+                if t is mapping_end:
+                    node.value = list(zip(items[::2], items[1::2], strict=True))
+                else:
+                    node.value = items
+                size, height = frame.size, frame.height + 1
+                if frame.anchor is not None:
+                    anchors[frame.anchor] = (node, size, height)
+            else:  # DocumentEndEvent
+                break
+            if not stack:
+                root = node
+                continue
+            top = stack[-1]
+            top.items.append(node)
+            top.size += size
+            if height > top.height:
+                top.height = height
+                if len(stack) + height > MAX_YAML_DEPTH:
+                    raise _composer_error(
+                        f"nested more than {MAX_YAML_DEPTH} levels deep (aliases followed)",
+                        e.start_mark,
+                    )
+            if top.size > MAX_YAML_NODES:
+                raise _composer_error(
+                    f"more than {MAX_YAML_NODES:,} nodes once aliases are expanded "
+                    "(an alias bomb?)",
+                    e.start_mark,
+                )
+        following = get()
+        if not isinstance(following, ev.StreamEndEvent):
+            raise _composer_error("expected a single document in the stream", following.start_mark)
+        return loader.construct_document(root)
+    finally:
+        loader.dispose()
+
+
+# What identifies a version of a file: (mtime in ns, size, inode).
+FileStamp = tuple[int, int, int]
+
+
+def file_stamp(st: os.stat_result) -> FileStamp:
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def read_regular_file(
+    path: str | Path, *, limit: int = MAX_FILE_BYTES, stamps: dict[str, FileStamp] | None = None
+) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes; ConfigError naming the file
+    otherwise. Opened without blocking (a FIFO with no writer would block open() and read()
+    forever), refused unless it is a regular file (a FIFO, a socket, /dev/urandom, a
+    directory), and never read past ``limit``, whatever fstat said the size was.
+    ``stamps`` gets the stamp of the very file read (fstat of the open descriptor), so a
+    caller can tell later whether the path still holds what it read."""
+    path = str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror or e}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"{path}: not a regular file ({_file_kind(st.st_mode)})")
+        if st.st_size > limit:
+            raise ConfigError(f"{path}: larger than {limit // 2**20} MiB")
+        if stamps is not None:
+            stamps[path] = file_stamp(st)
+        chunks: list[bytes] = []
+        total = 0
+        while total <= limit:  # the size may have changed since fstat
+            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    if total > limit:
+        raise ConfigError(f"{path}: larger than {limit // 2**20} MiB")
+    return b"".join(chunks)
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return kind
+    return "not a file"
+
+
+def read_yaml_mapping(
+    path: str | Path, *, stamps: dict[str, FileStamp] | None = None
+) -> dict[str, Any] | None:
     """A YAML file whose top level is a mapping (None when empty); ConfigError naming the
     file, and the line and column of a YAML error, otherwise."""
     path = str(path)
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {e.strerror or e}") from None
+        text = read_regular_file(path, stamps=stamps).decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
     try:
-        # libyaml's loader when present: a 1,000-target file composes in a fraction of the
-        # time and peak memory of the pure-Python one.
-        data = yaml.load(text, Loader=_StrictLoader)
+        data = load_yaml(text)
     except RecursionError:
         raise ConfigError(f"{path}: invalid YAML: nested too deeply") from None
+    except ValueError as e:  # a constructor's int() of a number past Python's 4,300 digits
+        raise ConfigError(f"{path}: invalid YAML: {preview(e)}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -10,7 +10,8 @@ HTTP layer: a request's parameters go in, a probe result or a refusal comes out,
 - The target must be configured or inside ``probe_allowlist``.
 - ``module`` defaults to the configured target's module; it must exist.
 - ``name``/``type`` override the query only for a module with ``allow_query_override``.
-- At most ``limits.max_concurrent_probes`` probes are in flight: each holds a socket.
+- At most ``limits.max_concurrent_probes`` probes are in flight (fewer if the open-file
+  limit is low): each holds a socket.
 """
 
 from __future__ import annotations
@@ -19,14 +20,15 @@ import enum
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import dns.exception
 
-from dnsfleet.config import Target, parse_address
-from dnsfleet.exposition import render
+from dnsfleet.config import Config, Target, parse_address
+from dnsfleet.exposition import format_value, render
 from dnsfleet.prober import probe_result_families
-from dnsfleet.probes import REASONS, ProbeResult
+from dnsfleet.probes import REASONS, ProbeResult, Reason
 
 if TYPE_CHECKING:
     from dnsfleet.app import Exporter
@@ -46,12 +48,63 @@ class Refused:
     reason: str
 
 
+# Parsed /probe targets kept, so a target asked for again is not parsed again (ipaddress
+# parsing was a tenth of a /probe's CPU). Cleared when full: bounded whatever clients send.
+ADDRESS_CACHE_SIZE = 4096
+
+Parsed = tuple[str, int, int, ipaddress.IPv4Address | ipaddress.IPv6Address]
+EndpointKey = tuple[str, int, int]
+
+
 class ProbeHandler:
     """Applies the /probe rules and runs the probe; keeps the count of probes in flight."""
 
     def __init__(self, exp: Exporter) -> None:
         self.exp = exp
         self.in_flight = 0
+        self._parsed: dict[str, Parsed] = {}
+        self._targets: dict[tuple[str, str], Target] = {}
+        self._index_of: Config | None = None
+        self._index: dict[EndpointKey, list[Target]] = {}
+
+    def _parse(self, raw_target: str) -> Parsed:
+        """``parse_address`` and the address it reaches; ValueError for a bad target."""
+        parsed = self._parsed.get(raw_target)
+        if parsed is None:
+            host, port, scope = parse_address(raw_target)
+            ip = ipaddress.ip_address(host)
+            if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+                # ::ffff:a.b.c.d reaches the IPv4 host: judge it as that host, so an IPv6
+                # entry in the allowlist cannot open the IPv4 space (or a v4 target hide
+                # behind v6).
+                ip = ip.ipv4_mapped
+                host, scope = str(ip), 0
+            if len(self._parsed) >= ADDRESS_CACHE_SIZE:
+                self._parsed.clear()
+            parsed = self._parsed[raw_target] = (host, port, scope, ip)
+        return parsed
+
+    def _configured(self, cfg: Config, key: EndpointKey) -> list[Target]:
+        if self._index_of is not cfg:
+            index: dict[EndpointKey, list[Target]] = {}
+            for t in cfg.targets:
+                index.setdefault((t.host, t.port, t.scope_id), []).append(t)
+            self._index, self._index_of = index, cfg
+            self._targets.clear()
+        return self._index.get(key, [])
+
+    def _target(self, raw: str, key: EndpointKey, module: str, configured: list[Target]) -> Target:
+        for t in configured:
+            if t.module == module:
+                return t
+        target = self._targets.get((raw, module))
+        if target is None:
+            host, port, scope = key
+            target = Target(address=raw, host=host, port=port, module=module, scope_id=scope)
+            if len(self._targets) >= ADDRESS_CACHE_SIZE:
+                self._targets.clear()
+            self._targets[(raw, module)] = target
+        return target
 
     async def handle(
         self,
@@ -70,16 +123,10 @@ class ProbeHandler:
         if not raw_target:
             return Refused(Refusal.INVALID, "missing parameter: target")
         try:
-            host, port, scope = parse_address(raw_target)
+            host, port, scope, ip = self._parse(raw_target)
         except ValueError as e:
             return Refused(Refusal.INVALID, f"invalid target: {e}")
-        ip = ipaddress.ip_address(host)
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            # ::ffff:a.b.c.d reaches the IPv4 host: judge it as that host, so an IPv6 entry
-            # in the allowlist cannot open the IPv4 space (or a v4 target hide behind v6).
-            ip = ip.ipv4_mapped
-            host, scope = str(ip), 0
-        configured = [t for t in cfg.targets if (t.host, t.port, t.scope_id) == (host, port, scope)]
+        configured = self._configured(cfg, (host, port, scope))
         module_name = params.get("module") or (configured[0].module if configured else "")
         if not module_name:
             return Refused(Refusal.INVALID, "missing parameter: module")
@@ -98,15 +145,14 @@ class ProbeHandler:
                 Refusal.FORBIDDEN, f"module {module_name!r} does not allow overriding the query"
             )
         budget = exp.scrape_budget(header_timeout)
-        target = Target(
-            address=raw_target, host=host, port=port, module=module_name, scope_id=scope
-        )
-        if self.in_flight >= cfg.limits.max_concurrent_probes:
+        target = self._target(raw_target, (host, port, scope), module_name, configured)
+        cap = exp.max_concurrent_probes(cfg)
+        if self.in_flight >= cap:
             # Each /probe holds a socket: a flood must not exhaust descriptors.
             return Refused(
                 Refusal.BUSY,
-                "too many concurrent probes "
-                f"(limits.max_concurrent_probes: {cfg.limits.max_concurrent_probes})",
+                f"too many concurrent probes ({cap}: limits.max_concurrent_probes "
+                f"{cfg.limits.max_concurrent_probes}, within the open-file limit)",
             )
         self.in_flight += 1
         try:
@@ -119,7 +165,28 @@ class ProbeHandler:
             self.in_flight -= 1
 
 
+@lru_cache(maxsize=len(REASONS) + 1)
+def _template(reason: Reason | None) -> str:
+    """The /probe exposition for a result with ``reason``, rendered once by the code that
+    renders /metrics, with its three numbers left as format fields."""
+    sentinel = ProbeResult(
+        success=reason is None,
+        reason=reason,
+        duration=123456.25,
+        rcode=987654,
+        answer_rrs=876543,
+        detail="",
+    )
+    text = render(probe_result_families([("", sentinel)]))
+    text = text.replace("{", "{{").replace("}", "}}")
+    for value, name in (("123456.25", "duration"), ("987654", "rcode"), ("876543", "answers")):
+        assert text.count(value) == 1, value
+        text = text.replace(value, "{" + name + "}")
+    return text
+
+
 def probe_exposition(result: ProbeResult) -> str:
     """/probe output: the per-probe gauges without target labels."""
-    reason_labels = tuple(f'reason="{r.value}"' for r in REASONS)
-    return render(probe_result_families([("", reason_labels, result)]))
+    return _template(result.reason).format(
+        duration=format_value(result.duration), rcode=result.rcode, answers=result.answer_rrs
+    )

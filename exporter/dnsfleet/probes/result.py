@@ -77,21 +77,22 @@ def judge(ex: Exchange, module: Module) -> ProbeResult:
     r = ex.response
     if r is None:
         return failed(ex.error or Reason.NETWORK_ERROR, ex.duration, ex.detail)
+    reason, detail = _verdict(r, module)
+    return ProbeResult(
+        success=reason is None,
+        reason=reason,
+        duration=ex.duration,
+        rcode=r.rcode,
+        answer_rrs=r.answer_rrs,
+        detail=detail,
+        response=r,
+    )
 
-    def verdict(reason: Reason | None, detail: str) -> ProbeResult:
-        return ProbeResult(
-            success=reason is None,
-            reason=reason,
-            duration=ex.duration,
-            rcode=r.rcode,
-            answer_rrs=r.answer_rrs,
-            detail=detail,
-            response=r,
-        )
 
+def _verdict(r: Response, module: Module) -> tuple[Reason | None, str]:
     if r.truncated:
         # Over TCP nothing is ever too large: a TC answer there is a broken server.
-        return verdict(
+        return (
             Reason.TRUNCATED,
             "TC bit set: the answer does not fit in UDP"
             if module.transport == "udp"
@@ -99,9 +100,9 @@ def judge(ex: Exchange, module: Module) -> ProbeResult:
         )
     if r.rcode not in module.valid_rcode_numbers:
         text = dns.rcode.to_text(r.rcode)  # type: ignore[arg-type]
-        return verdict(Reason.RCODE, f"rcode {text} not in {', '.join(module.valid_rcodes)}")
+        return Reason.RCODE, f"rcode {text} not in {', '.join(module.valid_rcodes)}"
     if r.matching_answers < module.min_answers:
-        return verdict(
+        return (
             Reason.ANSWER_MISMATCH,
             f"{r.matching_answers} {module.query_type} answers, "
             f"expected at least {module.min_answers}",
@@ -110,12 +111,12 @@ def judge(ex: Exchange, module: Module) -> ProbeResult:
         try:
             texts = answer_texts(r.wire)
         except Malformed as e:
-            return verdict(Reason.MALFORMED, str(e))
+            return Reason.MALFORMED, str(e)
         for pat in module.fail_if_not_matches:
             if not any(_compile(pat).search(t) for t in texts):
-                return verdict(Reason.ANSWER_MISMATCH, f"no answer matches {pat!r}")
+                return Reason.ANSWER_MISMATCH, f"no answer matches {pat!r}"
         for pat in module.fail_if_matches:
             hit = next((t for t in texts if _compile(pat).search(t)), None)
             if hit is not None:
-                return verdict(Reason.ANSWER_MISMATCH, f"answer {hit!r} matches {pat!r}")
-    return verdict(None, "ok")
+                return Reason.ANSWER_MISMATCH, f"answer {hit!r} matches {pat!r}"
+    return None, "ok"

@@ -1,0 +1,180 @@
+"""The per-target families of /metrics are rendered from templates compiled into f-string
+functions (prober.py, issue 21): held here, byte for byte, to a plain line-by-line
+renderer, for labels that need escaping, every reason and random counters; and the
+latency bucket an answer lands in, at and around every bound."""
+
+from __future__ import annotations
+
+import random
+from itertools import accumulate
+
+import pytest
+
+from dnsfleet.config import parse
+from dnsfleet.dnswire import Response
+from dnsfleet.exposition import format_value, render
+from dnsfleet.prober import LATENCY_BUCKETS, Prober, TargetState
+from dnsfleet.probes import REASONS, ProbeResult, Reason
+from dnsfleet.probes.result import Exchange, judge
+
+pytestmark = pytest.mark.unit
+
+LE = [*(format_value(b) for b in LATENCY_BUCKETS), "+Inf"]
+
+
+def reference(states: list[TargetState]) -> str:
+    """What the exposition must say, one f-string per line (the pre-issue-21 renderer)."""
+    gauges: dict[str, list[str]] = {k: [] for k in ("success", "duration", "fail", "rcode", "rrs")}
+    failures: list[str] = []
+    attempts: list[str] = []
+    hist: list[str] = []
+    for st in states:
+        lab = st.labels
+        r = st.last
+        if r is not None:
+            gauges["success"].append(f"dnsfleet_probe_success{{{lab}}} {1 if r.success else 0}\n")
+            gauges["duration"].append(
+                f"dnsfleet_probe_duration_seconds{{{lab}}} {format_value(r.duration)}\n"
+            )
+            gauges["rcode"].append(f"dnsfleet_probe_dns_rcode{{{lab}}} {r.rcode}\n")
+            gauges["rrs"].append(f"dnsfleet_probe_answer_rrs{{{lab}}} {r.answer_rrs}\n")
+            gauges["fail"].extend(
+                f'dnsfleet_probe_failure{{{lab},reason="{x.value}"}} {1 if x is r.reason else 0}\n'
+                for x in REASONS
+            )
+        failures.extend(
+            f'dnsfleet_probe_failures_total{{{lab},reason="{x.value}"}} {n}\n'
+            for x, n in zip(REASONS, st.failures, strict=True)
+        )
+        attempts.append(f"dnsfleet_probe_attempts_total{{{lab}}} {st.probes}\n")
+        acc = list(accumulate(st.buckets))
+        hist.extend(
+            f'dnsfleet_probe_latency_seconds_bucket{{{lab},le="{le}"}} {a}\n'
+            for le, a in zip(LE, acc, strict=True)
+        )
+        hist.append(f"dnsfleet_probe_latency_seconds_sum{{{lab}}} {format_value(st.latency_sum)}\n")
+        hist.append(f"dnsfleet_probe_latency_seconds_count{{{lab}}} {acc[-1]}\n")
+
+    def fam(name: str, help_: str, kind: str, lines: list[str]) -> str:
+        return f"# HELP {name} {help_}\n# TYPE {name} {kind}\n" + "".join(lines) if lines else ""
+
+    return "".join(
+        [
+            fam(
+                "dnsfleet_probe_success",
+                "1 if the last probe succeeded.",
+                "gauge",
+                gauges["success"],
+            ),
+            fam(
+                "dnsfleet_probe_duration_seconds",
+                "Duration of the last probe, answer or not.",
+                "gauge",
+                gauges["duration"],
+            ),
+            fam(
+                "dnsfleet_probe_failure",
+                "1 for the reason the last probe failed, 0 for every other reason.",
+                "gauge",
+                gauges["fail"],
+            ),
+            fam(
+                "dnsfleet_probe_dns_rcode",
+                "Response code of the last answer (numeric), -1 when there was none.",
+                "gauge",
+                gauges["rcode"],
+            ),
+            fam(
+                "dnsfleet_probe_answer_rrs",
+                "Resource records in the answer section of the last answer.",
+                "gauge",
+                gauges["rrs"],
+            ),
+            fam(
+                "dnsfleet_probe_failures_total",
+                "Failed probes per target by reason since the exporter started.",
+                "counter",
+                failures,
+            ),
+            fam(
+                "dnsfleet_probe_attempts_total",
+                "Probes sent to this target on /metrics since the exporter started, answered "
+                "or not.",
+                "counter",
+                attempts,
+            ),
+            fam(
+                "dnsfleet_probe_latency_seconds",
+                "Latency of probes that got an answer (any rcode).",
+                "histogram",
+                hist,
+            ),
+        ]
+    )
+
+
+def test_families_render_as_line_by_line() -> None:
+    rng = random.Random(21)
+    targets = [
+        {
+            "address": f"127.0.{i // 250}.{i % 250 + 1}",
+            "module": "m",
+            "labels": {"site": f"s{i % 3}", "note": 'a "quoted"\\back\\slash'},
+        }
+        for i in range(120)
+    ]
+    cfg = parse({"modules": {"m": {}}, "targets": targets, "resolv_conf": []}, source="x.yml")
+    prober = Prober()
+    prober.configure(cfg)
+    states = list(prober.states.values())
+    for st in states:
+        st.failures = [rng.randint(0, 9) for _ in REASONS]
+        st.buckets = [rng.randint(0, 9) for _ in st.buckets]
+        st.latency_sum = rng.random() * 5
+        st.probes = rng.randint(0, 10**6)
+        reason = rng.choice([None, *REASONS])
+        st.last = (
+            None
+            if rng.random() < 0.1
+            else ProbeResult(
+                success=reason is None,
+                reason=reason,
+                duration=rng.choice([0.0, 1e-7, rng.random()]),
+                rcode=rng.choice([-1, 0, 2, 3]),
+                answer_rrs=rng.randint(0, 9),
+                detail="",
+            )
+        )
+    text = render([f for f in prober.families() if f.name.startswith("dnsfleet_probe_")])
+    assert text == reference(states)
+
+
+@pytest.mark.parametrize(
+    "duration",
+    [0.0, *LATENCY_BUCKETS, *(b * 1.0001 for b in LATENCY_BUCKETS), 1e9],
+)
+def test_an_answer_lands_in_the_first_bucket_at_or_above_it(duration: float) -> None:
+    cfg = parse(
+        {"modules": {"m": {}}, "targets": [{"address": "127.0.0.1", "module": "m"}]},
+        source="x.yml",
+    )
+    prober = Prober()
+    prober.configure(cfg)
+    (st,) = prober.states.values()
+    answer = Exchange(response=None, error=Reason.TIMEOUT, duration=duration)
+    st.observe(judge(answer, cfg.modules["m"]), 0.0)
+    assert sum(st.buckets) == 0  # a timeout's duration is no latency
+
+    resp = Response(
+        id=1,
+        flags=0x8180,
+        rcode=0,
+        answer_rrs=1,
+        matching_answers=1,
+        min_ttl=60,
+        nsid=None,
+        wire=b"",
+    )
+    st.observe(judge(Exchange(response=resp, error=None, duration=duration), cfg.modules["m"]), 0.0)
+    want = next((i for i, b in enumerate(LATENCY_BUCKETS) if duration <= b), len(LATENCY_BUCKETS))
+    assert st.buckets[want] == 1 and sum(st.buckets) == 1
