@@ -27,17 +27,9 @@ from dnsfleet.exposition import Family, labelset
 from dnsfleet.prober import Prober
 from dnsfleet.probes import Reason, failed
 from dnsfleet.probes.result import ProbeResult
-from dnsfleet.statuspage import (
-    RUNBOOK_BASE_URL,
-    History,
-    Snapshot,
-    _headroom,
-    ago,
-    failing_alert,
-    parse_labels,
-    when,
-)
-from dnsfleet.statuspage import Sample as StatusSample
+from dnsfleet.status import History, Snapshot, parse_labels
+from dnsfleet.status import Sample as StatusSample
+from dnsfleet.statuspage import RUNBOOK_BASE_URL, _headroom, ago, failing_alert, when
 from tests.harness.exporter import ExporterProcess
 from tests.harness.metrics import value
 from tests.harness.servers import Blackhole, Named, Unbound

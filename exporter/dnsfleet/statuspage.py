@@ -1,35 +1,33 @@
 """The status page at ``/``: an incident view for someone paged at night.
 
-It never probes. Each ``/metrics`` scrape leaves a :class:`Snapshot` of the families the page
-shows (resolver internals, canary and backend, stub failover, collector health); the page
-renders the last one, the prober's per-target results, and the reload state, and says how
-old they are. Restarts and cache resets are remembered as events by comparing one snapshot
-with the next (:class:`History`), so the page can say *when* they happened, not only that a
-counter moved. A failing target says since when it fails (the prober keeps that across
-reloads that keep the target) and links the runbook of the alert it would raise, under the
-same base URL as the alerting rules (``--web.runbook-base-url``; alerts/config.yml's
-``runbook_base_url``). Everything is inline (no scripts, styles or fonts from elsewhere); the
-page reloads itself with a meta refresh.
+It never probes. Each ``/metrics`` scrape leaves a snapshot of the families the page
+shows (resolver internals, canary and backend, stub failover, collector health; status.py);
+the page renders a :class:`StatusView` that ``app`` builds: the last snapshot, the prober's
+per-target results, and the reload state, and says how old they are. Restarts and cache
+resets are remembered as events by comparing one snapshot with the next (status.History),
+so the page can say *when* they happened, not only that a counter moved. A failing target
+says since when it fails (the prober keeps that across reloads that keep the target) and
+links the runbook of the alert it would raise, under the same base URL as the alerting
+rules (``--web.runbook-base-url``; alerts/config.yml's ``runbook_base_url``). Everything is
+inline (no scripts, styles or fonts from elsewhere); the page reloads itself with a meta
+refresh.
 """
 
 from __future__ import annotations
 
 import html
 import time
-from collections import deque
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from dnsfleet import __version__
 from dnsfleet.capacity import effective_capacity
-from dnsfleet.exposition import Family
-
-if TYPE_CHECKING:
-    from dnsfleet.app import Exporter
+from dnsfleet.config import Config
+from dnsfleet.prober import TargetState
+from dnsfleet.selfmetrics import ReloadStatus
+from dnsfleet.status import History, Kept, Sample, Snapshot
 
 REFRESH_SECONDS = 15
-EVENTS_PER_TARGET = 5
 # Where the runbooks are: the default of alerts/config.yml's runbook_base_url (a test keeps
 # the two equal); --web.runbook-base-url points it at your own copy or wiki.
 RUNBOOK_BASE_URL = "https://github.com/dnsfleet/dnsfleet/blob/main/alerts/runbooks/"
@@ -38,183 +36,17 @@ RUNBOOK_BASE_URL = "https://github.com/dnsfleet/dnsfleet/blob/main/alerts/runboo
 DEGRADED_DELAY_SECONDS = 0.1
 STUB_DELAY_ALERT_SECONDS = 1.0
 
-# The families a snapshot keeps, by name; the page reads nothing else from a scrape.
-# Names another part of the exporter may not emit (a collector that is off, a resolver
-# family without the counter) are simply absent.
-KEPT = frozenset(
-    {
-        "dnsfleet_resolver_stats_up",
-        "dnsfleet_resolver_start_time_seconds",
-        "dnsfleet_resolver_info",
-        "dnsfleet_resolver_queries_total",
-        "dnsfleet_resolver_cache_hits_total",
-        "dnsfleet_resolver_cache_misses_total",
-        "dnsfleet_resolver_capacity_qps",
-        "dnsfleet_resolver_capacity_lower_bound",
-        "dnsfleet_resolver_backend_info",
-        "dnsfleet_resolver_cache_resets_total",
-        "dnsfleet_resolver_last_cache_reset_timestamp_seconds",
-        "dnsfleet_resolver_canary_cached",
-        "dnsfleet_resolver_canary_usable",
-        "dnsfleet_resolver_canary_unusable_reason",
-        "dnsfleet_resolver_canary_ttl_seconds",
-        "dnsfleet_stub_expected_delay_seconds",
-        "dnsfleet_stub_resolution_failing",
-        "dnsfleet_stub_nameservers",
-        "dnsfleet_stub_nameserver_up",
-        "dnsfleet_stub_resolv_conf_readable",
-        "dnsfleet_collector_success",
-        "dnsfleet_collector_duration_seconds",
-    }
-)
 
-Labels = dict[str, str]
+@dataclass(frozen=True, slots=True)
+class StatusView:
+    """Everything the page renders, built by ``app.Exporter.status_view``."""
 
-
-def parse_labels(text: str) -> Labels:
-    """Pure: ``a="1",b="x\\"y"`` (as :func:`dnsfleet.exposition.labelset` renders) -> dict."""
-    out: Labels = {}
-    i, n = 0, len(text)
-    while i < n:
-        eq = text.index("=", i)
-        key = text[i:eq]
-        j = eq + 2  # past ="
-        buf: list[str] = []
-        while text[j] != '"':
-            if text[j] == "\\":
-                j += 1
-                buf.append("\n" if text[j] == "n" else text[j])
-            else:
-                buf.append(text[j])
-            j += 1
-        out[key] = "".join(buf)
-        i = j + 2  # past ",
-    return out
-
-
-@dataclass(frozen=True)
-class Sample:
-    labels: Labels
-    value: float
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """What one scrape left for the page: when, how long, and the kept families."""
-
-    wall: float
-    duration: float
-    families: Mapping[str, tuple[Sample, ...]]
-
-    @classmethod
-    def of(cls, families: Iterable[object], *, wall: float, duration: float) -> Snapshot:
-        kept: dict[str, list[Sample]] = {}
-        for fam in families:
-            if isinstance(fam, Family) and fam.name in KEPT:
-                kept.setdefault(fam.name, []).extend(
-                    Sample(parse_labels(lab), v) for suffix, lab, v in fam.samples if not suffix
-                )
-        return cls(wall, duration, {k: tuple(v) for k, v in kept.items()})
-
-    def get(self, name: str) -> tuple[Sample, ...]:
-        return tuple(self.families.get(name, ()))
-
-    def by_target(self, name: str) -> dict[str, list[Sample]]:
-        out: dict[str, list[Sample]] = {}
-        for s in self.get(name):
-            out.setdefault(s.labels.get("target", ""), []).append(s)
-        return out
-
-
-@dataclass(frozen=True)
-class Event:
-    wall: float
-    what: str
-
-
-@dataclass
-class History:
-    """Restarts and cache resets per target, found by comparing consecutive snapshots."""
-
-    events: dict[str, deque[Event]] = field(default_factory=dict)
-    qps: dict[str, float] = field(default_factory=dict)
-    hit_ratio: dict[str, float] = field(default_factory=dict)
-    previous: Snapshot | None = None
-
-    def update(self, snap: Snapshot, targets: Iterable[str]) -> None:
-        prev = self.previous
-        if prev is not None:
-            self._compare(prev, snap)
-        self.previous = snap
-        keep = set(targets)
-        for gone in [t for t in self.events if t not in keep]:
-            del self.events[gone]
-        for gone in [t for t in self.qps if t not in keep]:
-            del self.qps[gone]
-        for gone in [t for t in self.hit_ratio if t not in keep]:
-            del self.hit_ratio[gone]
-
-    def _compare(self, prev: Snapshot, snap: Snapshot) -> None:
-        before = {
-            t: s[0].value for t, s in prev.by_target("dnsfleet_resolver_start_time_seconds").items()
-        }
-        for t, samples in snap.by_target("dnsfleet_resolver_start_time_seconds").items():
-            old = before.get(t)
-            if old is not None and samples[0].value != old:
-                self._add(t, Event(samples[0].value, "restarted (start time changed)"))
-        resets_before = {
-            (s.labels.get("target", ""), s.labels.get("module", "")): s.value
-            for s in prev.get("dnsfleet_resolver_cache_resets_total")
-        }
-        last_reset = {
-            (s.labels.get("target", ""), s.labels.get("module", "")): s.value
-            for s in snap.get("dnsfleet_resolver_last_cache_reset_timestamp_seconds")
-        }
-        for s in snap.get("dnsfleet_resolver_cache_resets_total"):
-            key = (s.labels.get("target", ""), s.labels.get("module", ""))
-            old = resets_before.get(key)
-            if old is not None and s.value > old:
-                self._add(
-                    key[0],
-                    Event(
-                        last_reset.get(key, snap.wall),
-                        f"cache reset seen by the canary (module {key[1]})",
-                    ),
-                )
-        queries_before = {
-            t: s[0].value for t, s in prev.by_target("dnsfleet_resolver_queries_total").items()
-        }
-        dt = snap.wall - prev.wall
-        for t, samples in snap.by_target("dnsfleet_resolver_queries_total").items():
-            old = queries_before.get(t)
-            if old is not None and dt > 0 and samples[0].value >= old:
-                self.qps[t] = (samples[0].value - old) / dt
-            else:
-                self.qps.pop(t, None)  # a counter reset: no rate across it
-
-        # Cache-hit ratio between the two scrapes, as target:..._cache_hit:ratio_rate5m
-        # computes it (hits / (hits + misses)); absent without traffic or across a reset.
-        def delta(name: str) -> dict[str, float]:
-            old = {t: s[0].value for t, s in prev.by_target(name).items()}
-            return {
-                t: s[0].value - old[t]
-                for t, s in snap.by_target(name).items()
-                if t in old and s[0].value >= old[t]
-            }
-
-        hits, misses = (
-            delta("dnsfleet_resolver_cache_hits_total"),
-            delta("dnsfleet_resolver_cache_misses_total"),
-        )
-        self.hit_ratio = {
-            t: hits[t] / (hits[t] + misses[t])
-            for t in hits
-            if t in misses and hits[t] + misses[t] > 0
-        }
-
-    def _add(self, target: str, event: Event) -> None:
-        q = self.events.setdefault(target, deque(maxlen=EVENTS_PER_TARGET))
-        q.append(event)
+    config: Config
+    reload_status: ReloadStatus
+    targets: Sequence[TargetState]
+    snapshot: Snapshot | None
+    history: History
+    runbook_base_url: str
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -268,16 +100,16 @@ def failing_alert(site: str | None, site_failing: bool) -> str:
     return "DNSSiteDown" if site and site_failing else "DNSResolverDown"
 
 
-def render(exp: Exporter, *, metrics_path: str, now: float | None = None) -> str:
+def render(view: StatusView, *, metrics_path: str, now: float | None = None) -> str:
     now = time.time() if now is None else now
     e = html.escape
-    snap = exp.last_snapshot
-    hist = exp.status_history
-    cfg = exp.config
+    snap = view.snapshot
+    hist = view.history
+    cfg = view.config
     parts: list[str] = []
 
     # Reload state and the age of what is shown: the first things to trust or not.
-    rs = exp.reload_status
+    rs = view.reload_status
     if rs.successful:
         parts.append(
             f'<p class="banner ok" id="reload">Configuration {e(cfg.source)} loaded '
@@ -305,18 +137,18 @@ def render(exp: Exporter, *, metrics_path: str, now: float | None = None) -> str
             + "</p>"
         )
 
-    states = list(exp.prober.states.values())
+    states = list(view.targets)
     failing = [st for st in states if st.last is not None and not st.last.success]
-    delays = snap.get("dnsfleet_stub_expected_delay_seconds") if snap else ()
+    delays = snap.get(Kept.STUB_DELAY) if snap else ()
     stub_failing = {
         s.labels.get("resolv_conf")
-        for s in (snap.get("dnsfleet_stub_resolution_failing") if snap else ())
+        for s in (snap.get(Kept.STUB_FAILING) if snap else ())
         if s.value == 1
     }
     degraded = {
         s.labels.get("resolv_conf") for s in delays if s.value >= DEGRADED_DELAY_SECONDS
     } - stub_failing
-    collectors = snap.get("dnsfleet_collector_success") if snap else ()
+    collectors = snap.get(Kept.COLLECTOR_SUCCESS) if snap else ()
     bad_collectors = [s for s in collectors if s.value != 1]
     summary = [
         f"{len(states)} targets",
@@ -339,9 +171,9 @@ def render(exp: Exporter, *, metrics_path: str, now: float | None = None) -> str
         '<a href="/config">effective config</a></p>'
     )
 
-    parts.append(_targets_table(exp, snap, hist, now))
+    parts.append(_targets_table(view, snap, hist, now))
     if snap is not None:
-        parts.append(_stub_table(snap, runbooks=exp.runbook_base_url))
+        parts.append(_stub_table(snap, runbooks=view.runbook_base_url))
         parts.append(_collector_table(snap))
 
     return f"""<!doctype html>
@@ -358,46 +190,46 @@ sends no query to any resolver.</small></p>
 """
 
 
-def _targets_table(exp: Exporter, snap: Snapshot | None, hist: History, now: float) -> str:
+def _targets_table(view: StatusView, snap: Snapshot | None, hist: History, now: float) -> str:
     e = html.escape
 
     def by(name: str) -> dict[str, list[Sample]]:
         return snap.by_target(name) if snap else {}
 
-    stats_up = by("dnsfleet_resolver_stats_up")
-    start = by("dnsfleet_resolver_start_time_seconds")
-    info = by("dnsfleet_resolver_info")
-    capacity = by("dnsfleet_resolver_capacity_qps")
-    lower = by("dnsfleet_resolver_capacity_lower_bound")
+    stats_up = by(Kept.STATS_UP)
+    start = by(Kept.START_TIME)
+    info = by(Kept.INFO)
+    capacity = by(Kept.CAPACITY)
+    lower = by(Kept.CAPACITY_LOWER_BOUND)
     backend = {
         (s.labels.get("target"), s.labels.get("module")): s.labels.get("backend", "")
-        for s in (snap.get("dnsfleet_resolver_backend_info") if snap else ())
+        for s in (snap.get(Kept.BACKEND) if snap else ())
     }
     usable = {
         (s.labels.get("target"), s.labels.get("module")): s.value
-        for s in (snap.get("dnsfleet_resolver_canary_usable") if snap else ())
+        for s in (snap.get(Kept.CANARY_USABLE) if snap else ())
     }
     reason = {
         (s.labels.get("target"), s.labels.get("module")): s.labels.get("reason", "")
-        for s in (snap.get("dnsfleet_resolver_canary_unusable_reason") if snap else ())
+        for s in (snap.get(Kept.CANARY_UNUSABLE_REASON) if snap else ())
         if s.value == 1
     }
     cached = {
         (s.labels.get("target"), s.labels.get("module")): s.value
-        for s in (snap.get("dnsfleet_resolver_canary_cached") if snap else ())
+        for s in (snap.get(Kept.CANARY_CACHED) if snap else ())
     }
     last_reset: dict[str, float] = {}
-    for s in snap.get("dnsfleet_resolver_last_cache_reset_timestamp_seconds") if snap else ():
+    for s in snap.get(Kept.LAST_CACHE_RESET) if snap else ():
         tgt = s.labels.get("target", "")
         last_reset[tgt] = max(last_reset.get(tgt, 0.0), s.value)
     # A site fails when none of its targets answered its last probe (DNSSiteDown's rule).
     site_ok: dict[str, bool] = {}
-    for st in exp.prober.states.values():
+    for st in view.targets:
         site = dict(st.target.labels).get("site")
         if site and st.last is not None:
             site_ok[site] = site_ok.get(site, False) or st.last.success
     states = sorted(
-        exp.prober.states.values(),
+        view.targets,
         key=lambda s: (s.last is None or s.last.success, s.target.address, s.target.module),
     )
     rows = []
@@ -415,7 +247,7 @@ def _targets_table(exp: Exporter, snap: Snapshot | None, hist: History, now: flo
             runbook = ""
             if not r.success:
                 alert = failing_alert(site, site is not None and not site_ok.get(site, True))
-                runbook = f"<br>runbook: {runbook_link(exp.runbook_base_url, alert)}"
+                runbook = f"<br>runbook: {runbook_link(view.runbook_base_url, alert)}"
                 if st.failing_since is not None:
                     since = f'<span class="bad">since {e(when(st.failing_since, now))}</span>'
             result = (
@@ -526,16 +358,16 @@ def _headroom(
 
 def _stub_table(snap: Snapshot, *, runbooks: str) -> str:
     e = html.escape
-    delays = snap.get("dnsfleet_stub_expected_delay_seconds")
-    if not delays and not snap.get("dnsfleet_stub_resolv_conf_readable"):
+    delays = snap.get(Kept.STUB_DELAY)
+    if not delays and not snap.get(Kept.STUB_READABLE):
         return ""
     failing = {
         (s.labels.get("resolv_conf"), s.labels.get("libc")): s.value
-        for s in snap.get("dnsfleet_stub_resolution_failing")
+        for s in snap.get(Kept.STUB_FAILING)
     }
-    total = {s.labels.get("resolv_conf"): s.value for s in snap.get("dnsfleet_stub_nameservers")}
+    total = {s.labels.get("resolv_conf"): s.value for s in snap.get(Kept.STUB_NAMESERVERS)}
     up: dict[str | None, float] = {}
-    for s in snap.get("dnsfleet_stub_nameserver_up"):
+    for s in snap.get(Kept.STUB_NAMESERVER_UP):
         up[s.labels.get("resolv_conf")] = up.get(s.labels.get("resolv_conf"), 0) + s.value
     rows = []
     for s in sorted(delays, key=lambda s: (-s.value, s.labels.get("resolv_conf", ""))):
@@ -560,7 +392,7 @@ def _stub_table(snap: Snapshot, *, runbooks: str) -> str:
             f"<tr><td>{e(path)}</td><td>{e(s.labels.get('libc', ''))}</td>"
             f"<td>{delay}</td><td>{servers}</td><td>{fails}</td></tr>"
         )
-    for s in snap.get("dnsfleet_stub_resolv_conf_readable"):
+    for s in snap.get(Kept.STUB_READABLE):
         if s.value == 0:
             rows.append(
                 f"<tr><td>{e(s.labels.get('resolv_conf', ''))}</td><td></td>"
@@ -576,12 +408,10 @@ def _stub_table(snap: Snapshot, *, runbooks: str) -> str:
 
 def _collector_table(snap: Snapshot) -> str:
     e = html.escape
-    durations = {
-        s.labels.get("collector"): s.value for s in snap.get("dnsfleet_collector_duration_seconds")
-    }
+    durations = {s.labels.get("collector"): s.value for s in snap.get(Kept.COLLECTOR_DURATION)}
     rows = []
     for s in sorted(
-        snap.get("dnsfleet_collector_success"),
+        snap.get(Kept.COLLECTOR_SUCCESS),
         key=lambda s: (s.value == 1, s.labels.get("collector", "")),
     ):
         name = s.labels.get("collector", "")

@@ -18,7 +18,8 @@ from dnsfleet.exposition import (
     render_openmetrics_bytes,
 )
 from dnsfleet.httpserver import Request, Response, Router
-from dnsfleet.probes.handler import ProbeHandler, Refusal, Refused, probe_exposition
+from dnsfleet.probehandler import ProbeHandler, Refusal, Refused
+from dnsfleet.probes.families import probe_exposition
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +158,7 @@ class Handlers:
 
     async def index(self, request: Request) -> Response:
         return Response(
-            body=statuspage.render(self.exp, metrics_path=self.metrics_path).encode(),
+            body=statuspage.render(self.exp.status_view(), metrics_path=self.metrics_path).encode(),
             content_type="text/html; charset=utf-8",
         )
 
