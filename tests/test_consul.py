@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,9 +20,9 @@ from dnsfleet.exposition import Family
 from dnsfleet.hostfs import HostFS
 from dnsfleet.parsers.consul import parse_health_service
 from tests.harness.consul_double import CRITICAL, WARNING, ConsulDouble, consul_double
-from tests.harness.metrics import Samples, of, value
+from tests.harness.metrics import Samples, of, promtool_check, value
 from tests.harness.servers import scripted
-from tests.harness.tools import binary, free_port, num
+from tests.harness.tools import free_port, num
 
 pytestmark = pytest.mark.integration
 
@@ -452,11 +451,5 @@ def test_exporter_scrape_passes_promtool(consul: ConsulDouble, tmp_path: Path) -
     exp = Exporter(fs=HostFS(), config_file=str(p))
     text = asyncio.run(exp.scrape(5.0)).decode()
     assert 'dnsfleet_consul_up{agent="local"} 1' in text
-    out = subprocess.run(
-        [binary("promtool"), "check", "metrics"],
-        input=text,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = promtool_check(text)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -20,8 +20,7 @@ from dnsfleet.exposition import Family, render
 from dnsfleet.hostfs import HostFS, HostReadError, StrPath
 from tests.harness import metrics
 from tests.harness.hosttree import FIXTURES, TREES, host_fs
-from tests.harness.metrics import of
-from tests.harness.tools import binary
+from tests.harness.metrics import of, promtool_check
 
 pytestmark = pytest.mark.integration
 
@@ -76,13 +75,7 @@ def test_golden_exposition_of_x86_tree(tmp_path: Path) -> None:
     if os.environ.get("UPDATE_GOLDEN"):
         GOLDEN.write_text(text)
     assert text == GOLDEN.read_text(), "rerun with UPDATE_GOLDEN=1 after an intended change"
-    out = subprocess.run(
-        [binary("promtool"), "check", "metrics"],
-        input=text,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = promtool_check(text)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -440,13 +433,7 @@ def test_smoke_on_this_machines_proc_and_sys() -> None:
             assert (value(fams, "dnsfleet_nic_queues", device=dev.name) or 0) >= 1, dev.name
     assert value(fams, "dnsfleet_irqbalance_running") in (0, 1)
     text = deterministic(fams)
-    out = subprocess.run(
-        [binary("promtool"), "check", "metrics"],
-        input=text,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = promtool_check(text)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
