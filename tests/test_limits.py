@@ -30,7 +30,7 @@ from dnsfleet.cli import raise_fd_limit
 from dnsfleet.config import ConfigError
 from dnsfleet.hostfs import HostFS
 from dnsfleet.probes import Reason
-from tests.harness.exporter import EXPORTER, ExporterProc, running_exporter
+from tests.harness.exporter import EXPORTER, ExporterProcess, running_exporter
 from tests.harness.process import HttpOk, ManagedProcess
 from tests.harness.servers import Blackhole, Unbound, answer, scripted
 from tests.harness.tools import free_port
@@ -356,7 +356,7 @@ def test_no_descriptor_or_memory_growth_over_1000_scrapes(tmp_path: Path) -> Non
 # ------------------------------------------------------------------------ reloads
 
 
-def http(e: ExporterProc, path: str, method: str = "GET") -> tuple[int, str]:
+def http(e: ExporterProcess, path: str, method: str = "GET") -> tuple[int, str]:
     req = urllib.request.Request(e.url + path, method=method)
     try:
         with urllib.request.urlopen(req, timeout=30) as r:

@@ -19,7 +19,7 @@ import yaml
 
 from dnsfleet import webconfig
 from dnsfleet.config import ConfigError
-from tests.harness.exporter import EXPORTER, ExporterProc, running_exporter
+from tests.harness.exporter import EXPORTER, ExporterProcess, running_exporter
 from tests.harness.tools import binary
 
 pytestmark = pytest.mark.integration
@@ -106,7 +106,7 @@ def curl_status(*args: str) -> str:
 
 
 @pytest.fixture
-def auth_exporter(tmp_path: Path, exporter_config: Path) -> Iterator[ExporterProc]:
+def auth_exporter(tmp_path: Path, exporter_config: Path) -> Iterator[ExporterProcess]:
     wc = write(tmp_path, "web.yml", {"basic_auth_users": {"alice": ALICE_HASH, "bob": BOB_HASH}})
     with running_exporter(
         tmp_path, "--config.file", str(exporter_config), "--web.config.file", str(wc)
@@ -117,7 +117,7 @@ def auth_exporter(tmp_path: Path, exporter_config: Path) -> Iterator[ExporterPro
 # ------------------------------------------------------------------------ basic auth
 
 
-def test_basic_auth_with_curl(auth_exporter: ExporterProc) -> None:
+def test_basic_auth_with_curl(auth_exporter: ExporterProcess) -> None:
     url = auth_exporter.url + "/metrics"
     no_creds = curl("-i", url)
     assert no_creds.stdout.startswith("HTTP/1.1 401")
@@ -146,7 +146,7 @@ def test_basic_auth_with_curl(auth_exporter: ExporterProc) -> None:
         "Basic " + base64.b64encode(b"alice:" + b"x" * 100_000).decode()[:7000],
     ],
 )
-def test_malformed_authorization_is_401(auth_exporter: ExporterProc, header: str) -> None:
+def test_malformed_authorization_is_401(auth_exporter: ExporterProcess, header: str) -> None:
     async def go() -> tuple[int, str]:
         async with (
             aiohttp.ClientSession() as s,
@@ -193,7 +193,7 @@ def test_cache_holds_no_plaintext_password() -> None:
 
 
 @pytest.fixture
-def tls_exporter(tmp_path: Path, exporter_config: Path, pki: Pki) -> Iterator[ExporterProc]:
+def tls_exporter(tmp_path: Path, exporter_config: Path, pki: Pki) -> Iterator[ExporterProcess]:
     wc = write(
         tmp_path,
         "web.yml",
@@ -217,7 +217,7 @@ def tls_exporter(tmp_path: Path, exporter_config: Path, pki: Pki) -> Iterator[Ex
         yield e
 
 
-def test_tls_and_basic_auth_with_curl(tls_exporter: ExporterProc, pki: Pki) -> None:
+def test_tls_and_basic_auth_with_curl(tls_exporter: ExporterProcess, pki: Pki) -> None:
     url = tls_exporter.https_url + "/metrics"
     r = curl("-i", "--cacert", str(pki.ca_file), "-u", f"alice:{ALICE_PW}", url)
     assert r.returncode == 0, r.stderr
@@ -230,7 +230,7 @@ def test_tls_and_basic_auth_with_curl(tls_exporter: ExporterProc, pki: Pki) -> N
     assert curl("-u", f"alice:{ALICE_PW}", url).returncode == 60
 
 
-def test_plain_http_to_tls_listener_fails_cleanly(tls_exporter: ExporterProc, pki: Pki) -> None:
+def test_plain_http_to_tls_listener_fails_cleanly(tls_exporter: ExporterProcess, pki: Pki) -> None:
     for _ in range(3):
         plain = curl("-u", f"alice:{ALICE_PW}", tls_exporter.url + "/metrics")
         assert plain.returncode in (52, 56), plain  # empty reply / connection reset
@@ -256,7 +256,7 @@ def test_plain_http_to_tls_listener_fails_cleanly(tls_exporter: ExporterProc, pk
     assert "Traceback" not in tls_exporter.stderr()
 
 
-def test_aiohttp_client_over_tls(tls_exporter: ExporterProc, pki: Pki) -> None:
+def test_aiohttp_client_over_tls(tls_exporter: ExporterProcess, pki: Pki) -> None:
     ctx = ssl.create_default_context(cafile=str(pki.ca_file))
 
     async def go() -> tuple[int, str]:
@@ -278,7 +278,7 @@ def test_aiohttp_client_over_tls(tls_exporter: ExporterProc, pki: Pki) -> None:
 
 
 @pytest.fixture
-def mtls_exporter(tmp_path: Path, exporter_config: Path, pki: Pki) -> Iterator[ExporterProc]:
+def mtls_exporter(tmp_path: Path, exporter_config: Path, pki: Pki) -> Iterator[ExporterProcess]:
     wc = write(
         tmp_path,
         "web.yml",
@@ -299,7 +299,7 @@ def mtls_exporter(tmp_path: Path, exporter_config: Path, pki: Pki) -> Iterator[E
         yield e
 
 
-def test_client_certificates(mtls_exporter: ExporterProc, pki: Pki) -> None:
+def test_client_certificates(mtls_exporter: ExporterProcess, pki: Pki) -> None:
     url = mtls_exporter.https_url + "/metrics"
     ca = ("--cacert", str(pki.ca_file))
     assert curl_status(*ca, "--cert", str(pki.client_pem), url) == "200"

@@ -21,7 +21,7 @@ import yaml
 
 from dnsfleet import webconfig
 from dnsfleet.httpserver import Request, Response, Router, serve
-from tests.harness.exporter import ExporterProc, running_exporter
+from tests.harness.exporter import ExporterProcess, running_exporter
 from tests.harness.metrics import value
 from tests.harness.tools import binary
 
@@ -127,7 +127,7 @@ def write_web(path: Path, pki: Pki, **tls: object) -> None:
     tmp.replace(path)
 
 
-def scrape(e: ExporterProc, pki: Pki, cert: Path | None) -> str:
+def scrape(e: ExporterProcess, pki: Pki, cert: Path | None) -> str:
     args = [binary("curl"), "-sS", "--max-time", "10", "--cacert", str(pki.server_ca.cert)]
     if cert is not None:
         args += ["--cert", str(cert)]
