@@ -23,7 +23,7 @@ from dnsfleet.hostfs import HostFS
 from dnsfleet.httpserver import serve as http_serve
 from dnsfleet.statuspage import RUNBOOK_BASE_URL
 from dnsfleet.stubmodel import LIBCS
-from dnsfleet.web import make_router
+from dnsfleet.web import DEFAULT_MAX_REQUESTS, make_router
 
 DEFAULT_PORT = 9853
 log = logging.getLogger("dnsfleet")
@@ -84,7 +84,7 @@ def exporter_parser() -> argparse.ArgumentParser:
         "--web.max-requests",
         dest="max_requests",
         type=int,
-        default=40,
+        default=DEFAULT_MAX_REQUESTS,
         help="concurrent /metrics requests before 503 (0: no limit)",
     )
     p.add_argument(

@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 REFUSAL_STATUS = {Refusal.INVALID: 400, Refusal.FORBIDDEN: 403, Refusal.BUSY: 503}
+# Concurrent /metrics requests before a 503 (--web.max-requests; 0: no limit), as
+# node_exporter's --web.max-requests.
+DEFAULT_MAX_REQUESTS = 40
 
 
 def scrape_timeout_header(request: Request) -> float | None:
@@ -84,7 +87,7 @@ class Handlers:
         metrics_path: str,
         *,
         enable_lifecycle: bool = False,
-        max_requests: int = 40,
+        max_requests: int = DEFAULT_MAX_REQUESTS,
     ) -> None:
         self.exp = exp
         self.metrics_path = metrics_path
@@ -172,7 +175,7 @@ def make_router(
     *,
     metrics_path: str = "/metrics",
     enable_lifecycle: bool = False,
-    max_requests: int = 40,
+    max_requests: int = DEFAULT_MAX_REQUESTS,
 ) -> Router:
     h = Handlers(exp, metrics_path, enable_lifecycle=enable_lifecycle, max_requests=max_requests)
     router = Router()
