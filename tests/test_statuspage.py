@@ -27,9 +27,18 @@ from dnsfleet.exposition import Family, labelset
 from dnsfleet.prober import Prober
 from dnsfleet.probes import Reason, failed
 from dnsfleet.probes.result import ProbeResult
+from dnsfleet.selfmetrics import ReloadStatus
 from dnsfleet.status import History, Snapshot, parse_labels
 from dnsfleet.status import Sample as StatusSample
-from dnsfleet.statuspage import RUNBOOK_BASE_URL, _headroom, ago, failing_alert, when
+from dnsfleet.statuspage import (
+    RUNBOOK_BASE_URL,
+    StatusView,
+    _headroom,
+    ago,
+    failing_alert,
+    render,
+    when,
+)
 from tests.harness.exporter import ExporterProcess
 from tests.harness.metrics import value
 from tests.harness.servers import Blackhole, Named, Unbound
@@ -94,6 +103,49 @@ def test_failing_since_is_kept_across_reloads_that_keep_the_target() -> None:
     assert st.failing_since == 115 and st.target.labels == (("site", "b"),)
     st.observe(ok, 145)
     assert st.failing_since is None
+
+
+def test_failing_column_says_since_when_even_with_readable_statistics() -> None:
+    """The page's "failing" cell of a failing target whose statistics are readable says
+    since when it fails (it once showed the uptime there instead), and a healthy target's
+    is empty; the uptime stays in the statistics cell."""
+    cfg = parse(
+        {
+            "modules": {"m": {}},
+            "targets": [
+                {"address": a, "module": "m", "stats": {"type": "unbound", "control": "unix:///x"}}
+                for a in ("192.0.2.1", "192.0.2.2")
+            ],
+        },
+        source="t.yml",
+    )
+    p = Prober()
+    p.configure(cfg)
+    ok = ProbeResult(success=True, reason=None, duration=0.01, rcode=0, answer_rrs=1, detail="")
+    p.states[("192.0.2.1", "m")].observe(failed(Reason.RCODE, 0.01, "SERVFAIL"), 1000)
+    p.states[("192.0.2.2", "m")].observe(ok, 1000)
+    up = Family("dnsfleet_resolver_stats_up", "")
+    start = Family("dnsfleet_resolver_start_time_seconds", "")
+    for a in ("192.0.2.1", "192.0.2.2"):
+        up.add(1, {"target": a})
+        start.add(400, {"target": a})
+    view = StatusView(
+        config=cfg,
+        reload_status=ReloadStatus(True, 900),
+        targets=list(p.states.values()),
+        snapshot=Snapshot.of([up, start], wall=1000, duration=0.1),
+        history=History(),
+        runbook_base_url=RUNBOOK_BASE_URL,
+    )
+    page = render(view, metrics_path="/metrics", now=1060)
+    rows = {
+        r.split('data-target="', 1)[1].split('"', 1)[0]: r.split("<td>")
+        for r in page.split("<tr ")[1:]
+    }
+    failing_cell = rows["192.0.2.1"][6]
+    assert failing_cell.startswith('<span class="bad">since 60s ago (')
+    assert rows["192.0.2.2"][6] == "</td>"
+    assert "readable, up 11m" in "".join(rows["192.0.2.2"])
 
 
 def test_runbook_base_url_default_is_the_rules_default() -> None:

@@ -190,38 +190,59 @@ sends no query to any resolver.</small></p>
 """
 
 
+TargetModule = tuple[str | None, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """What the last snapshot says of each target (by target, or by target and module)."""
+
+    stats_up: dict[str, list[Sample]]
+    start: dict[str, list[Sample]]
+    info: dict[str, list[Sample]]
+    capacity: dict[str, list[Sample]]
+    lower: dict[str, list[Sample]]
+    backend: dict[TargetModule, str]
+    usable: dict[TargetModule, float]
+    reason: dict[TargetModule, str]
+    cached: dict[TargetModule, float]
+    last_reset: dict[str, float]
+
+    @classmethod
+    def of(cls, snap: Snapshot | None) -> _Facts:
+        def by(name: str) -> dict[str, list[Sample]]:
+            return snap.by_target(name) if snap else {}
+
+        def get(name: str) -> tuple[Sample, ...]:
+            return snap.get(name) if snap else ()
+
+        def key(s: Sample) -> TargetModule:
+            return (s.labels.get("target"), s.labels.get("module"))
+
+        last_reset: dict[str, float] = {}
+        for s in get(Kept.LAST_CACHE_RESET):
+            tgt = s.labels.get("target", "")
+            last_reset[tgt] = max(last_reset.get(tgt, 0.0), s.value)
+        return cls(
+            stats_up=by(Kept.STATS_UP),
+            start=by(Kept.START_TIME),
+            info=by(Kept.INFO),
+            capacity=by(Kept.CAPACITY),
+            lower=by(Kept.CAPACITY_LOWER_BOUND),
+            backend={key(s): s.labels.get("backend", "") for s in get(Kept.BACKEND)},
+            usable={key(s): s.value for s in get(Kept.CANARY_USABLE)},
+            reason={
+                key(s): s.labels.get("reason", "")
+                for s in get(Kept.CANARY_UNUSABLE_REASON)
+                if s.value == 1
+            },
+            cached={key(s): s.value for s in get(Kept.CANARY_CACHED)},
+            last_reset=last_reset,
+        )
+
+
 def _targets_table(view: StatusView, snap: Snapshot | None, hist: History, now: float) -> str:
-    e = html.escape
-
-    def by(name: str) -> dict[str, list[Sample]]:
-        return snap.by_target(name) if snap else {}
-
-    stats_up = by(Kept.STATS_UP)
-    start = by(Kept.START_TIME)
-    info = by(Kept.INFO)
-    capacity = by(Kept.CAPACITY)
-    lower = by(Kept.CAPACITY_LOWER_BOUND)
-    backend = {
-        (s.labels.get("target"), s.labels.get("module")): s.labels.get("backend", "")
-        for s in (snap.get(Kept.BACKEND) if snap else ())
-    }
-    usable = {
-        (s.labels.get("target"), s.labels.get("module")): s.value
-        for s in (snap.get(Kept.CANARY_USABLE) if snap else ())
-    }
-    reason = {
-        (s.labels.get("target"), s.labels.get("module")): s.labels.get("reason", "")
-        for s in (snap.get(Kept.CANARY_UNUSABLE_REASON) if snap else ())
-        if s.value == 1
-    }
-    cached = {
-        (s.labels.get("target"), s.labels.get("module")): s.value
-        for s in (snap.get(Kept.CANARY_CACHED) if snap else ())
-    }
-    last_reset: dict[str, float] = {}
-    for s in snap.get(Kept.LAST_CACHE_RESET) if snap else ():
-        tgt = s.labels.get("target", "")
-        last_reset[tgt] = max(last_reset.get(tgt, 0.0), s.value)
+    facts = _Facts.of(snap)
     # A site fails when none of its targets answered its last probe (DNSSiteDown's rule).
     site_ok: dict[str, bool] = {}
     for st in view.targets:
@@ -232,84 +253,9 @@ def _targets_table(view: StatusView, snap: Snapshot | None, hist: History, now: 
         view.targets,
         key=lambda s: (s.last is None or s.last.success, s.target.address, s.target.module),
     )
-    rows = []
-    for st in states:
-        t, r = st.target, st.last
-        key = (t.address, t.module)
-        labels = " ".join(f"{k}={v}" for k, v in t.labels)
-        site = dict(t.labels).get("site")
-        since = ""
-        if r is None:
-            result = '<td class="unk">not probed yet</td><td></td><td></td>'
-        else:
-            verdict = "OK" if r.success else f"FAIL: {r.reason.value if r.reason else '?'}"
-            detail = r.rcode_text if r.success else (r.detail or r.rcode_text)
-            runbook = ""
-            if not r.success:
-                alert = failing_alert(site, site is not None and not site_ok.get(site, True))
-                runbook = f"<br>runbook: {runbook_link(view.runbook_base_url, alert)}"
-                if st.failing_since is not None:
-                    since = f'<span class="bad">since {e(when(st.failing_since, now))}</span>'
-            result = (
-                f'<td class="{"ok" if r.success else "bad"}">{e(verdict)}{runbook}</td>'
-                f"<td>{r.duration * 1000:.1f} ms</td><td>{e(detail)}</td>"
-            )
-        probed = f"{ago(now - st.last_wall)} ago" if r is not None else ""
-        # the resolver's own statistics
-        if t.stats is None:
-            stats = '<span class="unk">not configured</span>'
-        elif t.address not in stats_up:
-            stats = '<span class="unk">not read yet</span>'
-        elif stats_up[t.address][0].value == 1:
-            soft = info.get(t.address)
-            sw = (
-                f"{soft[0].labels.get('software', '')} {soft[0].labels.get('version', '')}"
-                if soft
-                else ""
-            )
-            up = start.get(t.address)
-            since = f", up {ago(now - up[0].value)}" if up else ""
-            stats = _span("ok", f"readable{': ' + sw.strip() if sw.strip() else ''}{since}")
-        else:
-            stats = _span("bad", "UNREADABLE (restarts seen only by the canary)")
-        # the canary
-        if key in usable:
-            canary = (
-                _span("ok", "usable")
-                if usable[key] == 1
-                else _span("warn", f"unusable: {reason.get(key, 'unknown')}")
-            )
-        elif key in cached:
-            canary = (
-                _span("ok", "cached")
-                if cached[key] == 1
-                else _span("warn", "authoritative: cannot see resets")
-            )
-        else:
-            canary = '<span class="unk">none</span>'
-        events = hist.events.get(t.address, ())
-        ev = "<br>".join(f"{e(ev.what)} {ago(now - ev.wall)} ago" for ev in reversed(events))
-        # The last restart (the process start the resolver states) and the last cache reset
-        # the canary saw, whichever is known.
-        last = []
-        if t.address in start:
-            last.append(f"restart {when(start[t.address][0].value, now)}")
-        if t.address in last_reset:
-            last.append(f"cache reset {when(last_reset[t.address], now)}")
-        latest = "<br>".join(e(x) for x in last) or '<span class="unk">none seen</span>'
-        headroom = _headroom(
-            capacity.get(t.address, []),
-            lower.get(t.address, []),
-            hist.qps.get(t.address),
-            hist.hit_ratio.get(t.address),
-        )
-        rows.append(
-            f'<tr data-target="{e(t.address)}" data-module="{e(t.module)}">'
-            f"<td>{e(t.address)}</td><td>{e(t.module)}</td><td>{e(labels)}</td>{result}"
-            f"<td>{since}</td><td>{probed}</td><td>{e(backend.get(key, ''))}</td>"
-            f"<td>{stats}</td><td>{canary}</td><td>{latest}</td><td>{ev}</td>"
-            f"<td>{headroom}</td></tr>"
-        )
+    rows = [
+        _target_row(st, view, facts=facts, hist=hist, site_ok=site_ok, now=now) for st in states
+    ]
     body = "\n".join(rows) or '<tr><td colspan="14">No targets configured.</td></tr>'
     return (
         "<h2>Resolvers</h2><p><small>Failing targets first, with the runbook of the alert "
@@ -321,6 +267,102 @@ def _targets_table(view: StatusView, snap: Snapshot | None, hist: History, now: 
         "<th>capacity headroom</th></tr>\n"
         f"{body}</table>"
     )
+
+
+def _target_row(
+    st: TargetState,
+    view: StatusView,
+    *,
+    facts: _Facts,
+    hist: History,
+    site_ok: dict[str, bool],
+    now: float,
+) -> str:
+    e = html.escape
+    t = st.target
+    key = (t.address, t.module)
+    labels = " ".join(f"{k}={v}" for k, v in t.labels)
+    result, since = _result_cells(st, view.runbook_base_url, site_ok, now)
+    probed = f"{ago(now - st.last_wall)} ago" if st.last is not None else ""
+    events = hist.events.get(t.address, ())
+    ev = "<br>".join(f"{e(ev.what)} {ago(now - ev.wall)} ago" for ev in reversed(events))
+    headroom = _headroom(
+        facts.capacity.get(t.address, []),
+        facts.lower.get(t.address, []),
+        hist.qps.get(t.address),
+        hist.hit_ratio.get(t.address),
+    )
+    return (
+        f'<tr data-target="{e(t.address)}" data-module="{e(t.module)}">'
+        f"<td>{e(t.address)}</td><td>{e(t.module)}</td><td>{e(labels)}</td>{result}"
+        f"<td>{since}</td><td>{probed}</td><td>{e(facts.backend.get(key, ''))}</td>"
+        f"<td>{_stats_cell(st, facts, now)}</td><td>{_canary_cell(key, facts)}</td>"
+        f"<td>{_latest_cell(t.address, facts, now)}</td><td>{ev}</td>"
+        f"<td>{headroom}</td></tr>"
+    )
+
+
+def _result_cells(
+    st: TargetState, runbooks: str, site_ok: dict[str, bool], now: float
+) -> tuple[str, str]:
+    """The result, latency and reason cells of a target; and since when it fails."""
+    e = html.escape
+    r = st.last
+    if r is None:
+        return '<td class="unk">not probed yet</td><td></td><td></td>', ""
+    verdict = "OK" if r.success else f"FAIL: {r.reason.value if r.reason else '?'}"
+    detail = r.rcode_text if r.success else (r.detail or r.rcode_text)
+    runbook = since = ""
+    if not r.success:
+        site = dict(st.target.labels).get("site")
+        alert = failing_alert(site, site is not None and not site_ok.get(site, True))
+        runbook = f"<br>runbook: {runbook_link(runbooks, alert)}"
+        if st.failing_since is not None:
+            since = f'<span class="bad">since {e(when(st.failing_since, now))}</span>'
+    result = (
+        f'<td class="{"ok" if r.success else "bad"}">{e(verdict)}{runbook}</td>'
+        f"<td>{r.duration * 1000:.1f} ms</td><td>{e(detail)}</td>"
+    )
+    return result, since
+
+
+def _stats_cell(st: TargetState, facts: _Facts, now: float) -> str:
+    """The resolver's own statistics: readable (software, uptime), unreadable, or not."""
+    t = st.target
+    if t.stats is None:
+        return '<span class="unk">not configured</span>'
+    if t.address not in facts.stats_up:
+        return '<span class="unk">not read yet</span>'
+    if facts.stats_up[t.address][0].value != 1:
+        return _span("bad", "UNREADABLE (restarts seen only by the canary)")
+    soft = facts.info.get(t.address)
+    sw = f"{soft[0].labels.get('software', '')} {soft[0].labels.get('version', '')}" if soft else ""
+    up = facts.start.get(t.address)
+    uptime = f", up {ago(now - up[0].value)}" if up else ""
+    return _span("ok", f"readable{': ' + sw.strip() if sw.strip() else ''}{uptime}")
+
+
+def _canary_cell(key: TargetModule, facts: _Facts) -> str:
+    if key in facts.usable:
+        if facts.usable[key] == 1:
+            return _span("ok", "usable")
+        return _span("warn", f"unusable: {facts.reason.get(key, 'unknown')}")
+    if key in facts.cached:
+        if facts.cached[key] == 1:
+            return _span("ok", "cached")
+        return _span("warn", "authoritative: cannot see resets")
+    return '<span class="unk">none</span>'
+
+
+def _latest_cell(address: str, facts: _Facts, now: float) -> str:
+    """The last restart (the process start the resolver states) and the last cache reset
+    the canary saw, whichever is known."""
+    last = []
+    if address in facts.start:
+        last.append(f"restart {when(facts.start[address][0].value, now)}")
+    if address in facts.last_reset:
+        last.append(f"cache reset {when(facts.last_reset[address], now)}")
+    return "<br>".join(html.escape(x) for x in last) or '<span class="unk">none seen</span>'
 
 
 def _headroom(
