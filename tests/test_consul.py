@@ -24,8 +24,6 @@ from tests.harness.metrics import Samples, of, promtool_check, value
 from tests.harness.servers import scripted
 from tests.harness.tools import free_port, num
 
-pytestmark = pytest.mark.integration
-
 # --------------------------------------------------------------------------- config
 
 
@@ -35,6 +33,7 @@ def load(tmp_path: Path, doc: object) -> Config:
     return config_mod.load(p)
 
 
+@pytest.mark.unit
 def test_config_defaults_and_forms(tmp_path: Path) -> None:
     cfg = load(
         tmp_path,
@@ -121,6 +120,7 @@ INVALID = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("doc", "message"), INVALID, ids=[m[:40] for _, m in INVALID])
 def test_invalid_config_messages(tmp_path: Path, doc: object, message: str) -> None:
     with pytest.raises(ConfigError) as e:
@@ -131,6 +131,7 @@ def test_invalid_config_messages(tmp_path: Path, doc: object, message: str) -> N
 # --------------------------------------------------------------------------- pure parts
 
 
+@pytest.mark.unit
 def test_compare_stale_missing_and_limits() -> None:
     health = parse_health_service(
         '[{"Node":{"Node":"a","Address":"192.0.2.1"},"Service":{"Address":"","Port":1},'
@@ -154,6 +155,7 @@ def test_compare_stale_missing_and_limits() -> None:
     assert (c.stale, c.missing) == (0, 0)
 
 
+@pytest.mark.unit
 def test_decode_answer_rejects_garbage() -> None:
     with pytest.raises(ValueError, match="undecodable"):
         decode_answer(b"\x00\x01\x81\x80\x00\x01\x00\x01\x00\x00\x00\x00\x03abc", 1)
@@ -206,6 +208,7 @@ def v(m: Samples, name: str, **labels: str) -> float | None:
     return value(m, name, **{"agent": "local", **labels})
 
 
+@pytest.mark.integration
 def test_healthy_cluster(consul: ConsulDouble) -> None:
     m = collect(make_config(consul))
     assert value(m, "dnsfleet_collector_success", collector="consul") == 1
@@ -244,6 +247,7 @@ def test_healthy_cluster(consul: ConsulDouble) -> None:
     assert v(m, "dnsfleet_consul_raft_db_bytes") is None  # no data_dir configured
 
 
+@pytest.mark.integration
 def test_critical_instance_leaves_dns_and_catalog_together(consul: ConsulDouble) -> None:
     consul.set_status("web-n2-8080", CRITICAL)
     m = collect(make_config(consul))
@@ -253,6 +257,7 @@ def test_critical_instance_leaves_dns_and_catalog_together(consul: ConsulDouble)
     assert v(m, "dnsfleet_consul_dns_missing_instances", service="web") == 0
 
 
+@pytest.mark.integration
 def test_warning_instance_in_dns_is_no_mismatch(consul: ConsulDouble) -> None:
     consul.set_status("web-n2-8080", WARNING)
     m = collect(make_config(consul))
@@ -261,6 +266,7 @@ def test_warning_instance_in_dns_is_no_mismatch(consul: ConsulDouble) -> None:
     assert v(m, "dnsfleet_consul_dns_stale_answers", service="web") == 0
 
 
+@pytest.mark.integration
 def test_dns_serving_a_failed_instance_is_a_mismatch(consul: ConsulDouble) -> None:
     consul.set_status("web-n2-8080", CRITICAL)
     consul.serve_failed = True
@@ -271,6 +277,7 @@ def test_dns_serving_a_failed_instance_is_a_mismatch(consul: ConsulDouble) -> No
     assert v(m, "dnsfleet_consul_dns_stale_answers", service="web") == 1
 
 
+@pytest.mark.integration
 def test_large_service_udp_trim_is_not_a_mismatch() -> None:
     with consul_double() as c:
         for i in range(100):
@@ -284,6 +291,7 @@ def test_large_service_udp_trim_is_not_a_mismatch() -> None:
         assert v(m, "dnsfleet_consul_dns_missing_instances", service="big") == 0
 
 
+@pytest.mark.integration
 def test_leader_loss(consul: ConsulDouble) -> None:
     consul.leader = ""
     m = collect(make_config(consul))
@@ -291,6 +299,7 @@ def test_leader_loss(consul: ConsulDouble) -> None:
     assert v(m, "dnsfleet_consul_leader_present") == 0
 
 
+@pytest.mark.integration
 def test_large_raft_db(consul: ConsulDouble, tmp_path: Path) -> None:
     data = tmp_path / "host" / "opt" / "consul"
     (data / "raft").mkdir(parents=True)
@@ -302,6 +311,7 @@ def test_large_raft_db(consul: ConsulDouble, tmp_path: Path) -> None:
     assert v(m, "dnsfleet_consul_raft_db_bytes") == size
 
 
+@pytest.mark.integration
 def test_unreadable_data_dir_is_no_failed_scrape(consul: ConsulDouble, tmp_path: Path) -> None:
     if os.geteuid() == 0:
         # root reads anything: make the path component a file instead.
@@ -312,6 +322,7 @@ def test_unreadable_data_dir_is_no_failed_scrape(consul: ConsulDouble, tmp_path:
     assert v(m, "dnsfleet_consul_up") == 1
 
 
+@pytest.mark.integration
 def test_http_down(consul: ConsulDouble) -> None:
     consul.stop_http()
     m = collect(make_config(consul))
@@ -323,6 +334,7 @@ def test_http_down(consul: ConsulDouble) -> None:
     assert v(m, "dnsfleet_consul_dns_stale_answers", service="web") is None
 
 
+@pytest.mark.integration
 def test_dns_down(consul: ConsulDouble) -> None:
     consul.stop_dns()
     m = collect(make_config(consul))
@@ -334,6 +346,7 @@ def test_dns_down(consul: ConsulDouble) -> None:
     assert v(m, "dnsfleet_consul_dns_stale_answers", service="web") is None
 
 
+@pytest.mark.integration
 def test_garbage_dns_is_malformed(consul: ConsulDouble) -> None:
     def handler(q: bytes) -> list[bytes]:
         # Header of a valid response to the query, then an answer RR whose A rdata has
@@ -362,6 +375,7 @@ def test_garbage_dns_is_malformed(consul: ConsulDouble) -> None:
     assert v(m, "dnsfleet_consul_dns_probe_failure", query=q, reason="malformed") == 1
 
 
+@pytest.mark.integration
 def test_acl_token_from_file(tmp_path: Path) -> None:
     with consul_double(token="s3cret") as c:
         c.add_node("n1", "192.0.2.1")
@@ -391,6 +405,7 @@ def test_acl_token_from_file(tmp_path: Path) -> None:
         assert v(m, "dnsfleet_consul_up") == 0
 
 
+@pytest.mark.integration
 def test_token_never_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with consul_double(token="s3cret-token-value") as c:
         c.add_node("n1", "192.0.2.1")
@@ -403,6 +418,7 @@ def test_token_never_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) ->
     assert "token-value" not in caplog.text
 
 
+@pytest.mark.integration
 def test_deadline_bounds_a_silent_agent(blackhole: object) -> None:
     port = free_port()  # nothing listens for HTTP; DNS goes to a blackhole
     cfg = config_mod.parse(
@@ -428,6 +444,7 @@ def test_deadline_bounds_a_silent_agent(blackhole: object) -> None:
     assert v(m, "dnsfleet_consul_up") == 0
 
 
+@pytest.mark.integration
 def test_exporter_scrape_passes_promtool(consul: ConsulDouble, tmp_path: Path) -> None:
     p = tmp_path / "dnsfleet.yml"
     p.write_text(

@@ -45,11 +45,10 @@ from tests.harness.servers import Blackhole, Named, Unbound
 from tests.harness.tools import binary
 from tests.test_fullstack import spare_loopback_pair
 
-pytestmark = pytest.mark.integration
-
 # ------------------------------------------------------------------------------ pure
 
 
+@pytest.mark.unit
 @given(
     st.dictionaries(
         st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True), st.text(max_size=20), max_size=5
@@ -59,6 +58,7 @@ def test_parse_labels_inverts_labelset(labels: dict[str, str]) -> None:
     assert parse_labels(labelset(labels)) == labels
 
 
+@pytest.mark.unit
 def test_ago() -> None:
     assert [ago(s) for s in (-3, 5, 89, 600, 7200, 200000)] == [
         "0s",
@@ -70,6 +70,7 @@ def test_ago() -> None:
     ]
 
 
+@pytest.mark.unit
 def test_when_and_the_alert_a_failing_target_raises() -> None:
     assert when(1_800_000_000, 1_800_000_180) == "3m ago (2027-01-15 08:00:00 UTC)"
     assert failing_alert("ams", site_failing=True) == "DNSSiteDown"
@@ -77,6 +78,7 @@ def test_when_and_the_alert_a_failing_target_raises() -> None:
     assert failing_alert(None, site_failing=True) == "DNSResolverDown"
 
 
+@pytest.mark.unit
 def test_failing_since_is_kept_across_reloads_that_keep_the_target() -> None:
     def cfg(labels: dict[str, str]) -> Config:
         return parse(
@@ -105,6 +107,7 @@ def test_failing_since_is_kept_across_reloads_that_keep_the_target() -> None:
     assert st.failing_since is None
 
 
+@pytest.mark.unit
 def test_failing_column_says_since_when_even_with_readable_statistics() -> None:
     """The page's "failing" cell of a failing target whose statistics are readable says
     since when it fails (it once showed the uptime there instead), and a healthy target's
@@ -148,6 +151,7 @@ def test_failing_column_says_since_when_even_with_readable_statistics() -> None:
     assert "readable, up 11m" in "".join(rows["192.0.2.2"])
 
 
+@pytest.mark.unit
 def test_runbook_base_url_default_is_the_rules_default() -> None:
     from alerts.generate import CONFIG, load_config
 
@@ -186,6 +190,7 @@ def snap(
     return Snapshot.of(fams, wall=wall, duration=0.1)
 
 
+@pytest.mark.unit
 def test_history_remembers_restarts_resets_and_load() -> None:
     h = History()
     targets = ["192.0.2.1:53"]
@@ -203,6 +208,7 @@ def test_history_remembers_restarts_resets_and_load() -> None:
     assert not h.events and not h.qps  # target removed from the config
 
 
+@pytest.mark.unit
 def test_history_keeps_the_cache_hit_ratio_between_scrapes() -> None:
     h = History()
     targets = ["192.0.2.1:53"]
@@ -223,6 +229,7 @@ def cap(kind: str, v: float) -> StatusSample:
     return StatusSample({"target": "t", "kind": kind}, v)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "caps,lower,qps,h,want",
     [
@@ -283,6 +290,7 @@ def test_status_page_capacity_cell(
         assert ('class="bad"' in cell) == want.startswith("20%")
 
 
+@pytest.mark.unit
 def test_snapshot_keeps_only_the_page_families() -> None:
     kept = Family("dnsfleet_collector_success", "").add(1, {"collector": "nic"})
     other = Family("dnsfleet_nic_queue_interrupts_total", "").add(5, {"device": "eth0"})
@@ -478,12 +486,14 @@ def unbound_queries(u: Unbound) -> int:
     raise AssertionError("no total.num.queries")
 
 
+@pytest.mark.integration
 def test_page_before_any_scrape_says_so(page: Page) -> None:
     body = page.exporter.get("/")  # runs first: the module's exporter was never scraped
     assert "No scrape yet" in body and "not probed yet" in body
     assert "<script" not in body and "http://" not in body.replace(page.exporter.base, "")
 
 
+@pytest.mark.integration
 def test_incident_view_in_chromium(page: Page, tmp_path: Path) -> None:
     exp, u = page.exporter, page.unbound
     first = exp.get("/metrics")
@@ -542,6 +552,7 @@ def test_incident_view_in_chromium(page: Page, tmp_path: Path) -> None:
     assert order == [page.dead, u.address]
 
 
+@pytest.mark.integration
 def test_failed_reload_shows_latest_error_only(page: Page) -> None:
     good = page.config.read_text()
     try:
@@ -564,6 +575,7 @@ def test_failed_reload_shows_latest_error_only(page: Page) -> None:
     assert "Last reload FAILED" not in page.exporter.get("/")
 
 
+@pytest.mark.integration
 def test_failing_since_survives_a_reload_that_keeps_the_target(page: Page) -> None:
     """A reload that keeps the failing target (here with a label changed) keeps its
     "failing since"; the page shows the same time after the reload."""

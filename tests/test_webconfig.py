@@ -22,8 +22,6 @@ from dnsfleet.config import ConfigError
 from tests.harness.exporter import EXPORTER, ExporterProcess, running_exporter
 from tests.harness.tools import binary
 
-pytestmark = pytest.mark.integration
-
 # Cost 4 keeps the suite fast; cost is read from the hash, so this exercises the same code.
 ALICE_PW = "correct horse"
 ALICE_HASH = bcrypt.hashpw(ALICE_PW.encode(), bcrypt.gensalt(rounds=4)).decode()
@@ -117,6 +115,7 @@ def auth_exporter(tmp_path: Path, exporter_config: Path) -> Iterator[ExporterPro
 # ------------------------------------------------------------------------ basic auth
 
 
+@pytest.mark.integration
 def test_basic_auth_with_curl(auth_exporter: ExporterProcess) -> None:
     url = auth_exporter.url + "/metrics"
     no_creds = curl("-i", url)
@@ -135,6 +134,7 @@ def test_basic_auth_with_curl(auth_exporter: ExporterProcess) -> None:
     assert curl_status("-X", "POST", auth_exporter.url + "/-/reload") == "401"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "header",
     [
@@ -157,6 +157,7 @@ def test_malformed_authorization_is_401(auth_exporter: ExporterProcess, header: 
     assert asyncio.run(go()) == (401, "Basic")
 
 
+@pytest.mark.unit
 def test_verifications_are_cached_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     auth = webconfig.BasicAuth({"alice": ALICE_HASH.encode()})
 
@@ -182,6 +183,7 @@ def test_verifications_are_cached_and_bounded(monkeypatch: pytest.MonkeyPatch) -
     asyncio.run(go())
 
 
+@pytest.mark.unit
 def test_cache_holds_no_plaintext_password() -> None:
     auth = webconfig.BasicAuth({"alice": ALICE_HASH.encode()})
     asyncio.run(auth.check("alice", ALICE_PW.encode()))
@@ -217,6 +219,7 @@ def tls_exporter(tmp_path: Path, exporter_config: Path, pki: Pki) -> Iterator[Ex
         yield e
 
 
+@pytest.mark.integration
 def test_tls_and_basic_auth_with_curl(tls_exporter: ExporterProcess, pki: Pki) -> None:
     url = tls_exporter.https_url + "/metrics"
     r = curl("-i", "--cacert", str(pki.ca_file), "-u", f"alice:{ALICE_PW}", url)
@@ -230,6 +233,7 @@ def test_tls_and_basic_auth_with_curl(tls_exporter: ExporterProcess, pki: Pki) -
     assert curl("-u", f"alice:{ALICE_PW}", url).returncode == 60
 
 
+@pytest.mark.integration
 def test_plain_http_to_tls_listener_fails_cleanly(tls_exporter: ExporterProcess, pki: Pki) -> None:
     for _ in range(3):
         plain = curl("-u", f"alice:{ALICE_PW}", tls_exporter.url + "/metrics")
@@ -256,6 +260,7 @@ def test_plain_http_to_tls_listener_fails_cleanly(tls_exporter: ExporterProcess,
     assert "Traceback" not in tls_exporter.stderr()
 
 
+@pytest.mark.integration
 def test_aiohttp_client_over_tls(tls_exporter: ExporterProcess, pki: Pki) -> None:
     ctx = ssl.create_default_context(cafile=str(pki.ca_file))
 
@@ -299,6 +304,7 @@ def mtls_exporter(tmp_path: Path, exporter_config: Path, pki: Pki) -> Iterator[E
         yield e
 
 
+@pytest.mark.integration
 def test_client_certificates(mtls_exporter: ExporterProcess, pki: Pki) -> None:
     url = mtls_exporter.https_url + "/metrics"
     ca = ("--cacert", str(pki.ca_file))
@@ -309,6 +315,7 @@ def test_client_certificates(mtls_exporter: ExporterProcess, pki: Pki) -> None:
     assert mtls_exporter.proc.poll() is None
 
 
+@pytest.mark.integration
 def test_client_allowed_sans(tmp_path: Path, exporter_config: Path, pki: Pki) -> None:
     other = pki.client_ca.issue_cert("grafana.example.test")
     other.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "other.pem"))
@@ -334,6 +341,7 @@ def test_client_allowed_sans(tmp_path: Path, exporter_config: Path, pki: Pki) ->
         assert curl_status(*ca, "--cert", str(pki.client_pem), url) == "200"
 
 
+@pytest.mark.integration
 def test_min_version_enforced(tmp_path: Path, exporter_config: Path, pki: Pki) -> None:
     wc = write(
         tmp_path,
@@ -355,6 +363,7 @@ def test_min_version_enforced(tmp_path: Path, exporter_config: Path, pki: Pki) -
         assert curl(*ca, "--tlsv1.3", url).stdout == "OK\n"
 
 
+@pytest.mark.unit
 def test_inline_certificate_and_key(tmp_path: Path, pki: Pki) -> None:
     wc = write(
         tmp_path,
@@ -369,6 +378,7 @@ def test_inline_certificate_and_key(tmp_path: Path, pki: Pki) -> None:
     assert webconfig.load(wc).ssl_context is not None
 
 
+@pytest.mark.integration
 def test_rate_limit(tmp_path: Path, exporter_config: Path) -> None:
     wc = write(tmp_path, "web.yml", {"rate_limit": {"interval": "1m", "burst": 2}})
     with running_exporter(
@@ -430,6 +440,7 @@ INVALID: list[tuple[str, object, str]] = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("doc", "message"), [(d, m) for _, d, m in INVALID], ids=[i for i, _, _ in INVALID]
 )
@@ -440,6 +451,7 @@ def test_invalid_web_config(tmp_path: Path, doc: object, message: str) -> None:
     assert str(e.value) == message.replace("web.yml", str(p))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
@@ -489,6 +501,7 @@ def test_invalid_tls(tmp_path: Path, pki: Pki, extra: dict[str, object], message
     assert str(e.value).startswith(f"{p}: {message}")
 
 
+@pytest.mark.unit
 def test_unreadable_certificate_names_the_file(tmp_path: Path, pki: Pki) -> None:
     garbage = write(tmp_path, "garbage.crt", "not a certificate\n")
     p = write(
@@ -504,6 +517,7 @@ def test_unreadable_certificate_names_the_file(tmp_path: Path, pki: Pki) -> None
     )
 
 
+@pytest.mark.integration
 def test_cli_refuses_to_start_on_invalid_web_config(tmp_path: Path, exporter_config: Path) -> None:
     p = write(tmp_path, "web.yml", {"basic_auth_users": {"alice": "plain"}})
     r = subprocess.run(
@@ -525,6 +539,7 @@ def test_cli_refuses_to_start_on_invalid_web_config(tmp_path: Path, exporter_con
     )
 
 
+@pytest.mark.integration
 def test_empty_web_config_serves_plain_http(tmp_path: Path, exporter_config: Path) -> None:
     p = write(tmp_path, "web.yml", "")
     wc = webconfig.load(p)
@@ -542,6 +557,7 @@ def _hash(password: bytes, cost: int = 4) -> str:
     return bcrypt.hashpw(password[:72], bcrypt.gensalt(cost)).decode()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("doc", "message"),
     [
@@ -588,6 +604,7 @@ async def _get(port: int, user: str, password: bytes, *, ctx: ssl.SSLContext | N
     return int(data.split(b" ", 2)[1])
 
 
+@pytest.mark.integration
 def test_password_rotation_and_long_passwords_without_restart(tmp_path: Path) -> None:
     """The file is re-read when it changes: a rotated password works at once, the old one
     stops working. A password over 72 bytes is compared on its first 72, as Go's
@@ -624,6 +641,7 @@ def test_password_rotation_and_long_passwords_without_restart(tmp_path: Path) ->
     asyncio.run(go())
 
 
+@pytest.mark.integration
 def test_tls_certificate_rotation_and_no_log_line_per_connection(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -25,8 +25,6 @@ from tests.harness.exporter import ExporterProcess, running_exporter
 from tests.harness.metrics import value
 from tests.harness.tools import binary
 
-pytestmark = pytest.mark.integration
-
 EXPORTER_CONFIG = "resolv_conf: []\ntargets: []\n"
 
 
@@ -169,6 +167,7 @@ class KeptAlive:
         self.sock.close()
 
 
+@pytest.mark.integration
 def test_reload_replaces_tls_trust_whole(tmp_path: Path, pki: Pki) -> None:
     """N1: after rotating client_ca_file, certificates of the old CA still got 200; after
     switching to NoClientCert, clients without a certificate were still refused; both times
@@ -245,6 +244,7 @@ def http_code(url: str, headers: dict[str, str] | None = None) -> int:
         return err.code
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("what", "text"),
     [
@@ -291,6 +291,7 @@ async def _ok(req: Request) -> Response:
     return Response.text(200, "ok\n")
 
 
+@pytest.mark.integration
 def test_tls_handshake_is_inside_the_head_deadline(tmp_path: Path, pki: Pki) -> None:
     """N8: 100 silent TLS connections were held ~60 s (asyncio's handshake timeout), outside
     the 15 s head deadline. Here the deadline is 0.5 s; connections that never start, or
@@ -333,6 +334,7 @@ def test_tls_handshake_is_inside_the_head_deadline(tmp_path: Path, pki: Pki) -> 
     asyncio.run(go())
 
 
+@pytest.mark.unit
 def test_bcrypt_verdicts_survive_reloads_and_checks_run_side_by_side(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
