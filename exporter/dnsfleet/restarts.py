@@ -249,7 +249,7 @@ class CanaryTracker:
     resets: int = 0
     last_reset: float | None = None  # epoch seconds
 
-    def observe(
+    def observe(  # noqa: C901, PLR0912, PLR0915 (not split yet (issue 25 note))
         self,
         ttl: int | None,
         *,

@@ -151,7 +151,7 @@ def collect(fs: HostFS, config: Config) -> list[Family]:
         raise CollectorError(str(e)) from e
 
 
-def _collect(fs: HostFS) -> list[Family]:
+def _collect(fs: HostFS) -> list[Family]:  # noqa: C901, PLR0912 (not split yet (issue 25 note))
     fams: list[Family] = []
     cpus = online_cpus(fs)
     idle = read_cpuidle(fs, cpus)

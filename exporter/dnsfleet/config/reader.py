@@ -320,7 +320,7 @@ def load_yaml(text: str) -> Any:
         return _compose_and_construct(text)
 
 
-def _compose_and_construct(text: str) -> Any:
+def _compose_and_construct(text: str) -> Any:  # noqa: C901, PLR0912, PLR0915 (the bounded composer: one loop over parser events)
     ev = yaml.events
     scalar_event, alias_event = ev.ScalarEvent, ev.AliasEvent
     mapping_start, sequence_start = ev.MappingStartEvent, ev.SequenceStartEvent
