@@ -20,13 +20,13 @@ MAX_FUNCTION_LINES = 60
 # Over the limit when the limit came (issue 25), not split yet; the closing note of issue 25
 # says why each was left. Sizes are lines.
 LONG_FILES = {
-    "webconfig.py": 716,  # TLS and basic auth; reads its keys one by one
+    "webconfig.py": 432,  # the file format and TLS contexts; reads its keys one by one
     "restarts.py": 596,  # the canary model and its families
     "config/checks.py": 563,  # the check table
     "collectors/consul.py": 552,
     "httpserver.py": 548,
     "config/reader.py": 499,  # the bounded YAML composer
-    "statuspage.py": 468,
+    "statuspage.py": 475,  # the page: banners, summary and three tables
 }
 LONG_FUNCTIONS = {
     "capacitytest.py:main": 77,
@@ -46,7 +46,6 @@ LONG_FUNCTIONS = {
     "restarts.py:canary_families": 61,
     "restarts.py:observe": 79,
     "restarts.py:after_probe": 67,
-    "statuspage.py:render": 88,
 }
 
 

@@ -17,7 +17,7 @@ import pytest
 import trustme
 import yaml
 
-from dnsfleet import webconfig
+from dnsfleet import webconfig, webguard
 from dnsfleet.config import ConfigError
 from tests.harness.exporter import EXPORTER, ExporterProcess, running_exporter
 from tests.harness.tools import binary
@@ -159,7 +159,7 @@ def test_malformed_authorization_is_401(auth_exporter: ExporterProcess, header: 
 
 @pytest.mark.unit
 def test_verifications_are_cached_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    auth = webconfig.BasicAuth({"alice": ALICE_HASH.encode()})
+    auth = webguard.BasicAuth({"alice": ALICE_HASH.encode()})
 
     async def go() -> None:
         for _ in range(20):  # a scrape every 15s must not pay bcrypt each time
@@ -173,7 +173,7 @@ def test_verifications_are_cached_and_bounded(monkeypatch: pytest.MonkeyPatch) -
         assert not await auth.check("mallory", ALICE_PW.encode())
         assert auth.bcrypt_calls == 3
         # Many distinct passwords: the cache stays bounded, oldest entries go first.
-        monkeypatch.setattr(webconfig, "AUTH_CACHE_SIZE", 4)
+        monkeypatch.setattr(webguard, "AUTH_CACHE_SIZE", 4)
         for i in range(10):
             assert not await auth.check("alice", f"guess {i}".encode())
         assert len(auth._cache) == 4
@@ -185,7 +185,7 @@ def test_verifications_are_cached_and_bounded(monkeypatch: pytest.MonkeyPatch) -
 
 @pytest.mark.unit
 def test_cache_holds_no_plaintext_password() -> None:
-    auth = webconfig.BasicAuth({"alice": ALICE_HASH.encode()})
+    auth = webguard.BasicAuth({"alice": ALICE_HASH.encode()})
     asyncio.run(auth.check("alice", ALICE_PW.encode()))
     (key,) = auth._cache
     assert ALICE_PW.encode() not in key and len(key) == 32
@@ -621,7 +621,7 @@ def test_password_rotation_and_long_passwords_without_restart(tmp_path: Path) ->
     async def go() -> None:
         r = Router()
         r.add("GET", "/", ok)
-        live = webconfig.install(r, webconfig.load(p))
+        live = webguard.install(r, webconfig.load(p))
         srv = await serve(r, "127.0.0.1", 0)
         port = srv.sockets[0].getsockname()[1]
         try:
@@ -682,7 +682,7 @@ def test_tls_certificate_rotation_and_no_log_line_per_connection(
     async def go() -> None:
         r = Router()
         r.add("GET", "/", ok)
-        live = webconfig.install(r, webconfig.load(p))
+        live = webguard.install(r, webconfig.load(p))
         srv = await serve(r, "127.0.0.1", 0, tls=live)
         port = srv.sockets[0].getsockname()[1]
         try:

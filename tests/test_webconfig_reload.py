@@ -19,7 +19,7 @@ import bcrypt
 import pytest
 import yaml
 
-from dnsfleet import webconfig
+from dnsfleet import webconfig, webguard
 from dnsfleet.httpserver import Request, Response, Router, serve
 from tests.harness.exporter import ExporterProcess, running_exporter
 from tests.harness.metrics import value
@@ -344,7 +344,7 @@ def test_bcrypt_verdicts_survive_reloads_and_checks_run_side_by_side(
     different key), and two checks run at once (a barrier both must reach proves it)."""
     web = tmp_path / "web.yml"
     web.write_text(yaml.safe_dump({"basic_auth_users": {"alice": ALICE, "bob": BOB}}))
-    live = webconfig.install(Router(), webconfig.load(web))
+    live = webguard.install(Router(), webconfig.load(web))
 
     async def go() -> None:
         assert live.auth is not None
@@ -375,19 +375,19 @@ def test_bcrypt_verdicts_survive_reloads_and_checks_run_side_by_side(
 
         # Two uncached checks at once: each waits at a barrier for the other.
         barrier = threading.Barrier(2, timeout=10)
-        real = webconfig._checkpw
+        real = webguard._checkpw
 
         def meeting(password: bytes, hashed: bytes) -> bool:
             barrier.wait()
             return real(password, hashed)
 
-        monkeypatch.setattr(webconfig, "_checkpw", meeting)
+        monkeypatch.setattr(webguard, "_checkpw", meeting)
         results = await asyncio.gather(
             live.auth.check("bob", b"guess-1"), live.auth.check("bob", b"guess-2")
         )
         assert list(results) == [False, False]
         # The same wrong password asked four times at once costs one bcrypt.
-        monkeypatch.setattr(webconfig, "_checkpw", real)
+        monkeypatch.setattr(webguard, "_checkpw", real)
         before = live.auth.bcrypt_calls
         same = await asyncio.gather(*(live.auth.check("bob", b"guess-3") for _ in range(4)))
         assert same == [False] * 4

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
-from dnsfleet import __version__, failover, logs, malloc, webconfig
+from dnsfleet import __version__, failover, logs, malloc, webconfig, webguard
 from dnsfleet.app import Exporter
 from dnsfleet.config import DEFAULT_CAPACITY_FILE, ConfigError, parse_address
 from dnsfleet.config import schema as config_schema
@@ -177,7 +177,7 @@ async def serve(exp: Exporter, args: argparse.Namespace) -> int:
     wc: webconfig.WebConfig | None = getattr(args, "web_config", None)
     live = None
     if wc is not None:
-        live = webconfig.install(router, wc)
+        live = webguard.install(router, wc)
         exp.web_config_status = lambda: live.status
     tls = live if live is not None and wc is not None and wc.tls is not None else None
     host, port = args.listen

@@ -104,41 +104,66 @@ def render(view: StatusView, *, metrics_path: str, now: float | None = None) -> 
     now = time.time() if now is None else now
     e = html.escape
     snap = view.snapshot
-    hist = view.history
-    cfg = view.config
-    parts: list[str] = []
+    failing = sum(1 for st in view.targets if st.last is not None and not st.last.success)
+    parts = [
+        *_banners(view, metrics_path=metrics_path, now=now),
+        _summary(view, failing, metrics_path=metrics_path),
+        _targets_table(view, snap, view.history, now),
+    ]
+    if snap is not None:
+        parts.append(_stub_table(snap, runbooks=view.runbook_base_url))
+        parts.append(_collector_table(snap))
 
-    # Reload state and the age of what is shown: the first things to trust or not.
-    rs = view.reload_status
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="refresh" content="{REFRESH_SECONDS}">
+<meta name="viewport" content="width=device-width">
+<title>dnsfleet{" - " + str(failing) + " failing" if failing else ""}</title>
+<style>{CSS}</style></head><body>
+<h1>dnsfleet exporter {e(__version__)}</h1>
+{"".join(parts)}
+<p><small>Reloads every {REFRESH_SECONDS}s from the state the last scrape left; viewing it
+sends no query to any resolver.</small></p>
+</body></html>
+"""
+
+
+def _banners(view: StatusView, *, metrics_path: str, now: float) -> list[str]:
+    """Reload state and the age of what is shown: the first things to trust or not."""
+    e = html.escape
+    rs, snap = view.reload_status, view.snapshot
     if rs.successful:
-        parts.append(
-            f'<p class="banner ok" id="reload">Configuration {e(cfg.source)} loaded '
+        reload = (
+            f'<p class="banner ok" id="reload">Configuration {e(view.config.source)} loaded '
             f"{ago(now - rs.timestamp)} ago.</p>"
         )
     else:
-        parts.append(
+        reload = (
             f'<p class="banner bad" id="reload">Last reload FAILED '
             f"{ago(now - rs.failed_at)} ago; still running the configuration loaded "
             f"{ago(now - rs.timestamp)} ago. Error: <code>{e(rs.error)}</code></p>"
         )
     if snap is None:
-        parts.append(
+        return [
+            reload,
             '<p class="banner warn" id="age">No scrape yet: this page shows what the '
             f"last <code>{e(metrics_path)}</code> scrape found, and it never probes "
-            "by itself.</p>"
-        )
-    else:
-        age = now - snap.wall
-        stale = age > 5 * 60
-        parts.append(
-            f'<p class="banner {"warn" if stale else "ok"}" id="age">Last scrape '
-            f"<b>{ago(age)} ago</b> (took {snap.duration:.2f}s)"
-            + (": is Prometheus still scraping this exporter?" if stale else "")
-            + "</p>"
-        )
+            "by itself.</p>",
+        ]
+    age = now - snap.wall
+    stale = age > 5 * 60
+    return [
+        reload,
+        f'<p class="banner {"warn" if stale else "ok"}" id="age">Last scrape '
+        f"<b>{ago(age)} ago</b> (took {snap.duration:.2f}s)"
+        + (": is Prometheus still scraping this exporter?" if stale else "")
+        + "</p>",
+    ]
 
-    states = list(view.targets)
-    failing = [st for st in states if st.last is not None and not st.last.success]
+
+def _summary(view: StatusView, failing: int, *, metrics_path: str) -> str:
+    e = html.escape
+    snap = view.snapshot
     delays = snap.get(Kept.STUB_DELAY) if snap else ()
     stub_failing = {
         s.labels.get("resolv_conf")
@@ -151,8 +176,8 @@ def render(view: StatusView, *, metrics_path: str, now: float | None = None) -> 
     collectors = snap.get(Kept.COLLECTOR_SUCCESS) if snap else ()
     bad_collectors = [s for s in collectors if s.value != 1]
     summary = [
-        f"{len(states)} targets",
-        _span("bad" if failing else "ok", f"{len(failing)} failing"),
+        f"{len(view.targets)} targets",
+        _span("bad" if failing else "ok", f"{failing} failing"),
     ]
     if stub_failing:
         summary.append(_span("bad", f"{len(stub_failing)} resolv.conf failing"))
@@ -165,29 +190,11 @@ def render(view: StatusView, *, metrics_path: str, now: float | None = None) -> 
                 f"{len(bad_collectors)} of {len(collectors)} collectors failing",
             )
         )
-    parts.append(
+    return (
         f'<p id="summary">{" &middot; ".join(summary)} &middot; '
         f'<a href="{e(metrics_path)}">metrics</a> &middot; '
         '<a href="/config">effective config</a></p>'
     )
-
-    parts.append(_targets_table(view, snap, hist, now))
-    if snap is not None:
-        parts.append(_stub_table(snap, runbooks=view.runbook_base_url))
-        parts.append(_collector_table(snap))
-
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="refresh" content="{REFRESH_SECONDS}">
-<meta name="viewport" content="width=device-width">
-<title>dnsfleet{" - " + str(len(failing)) + " failing" if failing else ""}</title>
-<style>{CSS}</style></head><body>
-<h1>dnsfleet exporter {e(__version__)}</h1>
-{"".join(parts)}
-<p><small>Reloads every {REFRESH_SECONDS}s from the state the last scrape left; viewing it
-sends no query to any resolver.</small></p>
-</body></html>
-"""
 
 
 TargetModule = tuple[str | None, str | None]
