@@ -140,5 +140,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ]
     if wrong:
         raise pytest.UsageError(
-            "tests must be marked unit or integration:\n  " + "\n  ".join(wrong[:20])
+            "tests must be marked unit or integration (a module without `pytestmark` marks "
+            "each test: @pytest.mark.unit if it starts no process, daemon, socket or "
+            "namespace, else @pytest.mark.integration):\n  " + "\n  ".join(wrong[:20])
         )
