@@ -34,7 +34,6 @@ LONG_FUNCTIONS = {
     "collectors/bond.py:families": 90,
     "collectors/consul.py:check_agent": 99,
     "collectors/consul.py:families": 118,
-    "collectors/cpu.py:_collect": 120,
     "collectors/nic.py:_collect": 80,
     "collectors/resolver.py:stats_families": 107,
     "collectors/stub.py:assess": 90,
