@@ -4,6 +4,7 @@ exists with its four sections, and a promtool test that fires it and one that do
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 from pathlib import Path
@@ -25,11 +26,16 @@ SEVERITIES = {"critical", "warning", "info"}
 SECTIONS = ("## Meaning", "## Impact", "## Diagnosis", "## Mitigation")
 
 
+@functools.cache
+def _rule_groups() -> tuple[dict[str, Any], ...]:
+    """The rule files' groups, parsed once for all the tests that read them."""
+    return tuple(g for f in RULES for g in yaml.safe_load(f.read_text())["groups"])
+
+
 def alerting_rules() -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    for f in RULES:
-        for group in yaml.safe_load(f.read_text())["groups"]:
-            out.extend(r for r in group["rules"] if "alert" in r)
+    for group in _rule_groups():
+        out.extend(r for r in group["rules"] if "alert" in r)
     return out
 
 
