@@ -291,8 +291,29 @@ def test_ten_thousand_targets_a_fifth_silent(tmp_path: Path, wildcard_unbound: U
 # ------------------------------------------------------------------------ soak
 
 
+SOAK_CHILD = "DNSFLEET_SOAK_IN_OWN_PROCESS"
+
+
 @pytest.mark.integration
 def test_no_descriptor_or_memory_growth_over_1000_scrapes(tmp_path: Path) -> None:
+    """Measured in a pytest process of its own: in a worker shared with other tests it
+    grew by the same 1.97 MB in three-process runs only (threads or state earlier tests
+    leave behind allocate while it measures), and passed alone every time."""
+    if os.environ.get(SOAK_CHILD) == "1":
+        _soak(tmp_path)
+        return
+    node = f"{Path(__file__).resolve()}::test_no_descriptor_or_memory_growth_over_1000_scrapes"
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", node],
+        env={**os.environ, SOAK_CHILD: "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0 and " passed" in r.stdout, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+def _soak(tmp_path: Path) -> None:
     closed = free_port()
     with (
         scripted(lambda q: [answer(q, "a.local.test. 60 IN A 192.0.2.1")]) as good,
