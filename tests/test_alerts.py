@@ -171,6 +171,8 @@ CATALOG = (
     # Issue 20: the SLOs' burn-rate alerts (generated from alerts/config.yml).
     "DNSAvailabilityBudgetBurn",
     "DNSLatencyBudgetBurn",
+    # Issue 23: DNSSEC from the resolver's side.
+    "DNSResolverNotValidating",
 )
 # Host alerts come with issue 5's alerts/rules/host.rules.yml.
 HOST_ALERTS = {

@@ -33,6 +33,8 @@ FULL = CONFIGS / "valid-full.yml"
 # (an IP literal, a DNS name, a regex, a known type) JSON Schema cannot express plainly.
 LOADER_ONLY = {
     "bad-cidr",
+    "dnssec-bogus-valid-rcodes",
+    "dnssec-without-edns",
     "bad-port",
     "bad-query-name",
     "bad-regex",

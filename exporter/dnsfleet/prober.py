@@ -22,6 +22,7 @@ from dnsfleet.config import Config, Module, Target
 from dnsfleet.dnswire import Query
 from dnsfleet.exposition import Family, TextFamily, format_value, labelset
 from dnsfleet.probes import REASONS, Exchange, ProbeResult, Reason, failed, judge, probe, query_for
+from dnsfleet.probes.ede import code_label
 from dnsfleet.probes.udp import exchange_many
 from dnsfleet.restarts import ResolverWatch
 
@@ -63,6 +64,8 @@ class TargetState:
     # Epoch seconds of the first failed probe of the current run of failures; None while
     # the last probe succeeded (the status page's "failing since").
     failing_since: float | None = None
+    # Answers carrying each Extended DNS Error code (label value), since the exporter started.
+    ede_counts: dict[str, int] = field(default_factory=dict)
 
     def observe(self, result: ProbeResult, wall: float) -> None:
         self.last = result
@@ -79,6 +82,9 @@ class TargetState:
             d = result.duration
             self.buckets[bisect_left(LATENCY_BUCKETS, d)] += 1  # the first bound >= d
             self.latency_sum += d
+            for code in result.response.ede:
+                label = code_label(code)
+                self.ede_counts[label] = self.ede_counts.get(label, 0) + 1
 
 
 def target_labels(target: Target) -> str:
@@ -134,6 +140,7 @@ class Prober:
                 )
                 fresh.last, fresh.last_wall = old.last, old.last_wall
                 fresh.failing_since = old.failing_since
+                fresh.ede_counts = old.ede_counts
                 states[key] = fresh
             else:
                 states[key] = new_state(t)
@@ -253,6 +260,7 @@ class Prober:
                     tuple(st.failures),
                     tuple(st.buckets),
                     st.latency_sum,
+                    tuple(st.ede_counts.items()),
                 )
                 for st in self.states.values()
             ],
@@ -263,8 +271,9 @@ class Prober:
         return self.record().families()
 
 
-# labels, last result, probes, failures by reason, latency buckets, latency sum
-RecordRow = tuple[str, ProbeResult | None, int, tuple[int, ...], tuple[int, ...], float]
+# labels, last result, probes, failures by reason, latency buckets, latency sum, EDE counts
+EdeCounts = tuple[tuple[str, int], ...]
+RecordRow = tuple[str, ProbeResult | None, int, tuple[int, ...], tuple[int, ...], float, EdeCounts]
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,14 +289,21 @@ class ProbeRecord:
         fams = probe_result_families([(row[0], row[1]) for row in rows])
         attempts = "".join([_ATTEMPTS.format(labels, probes) for labels, _, probes, *_ in rows])
         failures = "".join(
-            [_failures_block(_prefix(labels), *fails) for labels, _, _, fails, _, _ in rows]
+            [_failures_block(_prefix(labels), *fails) for labels, _, _, fails, *_ in rows]
         )
         hist = "".join(
             [
                 _histogram_block(
                     _prefix(labels), labels, format_value(latency_sum), *accumulate(buckets)
                 )
-                for labels, _, _, _, buckets, latency_sum in rows
+                for labels, _, _, _, buckets, latency_sum, _ in rows
+            ]
+        )
+        ede = "".join(
+            [
+                f'{_EDE_TOTAL_NAME}{{{_prefix(labels)}code="{code}"}} {n}\n'
+                for labels, *_, counts in rows
+                for code, n in counts
             ]
         )
         return [
@@ -313,6 +329,13 @@ class ProbeRecord:
                 "Latency of probes that got an answer (any rcode).",
                 "histogram",
                 hist,
+            ),
+            TextFamily(
+                _EDE_TOTAL_NAME,
+                "Answers carrying each Extended DNS Error code (RFC 8914; other: "
+                "unregistered) since the exporter started.",
+                "counter",
+                ede,
             ),
             *self.canary,
         ]
@@ -340,6 +363,7 @@ _FAILURES_NAME = "dnsfleet_probe_failures_total"
 _ATTEMPTS_NAME = "dnsfleet_probe_attempts_total"
 _LATENCY_NAME = "dnsfleet_probe_latency_seconds"
 _FAILURE_GAUGE = "dnsfleet_probe_failure"
+_EDE_TOTAL_NAME = "dnsfleet_probe_extended_errors_total"
 _ATTEMPTS = _ATTEMPTS_NAME + "{{{}}} {}\n"
 _failures_block = _compile(
     "failures",
@@ -383,11 +407,22 @@ def probe_result_families(rows: Iterable[tuple[str, ProbeResult | None]]) -> lis
     rcode: list[int] = []
     answers: list[int] = []
     current: list[int] = []
+    authenticated: list[str] = []
+    ede: list[str] = []
     for labels, r in rows:
         if r is None:
             continue
         braced.append(f"{{{labels}}}" if labels else "")
         prefixes.append(_prefix(labels))
+        resp = r.response
+        if r.dnssec:
+            ad = 1 if resp is not None and resp.authenticated else 0
+            authenticated.append(f"dnsfleet_probe_dnssec_authenticated{braced[-1]} {ad}\n")
+        if resp is not None and resp.ede:
+            ede.extend(
+                f'dnsfleet_probe_extended_error{{{prefixes[-1]}code="{c}"}} 1\n'
+                for c in dict.fromkeys(code_label(code) for code in resp.ede)
+            )
         success.append(1 if r.success else 0)
         duration.append(format_value(r.duration))
         rcode.append(r.rcode)
@@ -429,5 +464,19 @@ def probe_result_families(rows: Iterable[tuple[str, ProbeResult | None]]) -> lis
             "Resource records in the answer section of the last answer.",
             "gauge",
             column("dnsfleet_probe_answer_rrs", answers),
+        ),
+        TextFamily(
+            "dnsfleet_probe_dnssec_authenticated",
+            "1 if the last answer had AD set (the resolver validated it), 0 if it did not "
+            "or there was no answer; modules with dnssec set only.",
+            "gauge",
+            "".join(authenticated),
+        ),
+        TextFamily(
+            "dnsfleet_probe_extended_error",
+            "1 for each Extended DNS Error code (RFC 8914; other: unregistered) in the "
+            "last answer; absent when it carried none.",
+            "gauge",
+            "".join(ede),
         ),
     ]

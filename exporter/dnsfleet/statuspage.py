@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 from dnsfleet import __version__
 from dnsfleet.capacity import effective_capacity
 from dnsfleet.exposition import Family
+from dnsfleet.probes.ede import describe
+from dnsfleet.probes.result import ProbeResult
 
 if TYPE_CHECKING:
     from dnsfleet.app import Exporter
@@ -262,6 +264,19 @@ def runbook_link(base: str, alert: str) -> str:
     return f'<a class="runbook" href="{e(base + alert + ".md")}">{e(alert)}</a>'
 
 
+# Issue 23: failures that raise DNSResolverNotValidating rather than DNSResolverDown.
+NOT_VALIDATING_REASONS = frozenset({"not_validated", "validation_disabled"})
+
+
+def ede_note(r: ProbeResult) -> str:
+    """Pure: `` (EDE 7 Signature Expired: text)`` for an answer with Extended DNS Errors."""
+    resp = r.response
+    if resp is None or not resp.ede:
+        return ""
+    codes = ", ".join(describe(c) for c in resp.ede)
+    return f" (EDE {codes}{': ' + resp.ede_text if resp.ede_text else ''})"
+
+
 def failing_alert(site: str | None, site_failing: bool) -> str:
     """Pure: the alert a failing target raises: DNSSiteDown when it has a site and no
     target of that site answered its last probe, DNSResolverDown otherwise."""
@@ -412,9 +427,12 @@ def _targets_table(exp: Exporter, snap: Snapshot | None, hist: History, now: flo
         else:
             verdict = "OK" if r.success else f"FAIL: {r.reason.value if r.reason else '?'}"
             detail = r.rcode_text if r.success else (r.detail or r.rcode_text)
+            detail += ede_note(r)  # issue 23: the Extended DNS Errors beside the reason
             runbook = ""
             if not r.success:
                 alert = failing_alert(site, site is not None and not site_ok.get(site, True))
+                if r.reason is not None and r.reason.value in NOT_VALIDATING_REASONS:
+                    alert = "DNSResolverNotValidating"
                 runbook = f"<br>runbook: {runbook_link(exp.runbook_base_url, alert)}"
                 if st.failing_since is not None:
                     since = f'<span class="bad">since {e(when(st.failing_since, now))}</span>'

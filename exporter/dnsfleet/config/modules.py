@@ -28,6 +28,9 @@ from dnsfleet.config.reader import Node
 
 Transport = Literal["udp", "tcp"]
 TRANSPORTS: tuple[Transport, ...] = ("udp", "tcp")
+# DNSSEC from the resolver's side (issue 23): see docs/configuration.md, `dnssec`.
+Dnssec = Literal["none", "do", "require_ad", "expect_bogus"]
+DNSSEC_MODES: tuple[Dnssec, ...] = ("none", "do", "require_ad", "expect_bogus")
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,16 @@ class Module:
     recursion_desired: bool = field(default=True, metadata=key(Boolean()))
     edns: bool = field(default=True, metadata=key(Boolean()))
     edns_udp_size: int = field(default=1232, metadata=key(Integer(minimum=512, maximum=65535)))
+    dnssec: Dnssec = field(
+        default="none",
+        metadata=key(
+            Choice(DNSSEC_MODES),
+            doc="do: set DO and AD and export whether the answer was validated; "
+            "require_ad: the same, and an answer without AD fails (not_validated); "
+            "expect_bogus: query_name is deliberately broken, SERVFAIL is success and "
+            "an answer fails (validation_disabled).",
+        ),
+    )
     min_answers: int = field(
         default=0,
         metadata=key(Integer(minimum=0), doc="Fewer answer RRs than this is answer_mismatch."),
@@ -111,6 +124,12 @@ def _parse_module(name: str, node: Node) -> Module:
     f = node.fields()
     mod = Module(name=name, **read_keys(f, Module))
     check_needs(f, mod)
+    if mod.dnssec != "none" and not mod.edns:
+        raise node.child("dnssec").error(f"dnssec {mod.dnssec} needs edns (DO is an EDNS flag)")
+    if mod.dnssec == "expect_bogus" and f.has("valid_rcodes"):
+        raise node.child("valid_rcodes").error(
+            "dnssec expect_bogus expects SERVFAIL: valid_rcodes does not apply"
+        )
     f.done()
     return mod
 

@@ -28,6 +28,8 @@ def query_for(module: Module) -> Query:
         edns=module.edns,
         payload=module.edns_udp_size,
         nsid=module.edns,
+        dnssec_ok=module.dnssec != "none",
+        authenticated_data=module.dnssec != "none",
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import lru_cache
 from typing import Any
@@ -24,9 +24,12 @@ class Reason(StrEnum):
     TRUNCATED = "truncated"  # TC bit set on a UDP answer
     MALFORMED = "malformed"  # bytes came back, but no well-formed answer
     NETWORK_ERROR = "network_error"  # any other socket error
+    NOT_VALIDATED = "not_validated"  # dnssec require_ad: the answer lacks AD
+    VALIDATION_DISABLED = "validation_disabled"  # dnssec expect_bogus: a bogus name answered
 
 
 REASONS: tuple[Reason, ...] = tuple(Reason)
+NOERROR, SERVFAIL, NXDOMAIN = 0, 2, 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +51,7 @@ class ProbeResult:
     answer_rrs: int
     detail: str
     response: Response | None = None
+    dnssec: bool = False  # the module asked for DNSSEC (DO and AD set in the query)
 
     @property
     def rcode_text(self) -> str:
@@ -75,10 +79,13 @@ def failed(reason: Reason, duration: float, detail: str) -> ProbeResult:
 def judge(ex: Exchange, module: Module) -> ProbeResult:
     """Pure: turn an exchange into a verdict for ``module``."""
     r = ex.response
+    dnssec = module.dnssec != "none"
     if r is None:
-        return failed(ex.error or Reason.NETWORK_ERROR, ex.duration, ex.detail)
+        res = failed(ex.error or Reason.NETWORK_ERROR, ex.duration, ex.detail)
+        return replace(res, dnssec=True) if dnssec else res
     reason, detail = _verdict(r, module)
     return ProbeResult(
+        dnssec=dnssec,
         success=reason is None,
         reason=reason,
         duration=ex.duration,
@@ -98,9 +105,25 @@ def _verdict(r: Response, module: Module) -> tuple[Reason | None, str]:
             if module.transport == "udp"
             else "TC bit set on a TCP answer",
         )
+    if module.dnssec == "expect_bogus":
+        # A validating resolver answers a name whose signatures are broken with SERVFAIL;
+        # an answer (NOERROR, NXDOMAIN) means it handed out data it did not validate.
+        if r.rcode == SERVFAIL:
+            return None, "ok: SERVFAIL for the bogus name"
+        if r.rcode in (NOERROR, NXDOMAIN):
+            text = dns.rcode.to_text(r.rcode)  # type: ignore[arg-type]
+            return (
+                Reason.VALIDATION_DISABLED,
+                f"bogus name answered {text}{' with AD' if r.authenticated else ''}: "
+                "the resolver is not validating",
+            )
+        text = dns.rcode.to_text(r.rcode)  # type: ignore[arg-type]
+        return Reason.RCODE, f"rcode {text}, expected SERVFAIL for the bogus name"
     if r.rcode not in module.valid_rcode_numbers:
         text = dns.rcode.to_text(r.rcode)  # type: ignore[arg-type]
         return Reason.RCODE, f"rcode {text} not in {', '.join(module.valid_rcodes)}"
+    if module.dnssec == "require_ad" and not r.authenticated:
+        return Reason.NOT_VALIDATED, "answer without AD: the resolver did not validate it"
     if r.matching_answers < module.min_answers:
         return (
             Reason.ANSWER_MISMATCH,
