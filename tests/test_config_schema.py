@@ -44,6 +44,7 @@ LOADER_ONLY = {
     "negative-duration",
     "unknown-query-type",
     "unknown-rcode",
+    "zone-without-nameserver",
 }
 
 

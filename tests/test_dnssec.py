@@ -1,10 +1,12 @@
-"""Issue 23 against real daemons: DNSSEC validation seen from the resolver's side and
-Extended DNS Errors, with a validating unbound and a non-validating one in front of BIND
-serving signed zones (tests/harness/dnssec.py). One lab for the module (~3 s to start)."""
+"""Issue 23 against real daemons: DNSSEC validation seen from the resolver's side,
+Extended DNS Errors and zone integrity, with a validating unbound and a non-validating one
+in front of BIND serving signed zones (tests/harness/dnssec.py). One lab for the module
+(~3 s to start)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,7 @@ from dnsfleet.hostfs import HostFS
 from tests.harness.dnssec import SignedNamed, SignedZones, make_zones, validating_unbound
 from tests.harness.metrics import Samples, samples, value
 from tests.harness.servers import Unbound
+from tests.harness.tools import free_port, num
 
 pytestmark = pytest.mark.integration
 
@@ -145,3 +148,118 @@ def test_resolver_that_does_not_validate(lab: Lab, tmp_path: Path) -> None:
     page = statuspage.render(exp, metrics_path="/metrics")
     assert "FAIL: validation_disabled" in page
     assert "DNSResolverNotValidating.md" in page
+
+
+FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+
+
+def test_signatures_that_expire_tomorrow_fail_tomorrow(lab: Lab, tmp_path: Path) -> None:
+    """The expiry path with a clock one day ahead (libfaketime in the environment, so the
+    PID is unbound's own; monotonic clocks stay real): soon.test, whose signatures end in
+    two hours, validates today and is SERVFAIL with EDE 7 tomorrow."""
+    ahead = validating_unbound(tmp_path / "ahead", lab.zones, lab.primary.address)
+    ahead.env = {"LD_PRELOAD": FAKETIME, "FAKETIME": "+1d", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+    ahead.start()
+    try:
+        modules = {"soon": {"query_name": "www.soon.test", "query_type": "A", "dnssec": "do"}}
+        got = scrape(
+            exporter(
+                tmp_path,
+                {
+                    "modules": modules,
+                    "targets": [
+                        {"address": ahead.address, "module": "soon"},
+                        {"address": lab.validating.address, "module": "soon"},
+                    ],
+                },
+            )
+        )
+    finally:
+        ahead.stop()
+    today = {"target": lab.validating.address, "module": "soon"}
+    tomorrow = {"target": ahead.address, "module": "soon"}
+    assert value(got, "dnsfleet_probe_dnssec_authenticated", **today) == 1
+    assert value(got, "dnsfleet_probe_failure", reason="rcode", **tomorrow) == 1
+    assert value(got, "dnsfleet_probe_extended_error", code="7", **tomorrow) == 1
+
+
+def test_zone_integrity(lab: Lab, tmp_path: Path) -> None:
+    primary, secondary = lab.primary.address, lab.secondary.address
+    closed = f"127.0.0.1:{free_port()}"
+    doc = {
+        "targets": [],
+        "zones": [
+            {
+                "name": "example.test",
+                "nameservers": [primary, secondary],
+                "parent_nameservers": [primary],
+            },
+            {"name": "soon.test", "nameservers": [primary], "parent_nameservers": [primary]},
+            {"name": "expired.test", "nameservers": [primary]},
+            {
+                "name": "dsmismatch.test.",
+                "nameservers": [primary, closed],
+                "parent_nameservers": [primary],
+                "signature_warning": "240h",
+            },
+        ],
+    }
+    exp = exporter(tmp_path, doc)
+    got = scrape(exp)
+    now = time.time()
+
+    def v(name: str, **labels: str) -> float | None:
+        return value(got, name, **labels)
+
+    assert v("dnsfleet_collector_success", collector="zones") == 1
+    ex = "example.test."
+    assert v("dnsfleet_zone_soa_serial", zone=ex, nameserver=primary) == 100
+    assert v("dnsfleet_zone_soa_serial", zone=ex, nameserver=secondary) == 99
+    assert v("dnsfleet_zone_serial_consistent", zone=ex) == 0
+    assert v("dnsfleet_zone_soa_refresh_seconds", zone=ex) == 3600
+    assert v("dnsfleet_zone_ds_match", zone=ex) == 1
+    assert v("dnsfleet_zone_serial_consistent", zone="soon.test.") == 1
+    assert v("dnsfleet_zone_serial_inconsistent_seconds", zone="soon.test.") == 0
+    # Earliest RRSIG expiry: exactly the end dnssec-signzone was given.
+    for kind in ("SOA", "DNSKEY"):
+        soon = v(
+            "dnsfleet_zone_rrsig_expiry_timestamp_seconds",
+            zone="soon.test.",
+            nameserver=primary,
+            type=kind,
+        )
+        assert soon == lab.zones.soon_expiry
+        assert (
+            num(
+                v(
+                    "dnsfleet_zone_rrsig_expiry_timestamp_seconds",
+                    zone=ex,
+                    nameserver=primary,
+                    type=kind,
+                )
+            )
+            > now + 20 * 86400
+        )
+        assert (
+            num(
+                v(
+                    "dnsfleet_zone_rrsig_expiry_timestamp_seconds",
+                    zone="expired.test.",
+                    nameserver=primary,
+                    type=kind,
+                )
+            )
+            < now - 86400
+        )
+    # No parent servers given: no DS verdict at all, rather than a false one.
+    assert v("dnsfleet_zone_ds_match", zone="expired.test.") is None
+    # The parent publishes the DS of a key the zone lacks.
+    assert v("dnsfleet_zone_ds_match", zone="dsmismatch.test.") == 0
+    assert v("dnsfleet_zone_nameserver_up", zone="dsmismatch.test.", nameserver=primary) == 1
+    assert v("dnsfleet_zone_nameserver_up", zone="dsmismatch.test.", nameserver=closed) == 0
+    assert v("dnsfleet_zone_signature_warning_seconds", zone="dsmismatch.test.") == 240 * 3600
+    assert v("dnsfleet_zone_signature_warning_seconds", zone=ex) == 7 * 86400
+    # The drift is timed from the first scrape that saw it.
+    time.sleep(0.2)
+    again = scrape(exp)
+    assert num(value(again, "dnsfleet_zone_serial_inconsistent_seconds", zone=ex)) >= 0.2

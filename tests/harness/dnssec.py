@@ -18,7 +18,6 @@ Zones (ECDSAP256SHA256, a KSK and a ZSK each, made by ``dnssec-keygen``/``dnssec
 from __future__ import annotations
 
 import subprocess
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -194,13 +193,3 @@ def validating_unbound(workdir: Path, zones: SignedZones, authority: str) -> Unb
             "  val-bogus-ttl: 0\n"
         ),
     )
-
-
-def wait_until(cond: object, timeout: float = 10.0) -> None:
-    """Poll a zero-argument callable until it returns true."""
-    assert callable(cond)
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met")
-        time.sleep(0.05)

@@ -162,6 +162,7 @@ class Unbound:
     local_data: list[str] = field(default_factory=list)
     extra_server: str = ""
     extended_statistics: bool = True
+    env: dict[str, str] = field(default_factory=dict)  # e.g. libfaketime's LD_PRELOAD
     managed: ManagedProcess | None = None
 
     @property
@@ -225,6 +226,7 @@ remote-control:
             [binary("unbound"), "-d", "-c", str(conf)],
             self.workdir / "unbound.stderr",
             what="unbound",
+            env=self.env or None,
         )
         try:
             wait_dns(self.host, self.port, "local.test.", "SOA")
