@@ -173,6 +173,7 @@ CATALOG = (
     "DNSLatencyBudgetBurn",
     # Issue 23: DNSSEC from the resolver's side, zone integrity.
     "DNSResolverNotValidating",
+    "DNSResolverCertificateExpiring",
     "DNSZoneSignaturesExpiring",
     "DNSZoneSerialDrift",
     "DNSZoneDSMismatch",

@@ -45,6 +45,8 @@ LOADER_ONLY = {
     "unknown-query-type",
     "unknown-rcode",
     "zone-without-nameserver",
+    "ca-file-not-pem",
+    "doh-url-with-tls",
 }
 
 

@@ -27,7 +27,7 @@ import dns.exception
 
 from dnsfleet.config import Config, Target, parse_address
 from dnsfleet.exposition import format_value, render
-from dnsfleet.prober import probe_result_families
+from dnsfleet.prober import probe_extra_families, probe_result_families
 from dnsfleet.probes import REASONS, ProbeResult, Reason
 
 if TYPE_CHECKING:
@@ -187,6 +187,9 @@ def _template(reason: Reason | None) -> str:
 
 def probe_exposition(result: ProbeResult) -> str:
     """/probe output: the per-probe gauges without target labels."""
-    return _template(result.reason).format(
+    text = _template(result.reason).format(
         duration=format_value(result.duration), rcode=result.rcode, answers=result.answer_rrs
     )
+    if result.dnssec or result.tls is not None or (result.response and result.response.ede):
+        text += render(probe_extra_families([("", result)]))  # issue 23
+    return text

@@ -26,10 +26,23 @@ class Reason(StrEnum):
     NETWORK_ERROR = "network_error"  # any other socket error
     NOT_VALIDATED = "not_validated"  # dnssec require_ad: the answer lacks AD
     VALIDATION_DISABLED = "validation_disabled"  # dnssec expect_bogus: a bogus name answered
+    TLS_HANDSHAKE = "tls_handshake"  # tls/https: the TLS handshake (or ALPN h2) failed
+    CERTIFICATE = "certificate"  # tls/https: untrusted, expired or wrong-name certificate
+    HTTP_STATUS = "http_status"  # https: an HTTP status other than 200
 
 
 REASONS: tuple[Reason, ...] = tuple(Reason)
 NOERROR, SERVFAIL, NXDOMAIN = 0, 2, 3
+
+
+@dataclass(frozen=True, slots=True)
+class TlsInfo:
+    """What a completed TLS handshake showed (tls and https transports)."""
+
+    handshake: float  # seconds, from TCP connected to TLS established
+    connect: float  # seconds to TCP connected
+    cert_expiry: float | None  # earliest notAfter in the chain the server sent, epoch s
+    alpn: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +53,7 @@ class Exchange:
     error: Reason | None
     duration: float
     detail: str = ""
+    tls: TlsInfo | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +66,7 @@ class ProbeResult:
     detail: str
     response: Response | None = None
     dnssec: bool = False  # the module asked for DNSSEC (DO and AD set in the query)
+    tls: TlsInfo | None = None  # the handshake, when one completed
 
     @property
     def rcode_text(self) -> str:
@@ -82,10 +97,11 @@ def judge(ex: Exchange, module: Module) -> ProbeResult:
     dnssec = module.dnssec != "none"
     if r is None:
         res = failed(ex.error or Reason.NETWORK_ERROR, ex.duration, ex.detail)
-        return replace(res, dnssec=True) if dnssec else res
+        return replace(res, dnssec=True, tls=ex.tls) if dnssec or ex.tls else res
     reason, detail = _verdict(r, module)
     return ProbeResult(
         dnssec=dnssec,
+        tls=ex.tls,
         success=reason is None,
         reason=reason,
         duration=ex.duration,
