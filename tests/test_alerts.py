@@ -261,8 +261,8 @@ PAGE_WORTHY = {
     "DNSLatencyBudgetBurn": "fast burn",
     "DNSSiteDown": "site with no resolver answering",
     "DNSFleetExportersAbsent": "monitoring gone",
-    "DNSFleetExporterDown": "monitoring gone",
-    "DNSFleetTargetsDropped": "monitoring gone",
+    "DNSFleetExporterDown": "monitoring of a site gone (no exporter of it answers)",
+    "DNSFleetTargetsDropped": "monitoring of a site gone (no exporter of it probes)",
     # Issue 23: a zone every validating resolver fails now (DS), or within the day for
     # certain (signatures; the one alert paging ahead of the hour, see alerts/README.md).
     "DNSZoneDSMismatch": "zone bogus for every validator now",
