@@ -103,7 +103,7 @@ def module(lab: Lab, transport: str, **extra: Any) -> dict[str, Any]:
         "transport": transport,
         "tls_server_name": SERVER_NAME,
         "tls_ca_file": str(lab.pki.ca),
-        "timeout": "1500ms",
+        "timeout": "5s",
         **extra,
     }
 
@@ -161,7 +161,7 @@ def test_failing_cases(lab: Lab, tmp_path: Path) -> None:
         "dot": module(lab, "tls"),
         "doh": module(lab, "https", doh_url=url),
         "doh_wrong_path": module(lab, "https", doh_url=f"https://{SERVER_NAME}/nothing-here"),
-        "dot_short": module(lab, "tls", timeout="500ms"),
+        "dot_short": module(lab, "tls", timeout="1s"),
     }
     cases: list[tuple[str, str, str, str, str]] = []  # case, address, module, reason, detail
     for name in BROKEN:

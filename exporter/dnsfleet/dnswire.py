@@ -246,9 +246,7 @@ def parse_response(data: bytes, query: Query, qid: int) -> Response | None:
     answer_rrs = 0
     matching = 0
     min_ttl: int | None = None
-    nsid: bytes | None = None
-    ede: tuple[int, ...] = ()
-    ede_text = ""
+    options = NO_OPTIONS
     opts = 0
     n = len(data)
     try:
@@ -274,28 +272,23 @@ def parse_response(data: bytes, query: Query, qid: int) -> Response | None:
                         raise Malformed("more than one OPT record")
                     opts += 1
                     rcode |= (ttl >> 24) << 4
-                    nsid, ede, ede_text = _read_options(data, pos, pos + rdlen)
+                    options = _read_options(data, pos, pos + rdlen)
                 pos += rdlen
     except Malformed:
         # A truncated answer may legitimately stop mid-section; report what we have.
         if not tc:
             raise
-    return Response(
-        id=rid,
-        flags=flags,
-        rcode=rcode,
-        answer_rrs=answer_rrs,
-        matching_answers=matching,
-        min_ttl=min_ttl,
-        nsid=nsid,
-        wire=data,
-        ede=ede,
-        ede_text=ede_text,
-    )
+    nsid, ede, text = options  # in Response's field order:
+    return Response(rid, flags, rcode, answer_rrs, matching, min_ttl, nsid, data, ede, text)
 
 
-def _read_options(data: bytes, pos: int, end: int) -> tuple[bytes | None, tuple[int, ...], str]:
-    """NSID, the EDE info codes and the first EDE text of an OPT record's RDATA."""
+# NSID, the EDE info codes and the first EDE text of an OPT record's RDATA.
+Options = tuple[bytes | None, tuple[int, ...], str]
+NO_OPTIONS: Options = (None, (), "")
+
+
+def _read_options(data: bytes, pos: int, end: int) -> Options:
+    """The options of an OPT record's RDATA (see Options)."""
     nsid: bytes | None = None
     codes: list[int] = []
     text = ""

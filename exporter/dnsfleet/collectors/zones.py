@@ -209,86 +209,87 @@ def _owner_wire(apex: str) -> bytes:
     return wire
 
 
-async def collect(ctx: CollectContext) -> list[Family]:
-    loop = asyncio.get_running_loop()
-    state: dict[str, ZoneState] = ctx.state.setdefault(STATE_KEY, {})
-    up = Family(
-        "dnsfleet_zone_nameserver_up",
-        "1 if the nameserver answered the zone's SOA authoritatively in this scrape.",
-    )
-    serial_f = Family("dnsfleet_zone_soa_serial", "SOA serial the nameserver serves.")
-    refresh_f = Family(
-        "dnsfleet_zone_soa_refresh_seconds",
-        "SOA REFRESH of the newest serial: how long a secondary may lag by design.",
-    )
-    expiry_f = Family(
-        "dnsfleet_zone_rrsig_expiry_timestamp_seconds",
-        "Earliest expiration of the RRSIGs over the SOA or DNSKEY set at the nameserver.",
-    )
-    warn_f = Family(
-        "dnsfleet_zone_signature_warning_seconds",
-        "The zone's signature_warning: DNSZoneSignaturesExpiring warns within this.",
-    )
-    consistent_f = Family(
-        "dnsfleet_zone_serial_consistent",
-        "1 if every answering nameserver serves the same SOA serial (RFC 1982).",
-    )
-    drift_f = Family(
-        "dnsfleet_zone_serial_inconsistent_seconds",
-        "For how long the nameservers have served different serials (0 when consistent).",
-    )
-    ds_f = Family(
-        "dnsfleet_zone_ds_match",
-        "1 if every DS set at the parent's servers matches a DNSKEY at every nameserver.",
-    )
-    live = {z.apex for z in ctx.config.zones}
-    for gone in set(state) - live:
-        del state[gone]
+class ZoneFamilies:
+    """The zones collector's families, filled zone by zone."""
 
-    async def one(zone: Zone) -> None:
-        budget = min(zone.timeout, ctx.deadline - DEADLINE_MARGIN - loop.time())
-        if budget <= 0:
-            return
-        views = await asyncio.gather(
-            *(_view(ep, zone, budget) for ep in zone.nameservers), return_exceptions=True
+    def __init__(self) -> None:
+        self.up = Family(
+            "dnsfleet_zone_nameserver_up",
+            "1 if the nameserver answered the zone's SOA authoritatively in this scrape.",
         )
-        ds_sets = await asyncio.gather(
-            *(_ds_set(ep, zone, budget) for ep in zone.parent_nameservers),
-            return_exceptions=True,
+        self.serial = Family("dnsfleet_zone_soa_serial", "SOA serial the nameserver serves.")
+        self.refresh = Family(
+            "dnsfleet_zone_soa_refresh_seconds",
+            "SOA REFRESH of the newest serial: how long a secondary may lag by design.",
         )
-        z = zone.apex
-        warn_f.add(zone.signature_warning, {"zone": z})
+        self.expiry = Family(
+            "dnsfleet_zone_rrsig_expiry_timestamp_seconds",
+            "Earliest expiration of the RRSIGs over the SOA or DNSKEY set at the nameserver.",
+        )
+        self.warning = Family(
+            "dnsfleet_zone_signature_warning_seconds",
+            "The zone's signature_warning: DNSZoneSignaturesExpiring warns within this.",
+        )
+        self.consistent = Family(
+            "dnsfleet_zone_serial_consistent",
+            "1 if every answering nameserver serves the same SOA serial (RFC 1982).",
+        )
+        self.drift = Family(
+            "dnsfleet_zone_serial_inconsistent_seconds",
+            "For how long the nameservers have served different serials (0 when consistent).",
+        )
+        self.ds_match = Family(
+            "dnsfleet_zone_ds_match",
+            "1 if every DS set at the parent's servers matches a DNSKEY at every nameserver.",
+        )
+
+    def all(self) -> list[Family]:
+        return [
+            self.up,
+            self.serial,
+            self.refresh,
+            self.expiry,
+            self.warning,
+            self.consistent,
+            self.drift,
+            self.ds_match,
+        ]
+
+    def nameservers(self, zone: Zone, views: list[SoaView | BaseException]) -> list[SoaView]:
+        """Per-nameserver series; the views that answered."""
         answered: list[SoaView] = []
         for ep, v in zip(zone.nameservers, views, strict=True):
-            labels = {"zone": z, "nameserver": ep.key()}
+            labels = {"zone": zone.apex, "nameserver": ep.key()}
             if isinstance(v, BaseException):
-                if not isinstance(v, ZoneError | OSError):
-                    log.warning("zone %s at %s: %r", z, ep, v)
-                else:
-                    log.debug("zone %s at %s: %s", z, ep, v)
-                up.add(0, labels)
+                unexpected = not isinstance(v, ZoneError | OSError)
+                (log.warning if unexpected else log.debug)("zone %s at %s: %r", zone.apex, ep, v)
+                self.up.add(0, labels)
                 continue
-            up.add(1, labels)
+            self.up.add(1, labels)
             answered.append(v)
-            serial_f.add(v.serial, labels)
+            self.serial.add(v.serial, labels)
             for kind, exp in (("SOA", v.soa_rrsig_expiry), ("DNSKEY", v.dnskey_rrsig_expiry)):
                 if exp is not None:
-                    expiry_f.add(exp, {**labels, "type": kind})
-        st = state.setdefault(z, ZoneState())
-        if answered:
-            serials = [v.serial for v in answered]
-            consistent = len(set(serials)) == 1
-            consistent_f.add(1 if consistent else 0, {"zone": z})
-            now = time.monotonic()
-            if consistent:
-                st.inconsistent_since = None
-            elif st.inconsistent_since is None:
-                st.inconsistent_since = now
-            drift_f.add(0 if st.inconsistent_since is None else now - st.inconsistent_since,
-                        {"zone": z})  # fmt: skip
-            newest = newest_serial(serials)
-            ref = next((v for v in answered if v.serial == newest), answered[0])
-            refresh_f.add(ref.refresh, {"zone": z})
+                    self.expiry.add(exp, {**labels, "type": kind})
+        return answered
+
+    def serials(self, zone: Zone, answered: list[SoaView], st: ZoneState) -> None:
+        labels = {"zone": zone.apex}
+        serials = [v.serial for v in answered]
+        consistent = len(set(serials)) == 1
+        self.consistent.add(1 if consistent else 0, labels)
+        now = time.monotonic()
+        if consistent:
+            st.inconsistent_since = None
+        elif st.inconsistent_since is None:
+            st.inconsistent_since = now
+        since = st.inconsistent_since
+        self.drift.add(0 if since is None else now - since, labels)
+        newest = newest_serial(serials)
+        ref = next((v for v in answered if v.serial == newest), answered[0])
+        self.refresh.add(ref.refresh, labels)
+
+    def ds(self, zone: Zone, answered: list[SoaView], ds_sets: list[Any]) -> None:
         # DS sets as each parent server publishes them, digest types a validator knows
         # (a set of unknown ones only makes the zone insecure to validators, not bogus).
         good_ds = [
@@ -299,15 +300,43 @@ async def collect(ctx: CollectContext) -> list[Family]:
         ]
         keysets = [v.dnskeys for v in answered if v.dnskeys]
         if good_ds and keysets:
-            owner = _owner_wire(z)
+            owner = _owner_wire(zone.apex)
             # A resolver may get its DS from any parent server and its DNSKEY set from any
             # nameserver: every pair must match (a lagging secondary without the new key
             # breaks the resolvers that ask it).
             match = all(ds_matches(owner, ds, list(keys)) for ds in good_ds for keys in keysets)
-            ds_f.add(1 if match else 0, {"zone": z})
+            self.ds_match.add(1 if match else 0, {"zone": zone.apex})
+
+
+async def collect(ctx: CollectContext) -> list[Family]:
+    loop = asyncio.get_running_loop()
+    state: dict[str, ZoneState] = ctx.state.setdefault(STATE_KEY, {})
+    fams = ZoneFamilies()
+    live = {z.apex for z in ctx.config.zones}
+    for gone in set(state) - live:
+        del state[gone]
+
+    async def one(zone: Zone) -> None:
+        budget = min(zone.timeout, ctx.deadline - DEADLINE_MARGIN - loop.time())
+        if budget <= 0:
+            return
+        views, ds_sets = await asyncio.gather(
+            asyncio.gather(
+                *(_view(ep, zone, budget) for ep in zone.nameservers), return_exceptions=True
+            ),
+            asyncio.gather(
+                *(_ds_set(ep, zone, budget) for ep in zone.parent_nameservers),
+                return_exceptions=True,
+            ),
+        )
+        fams.warning.add(zone.signature_warning, {"zone": zone.apex})
+        answered = fams.nameservers(zone, views)
+        if answered:
+            fams.serials(zone, answered, state.setdefault(zone.apex, ZoneState()))
+        fams.ds(zone, answered, ds_sets)
 
     await asyncio.gather(*(one(z) for z in ctx.config.zones))
-    return [up, serial_f, refresh_f, expiry_f, warn_f, consistent_f, drift_f, ds_f]
+    return fams.all()
 
 
 COLLECTOR = Collector(name="zones", run=collect, enabled=lambda cfg: bool(cfg.zones))

@@ -15,14 +15,22 @@ import base64
 import socket
 import ssl
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from dnsfleet.config import Module
 from dnsfleet.config.transport import DEFAULT_DOH_PATH
 from dnsfleet.dnswire import Malformed, Query, parse_response
 from dnsfleet.probes.result import Exchange, Reason, TlsInfo
-from dnsfleet.probes.tls import Connection, connect, context_for, server_hostname
-from dnsfleet.probes.udp import Sockaddr, classify_oserror
+from dnsfleet.probes.tlsconn import (
+    Connection,
+    Sockaddr,
+    connect,
+    context_for,
+    deadline_failure,
+    server_hostname,
+    stream_failure,
+)
 
 MAX_BODY = 65535
 CONTENT_TYPE = b"application/dns-message"
@@ -61,6 +69,75 @@ def request_headers(
     return headers, body
 
 
+@dataclass(slots=True)
+class _Response:
+    """What came back on our stream so far; ``failure`` ends the exchange."""
+
+    status: int | None = None
+    body: bytearray = field(default_factory=bytearray)
+    ended: bool = False
+    got: int = 0  # bytes read from the connection
+    failure: tuple[Reason, str] | None = None
+
+
+def _on_event(ev: Any, h2c: Any, sid: int, r: _Response) -> None:
+    import h2.events  # noqa: PLC0415 - see exchange
+
+    if isinstance(ev, h2.events.ConnectionTerminated):
+        r.failure = (
+            Reason.MALFORMED if r.got else Reason.NETWORK_ERROR,
+            f"HTTP/2 connection closed by the server ({ev.error_code!s})",
+        )
+    elif getattr(ev, "stream_id", None) != sid:
+        return
+    elif isinstance(ev, h2.events.ResponseReceived):
+        r.status = next((int(v) for k, v in ev.headers if k == b":status"), None)
+    elif isinstance(ev, h2.events.DataReceived):
+        r.body += ev.data
+        h2c.acknowledge_received_data(ev.flow_controlled_length, sid)
+        if len(r.body) > MAX_BODY:
+            r.failure = (Reason.MALFORMED, f"response body over {MAX_BODY} bytes")
+    elif isinstance(ev, h2.events.StreamEnded):
+        r.ended = True
+    elif isinstance(ev, h2.events.StreamReset):
+        r.failure = (
+            Reason.HTTP_STATUS if r.status else Reason.MALFORMED,
+            f"stream reset by the server (error {ev.error_code!s})",
+        )
+
+
+async def _request(conn: Connection, module: Module, query: Query, sockaddr: Sockaddr,
+                   r: _Response) -> None:  # fmt: skip
+    """One request on a fresh HTTP/2 connection; fills ``r`` until the stream ends."""
+    import h2.config  # noqa: PLC0415 - see exchange
+    import h2.connection  # noqa: PLC0415
+
+    h2c: Any = h2.connection.H2Connection(
+        h2.config.H2Configuration(client_side=True, header_encoding=None)
+    )
+    h2c.initiate_connection()
+    sid = h2c.get_next_available_stream_id()
+    headers, payload = request_headers(module, query, sockaddr)
+    h2c.send_headers(sid, headers, end_stream=payload is None)
+    if payload is not None:
+        h2c.send_data(sid, payload, end_stream=True)  # body and END_STREAM in one frame
+    conn.writer.write(h2c.data_to_send())
+    while not r.ended and r.failure is None:
+        data = await conn.reader.read(65536)
+        if not data:
+            r.failure = (
+                Reason.MALFORMED if r.got else Reason.NETWORK_ERROR,
+                f"connection closed after {r.got} bytes, before the response ended",
+            )
+            return
+        r.got += len(data)
+        for ev in h2c.receive_data(data):
+            _on_event(ev, h2c, sid, r)
+        pending = h2c.data_to_send()
+        if pending:
+            conn.writer.write(pending)
+
+
 async def exchange(
     *,
     sockaddr: Sockaddr,
@@ -70,25 +147,17 @@ async def exchange(
     module: Module,
 ) -> Exchange:
     # Imported here: only DoH modules pay for h2 (~1.4 MiB, ~40 ms).
-    import h2.config  # noqa: PLC0415
-    import h2.connection  # noqa: PLC0415
-    import h2.events  # noqa: PLC0415
     import h2.exceptions  # noqa: PLC0415
 
     start = time.monotonic()
     info: TlsInfo | None = None
-    got = 0
-
-    def elapsed() -> float:
-        return time.monotonic() - start
 
     def fail(reason: Reason, detail: str) -> Exchange:
-        return Exchange(None, reason, elapsed(), detail, tls=info)
+        return Exchange(None, reason, time.monotonic() - start, detail, tls=info)
 
     conn: Connection | None = None
     stage = ["connect"]
-    status: int | None = None
-    body = bytearray()
+    r = _Response()
     try:
         async with asyncio.timeout(timeout):
             opened = await connect(
@@ -102,77 +171,30 @@ async def exchange(
             )
             if isinstance(opened, Exchange):
                 return opened
-            conn = opened
-            info = conn.info
+            conn, info = opened, opened.info
             if info.alpn != "h2":
                 return fail(
                     Reason.TLS_HANDSHAKE,
                     f"the server did not agree to HTTP/2 (ALPN {info.alpn or 'none'})",
                 )
-            h2c: Any = h2.connection.H2Connection(
-                h2.config.H2Configuration(client_side=True, header_encoding=None)
-            )
-            h2c.initiate_connection()
-            sid = h2c.get_next_available_stream_id()
-            headers, payload = request_headers(module, query, sockaddr)
-            h2c.send_headers(sid, headers, end_stream=payload is None)
-            if payload is not None:
-                h2c.send_data(sid, payload, end_stream=True)
-            conn.writer.write(h2c.data_to_send())
-            ended = False
-            while not ended:
-                data = await conn.reader.read(65536)
-                if not data:
-                    return fail(
-                        Reason.MALFORMED if got else Reason.NETWORK_ERROR,
-                        f"connection closed after {got} bytes, before the response ended",
-                    )
-                got += len(data)
-                for ev in h2c.receive_data(data):
-                    if isinstance(ev, h2.events.ResponseReceived) and ev.stream_id == sid:
-                        for k, v in ev.headers:
-                            if k == b":status":
-                                status = int(v)
-                    elif isinstance(ev, h2.events.DataReceived) and ev.stream_id == sid:
-                        body += ev.data
-                        h2c.acknowledge_received_data(ev.flow_controlled_length, sid)
-                        if len(body) > MAX_BODY:
-                            return fail(Reason.MALFORMED, f"response body over {MAX_BODY} bytes")
-                    elif isinstance(ev, h2.events.StreamEnded) and ev.stream_id == sid:
-                        ended = True
-                    elif isinstance(ev, h2.events.StreamReset) and ev.stream_id == sid:
-                        return fail(
-                            Reason.HTTP_STATUS if status else Reason.MALFORMED,
-                            f"stream reset by the server (error {ev.error_code!s})",
-                        )
-                    elif isinstance(ev, h2.events.ConnectionTerminated):
-                        return fail(
-                            Reason.MALFORMED if got else Reason.NETWORK_ERROR,
-                            f"HTTP/2 connection closed by the server ({ev.error_code!s})",
-                        )
-                pending = h2c.data_to_send()
-                if pending:
-                    conn.writer.write(pending)
+            await _request(conn, module, query, sockaddr, r)
     except TimeoutError:
-        if stage[0] == "tls":
-            return fail(Reason.TLS_HANDSHAKE, f"no TLS handshake within {timeout:.3g}s")
-        if got:
-            return fail(Reason.TIMEOUT, f"incomplete response within {timeout:.3g}s")
-        return fail(Reason.TIMEOUT, f"no answer within {timeout:.3g}s")
+        return fail(*deadline_failure(stage[0], r.got, timeout))
     except h2.exceptions.H2Error as e:
         return fail(Reason.MALFORMED, f"HTTP/2: {e}")
     except (OSError, ssl.SSLError) as e:
-        return fail(classify_oserror(e) if isinstance(e, OSError) else Reason.NETWORK_ERROR,
-                    str(e))  # fmt: skip
+        return fail(*stream_failure(e))
     finally:
         if conn is not None:
             conn.close()
-    if status != 200:
-        return fail(Reason.HTTP_STATUS, f"HTTP status {status}" if status else "no HTTP status")
+    if r.failure is not None:
+        return fail(*r.failure)
+    if r.status != 200:
+        return fail(Reason.HTTP_STATUS, f"HTTP status {r.status}" if r.status else "no status")
     try:
-        resp = parse_response(bytes(body), query, 0)
+        resp = parse_response(bytes(r.body), query, 0)
     except Malformed as e:
         return fail(Reason.MALFORMED, str(e))
     if resp is None:
-        return fail(Reason.MALFORMED, f"{len(body)}-byte body is not an answer to the query")
-    return Exchange(resp, None, elapsed(), tls=info)
+        return fail(Reason.MALFORMED, f"{len(r.body)}-byte body is not an answer to the query")
+    return Exchange(resp, None, time.monotonic() - start, tls=info)

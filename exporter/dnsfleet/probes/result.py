@@ -11,6 +11,7 @@ import dns.rcode
 
 from dnsfleet.config import Module
 from dnsfleet.dnswire import Malformed, Response, answer_texts
+from dnsfleet.probes.dnssec import dnssec_verdict
 
 
 class Reason(StrEnum):
@@ -32,7 +33,6 @@ class Reason(StrEnum):
 
 
 REASONS: tuple[Reason, ...] = tuple(Reason)
-NOERROR, SERVFAIL, NXDOMAIN = 0, 2, 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,25 +121,12 @@ def _verdict(r: Response, module: Module) -> tuple[Reason | None, str]:
             if module.transport == "udp"
             else "TC bit set on a TCP answer",
         )
-    if module.dnssec == "expect_bogus":
-        # A validating resolver answers a name whose signatures are broken with SERVFAIL;
-        # an answer (NOERROR, NXDOMAIN) means it handed out data it did not validate.
-        if r.rcode == SERVFAIL:
-            return None, "ok: SERVFAIL for the bogus name"
-        if r.rcode in (NOERROR, NXDOMAIN):
-            text = dns.rcode.to_text(r.rcode)  # type: ignore[arg-type]
-            return (
-                Reason.VALIDATION_DISABLED,
-                f"bogus name answered {text}{' with AD' if r.authenticated else ''}: "
-                "the resolver is not validating",
-            )
-        text = dns.rcode.to_text(r.rcode)  # type: ignore[arg-type]
-        return Reason.RCODE, f"rcode {text}, expected SERVFAIL for the bogus name"
+    dnssec = dnssec_verdict(r, module)  # issue 23: probes/dnssec.py
+    if dnssec is not None:
+        return dnssec
     if r.rcode not in module.valid_rcode_numbers:
         text = dns.rcode.to_text(r.rcode)  # type: ignore[arg-type]
         return Reason.RCODE, f"rcode {text} not in {', '.join(module.valid_rcodes)}"
-    if module.dnssec == "require_ad" and not r.authenticated:
-        return Reason.NOT_VALIDATED, "answer without AD: the resolver did not validate it"
     if r.matching_answers < module.min_answers:
         return (
             Reason.ANSWER_MISMATCH,
@@ -147,15 +134,20 @@ def _verdict(r: Response, module: Module) -> tuple[Reason | None, str]:
             f"expected at least {module.min_answers}",
         )
     if module.fail_if_not_matches or module.fail_if_matches:
-        try:
-            texts = answer_texts(r.wire)
-        except Malformed as e:
-            return Reason.MALFORMED, str(e)
-        for pat in module.fail_if_not_matches:
-            if not any(_compile(pat).search(t) for t in texts):
-                return Reason.ANSWER_MISMATCH, f"no answer matches {pat!r}"
-        for pat in module.fail_if_matches:
-            hit = next((t for t in texts if _compile(pat).search(t)), None)
-            if hit is not None:
-                return Reason.ANSWER_MISMATCH, f"answer {hit!r} matches {pat!r}"
+        return _text_checks(r, module)
+    return None, "ok"
+
+
+def _text_checks(r: Response, module: Module) -> tuple[Reason | None, str]:
+    try:
+        texts = answer_texts(r.wire)
+    except Malformed as e:
+        return Reason.MALFORMED, str(e)
+    for pat in module.fail_if_not_matches:
+        if not any(_compile(pat).search(t) for t in texts):
+            return Reason.ANSWER_MISMATCH, f"no answer matches {pat!r}"
+    for pat in module.fail_if_matches:
+        hit = next((t for t in texts if _compile(pat).search(t)), None)
+        if hit is not None:
+            return Reason.ANSWER_MISMATCH, f"answer {hit!r} matches {pat!r}"
     return None, "ok"
