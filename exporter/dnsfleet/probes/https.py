@@ -121,9 +121,9 @@ async def _request(conn: Connection, module: Module, query: Query, sockaddr: Soc
     h2c.send_headers(sid, headers, end_stream=payload is None)
     if payload is not None:
         h2c.send_data(sid, payload, end_stream=True)  # body and END_STREAM in one frame
-    conn.writer.write(h2c.data_to_send())
+    await conn.send(h2c.data_to_send())
     while not r.ended and r.failure is None:
-        data = await conn.reader.read(65536)
+        data = await conn.read(65536)
         if not data:
             r.failure = (
                 Reason.MALFORMED if r.got else Reason.NETWORK_ERROR,
@@ -135,7 +135,7 @@ async def _request(conn: Connection, module: Module, query: Query, sockaddr: Soc
             _on_event(ev, h2c, sid, r)
         pending = h2c.data_to_send()
         if pending:
-            conn.writer.write(pending)
+            await conn.send(pending)
 
 
 async def exchange(
@@ -172,6 +172,7 @@ async def exchange(
             if isinstance(opened, Exchange):
                 return opened
             conn, info = opened, opened.info
+            assert info is not None
             if info.alpn != "h2":
                 return fail(
                     Reason.TLS_HANDSHAKE,

@@ -61,11 +61,12 @@ async def exchange(
             if isinstance(opened, Exchange):
                 return opened
             conn, info = opened, opened.info
+            assert info is not None
             wire = query.with_id(qid)
-            conn.writer.write(len(wire).to_bytes(2, "big") + wire)
-            head = await conn.reader.readexactly(2)
+            await conn.send(len(wire).to_bytes(2, "big") + wire)
+            head = await conn.readexactly(2)
             got = 2
-            data = await conn.reader.readexactly(int.from_bytes(head, "big"))
+            data = await conn.readexactly(int.from_bytes(head, "big"))
     except TimeoutError:
         return fail(*deadline_failure(stage[0], got, timeout))
     except asyncio.IncompleteReadError as e:
