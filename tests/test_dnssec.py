@@ -40,9 +40,11 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     d = tmp_path_factory.mktemp("dnssec")
     zones = make_zones(d / "zones")
     primary = SignedNamed(
-        d / "primary", {z: f for z, f in zones.files.items() if z != "example.test.b"}
+        d / "primary", zone_files={z: f for z, f in zones.files.items() if z != "example.test.b"}
     )
-    secondary = SignedNamed(d / "secondary", {"example.test": zones.files["example.test.b"]})
+    secondary = SignedNamed(
+        d / "secondary", zone_files={"example.test": zones.files["example.test.b"]}
+    )
     started: list[Any] = []
     try:
         for s in (primary, secondary):

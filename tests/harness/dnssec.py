@@ -18,13 +18,12 @@ Zones (ECDSAP256SHA256, a KSK and a ZSK each, made by ``dnssec-keygen``/``dnssec
 from __future__ import annotations
 
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from tests.harness.process import ManagedProcess
-from tests.harness.servers import Unbound, _stop, wait_dns
-from tests.harness.tools import binary, free_port
+from tests.harness.servers import Named, Unbound, wait_dns
+from tests.harness.tools import binary
 
 ALGORITHM = "ECDSAP256SHA256"
 CHILDREN = ("example", "soon", "expired", "dsmismatch")
@@ -122,57 +121,23 @@ def make_zones(d: Path) -> SignedZones:
 
 
 @dataclass
-class SignedNamed:
+class SignedNamed(Named):
     """named serving signed zone files as they are (authoritative only, no recursion)."""
 
-    workdir: Path
-    zones: dict[str, Path]  # zone -> file
-    port: int = 0
-    managed: ManagedProcess | None = None
+    zone_files: dict[str, Path] = field(default_factory=dict)  # zone -> file
 
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+    def write_config(self) -> Path:
+        conf = super().write_config()
+        stanzas = "".join(
+            f'zone "{z}." {{ type primary; file "{f}"; }};\n' for z, f in self.zone_files.items()
+        )
+        conf.write_text(conf.read_text() + stanzas)
+        return conf
 
     def start(self) -> SignedNamed:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.port = self.port or free_port()
-        stanzas = "\n".join(
-            f'zone "{z}." {{ type primary; file "{f}"; }};' for z, f in self.zones.items()
-        )
-        conf = self.workdir / "named.conf"
-        conf.write_text(f"""
-options {{
-    directory "{self.workdir}";
-    listen-on port {self.port} {{ 127.0.0.1; }};
-    listen-on-v6 {{ none; }};
-    pid-file "{self.workdir}/named.pid";
-    session-keyfile "{self.workdir}/session.key";
-    recursion no;
-    allow-query {{ any; }};
-    dnssec-validation no;
-    notify no;
-}};
-controls {{ }};
-{stanzas}
-""")
-        self.managed = ManagedProcess(
-            [binary("named"), "-g", "-c", str(conf), "-n", "1"],
-            self.workdir / "named.log",
-            what="named",
-        )
-        try:
-            wait_dns("127.0.0.1", self.port, next(iter(self.zones)), "SOA")
-        except RuntimeError:
-            _stop(self.managed)
-            raise RuntimeError(
-                "named did not start:\n" + (self.workdir / "named.log").read_text()[-3000:]
-            ) from None
+        super().start()
+        wait_dns(self.host, self.port, next(iter(self.zone_files)), "SOA")
         return self
-
-    def stop(self) -> None:
-        _stop(self.managed)
-        self.managed = None
 
 
 def validating_unbound(workdir: Path, zones: SignedZones, authority: str) -> Unbound:

@@ -14,21 +14,18 @@ import asyncio
 import base64
 import socket
 import ssl
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from dnsfleet.config import Module
 from dnsfleet.config.transport import DEFAULT_DOH_PATH
 from dnsfleet.dnswire import Malformed, Query, parse_response
-from dnsfleet.probes.result import Exchange, Reason, TlsInfo
+from dnsfleet.probes.result import Exchange, Reason
 from dnsfleet.probes.tlsconn import (
+    Attempt,
     Connection,
     Sockaddr,
-    connect,
-    context_for,
     deadline_failure,
-    server_hostname,
     stream_failure,
 )
 
@@ -149,53 +146,36 @@ async def exchange(
     # Imported here: only DoH modules pay for h2 (~1.4 MiB, ~40 ms).
     import h2.exceptions  # noqa: PLC0415
 
-    start = time.monotonic()
-    info: TlsInfo | None = None
-
-    def fail(reason: Reason, detail: str) -> Exchange:
-        return Exchange(None, reason, time.monotonic() - start, detail, tls=info)
-
-    conn: Connection | None = None
-    stage = ["connect"]
+    at = Attempt()
     r = _Response()
     try:
         async with asyncio.timeout(timeout):
-            opened = await connect(
-                sockaddr=sockaddr,
-                family=family,
-                ctx=context_for(module, ("h2",)),
-                hostname=server_hostname(module, sockaddr),
-                start=start,
-                fail=fail,
-                stage=stage,
-            )
-            if isinstance(opened, Exchange):
-                return opened
-            conn, info = opened, opened.info
-            assert info is not None
-            if info.alpn != "h2":
-                return fail(
+            conn = await at.open(sockaddr=sockaddr, family=family, module=module, alpn=("h2",))
+            if isinstance(conn, Exchange):
+                return conn
+            alpn = conn.obj.selected_alpn_protocol()
+            if alpn != "h2":
+                return at.fail(
                     Reason.TLS_HANDSHAKE,
-                    f"the server did not agree to HTTP/2 (ALPN {info.alpn or 'none'})",
+                    f"the server did not agree to HTTP/2 (ALPN {alpn or 'none'})",
                 )
             await _request(conn, module, query, sockaddr, r)
     except TimeoutError:
-        return fail(*deadline_failure(stage[0], r.got, timeout))
+        return at.fail(*deadline_failure(at.stage, r.got, timeout))
     except h2.exceptions.H2Error as e:
-        return fail(Reason.MALFORMED, f"HTTP/2: {e}")
+        return at.fail(Reason.MALFORMED, f"HTTP/2: {e}")
     except (OSError, ssl.SSLError) as e:
-        return fail(*stream_failure(e))
+        return at.fail(*stream_failure(e))
     finally:
-        if conn is not None:
-            conn.close()
+        at.close()
     if r.failure is not None:
-        return fail(*r.failure)
+        return at.fail(*r.failure)
     if r.status != 200:
-        return fail(Reason.HTTP_STATUS, f"HTTP status {r.status}" if r.status else "no status")
+        return at.fail(Reason.HTTP_STATUS, f"HTTP status {r.status}" if r.status else "no status")
     try:
         resp = parse_response(bytes(r.body), query, 0)
     except Malformed as e:
-        return fail(Reason.MALFORMED, str(e))
+        return at.fail(Reason.MALFORMED, str(e))
     if resp is None:
-        return fail(Reason.MALFORMED, f"{len(r.body)}-byte body is not an answer to the query")
-    return Exchange(resp, None, time.monotonic() - start, tls=info)
+        return at.fail(Reason.MALFORMED, f"{len(r.body)}-byte body is not an answer to the query")
+    return at.answer(resp)

@@ -13,20 +13,11 @@ import asyncio
 import secrets
 import socket
 import ssl
-import time
 
 from dnsfleet.config import Module
 from dnsfleet.dnswire import Malformed, Query, header_id, parse_response
-from dnsfleet.probes.result import Exchange, Reason, TlsInfo
-from dnsfleet.probes.tlsconn import (
-    Connection,
-    Sockaddr,
-    connect,
-    context_for,
-    deadline_failure,
-    server_hostname,
-    stream_failure,
-)
+from dnsfleet.probes.result import Exchange, Reason
+from dnsfleet.probes.tlsconn import Attempt, Sockaddr, deadline_failure, stream_failure
 
 
 async def exchange(
@@ -37,53 +28,35 @@ async def exchange(
     timeout: float,
     module: Module,
 ) -> Exchange:
-    start = time.monotonic()
-    info: TlsInfo | None = None
-    got = 0
-
-    def fail(reason: Reason, detail: str) -> Exchange:
-        return Exchange(None, reason, time.monotonic() - start, detail, tls=info)
-
+    at = Attempt()
     qid = secrets.randbits(16)
-    conn: Connection | None = None
-    stage = ["connect"]
+    got = 0
     try:
         async with asyncio.timeout(timeout):
-            opened = await connect(
-                sockaddr=sockaddr,
-                family=family,
-                ctx=context_for(module),
-                hostname=server_hostname(module, sockaddr),
-                start=start,
-                fail=fail,
-                stage=stage,
-            )
-            if isinstance(opened, Exchange):
-                return opened
-            conn, info = opened, opened.info
-            assert info is not None
+            conn = await at.open(sockaddr=sockaddr, family=family, module=module)
+            if isinstance(conn, Exchange):
+                return conn
             wire = query.with_id(qid)
             await conn.send(len(wire).to_bytes(2, "big") + wire)
             head = await conn.readexactly(2)
             got = 2
             data = await conn.readexactly(int.from_bytes(head, "big"))
     except TimeoutError:
-        return fail(*deadline_failure(stage[0], got, timeout))
+        return at.fail(*deadline_failure(at.stage, got, timeout))
     except asyncio.IncompleteReadError as e:
         got += len(e.partial)
-        return fail(
+        return at.fail(
             Reason.MALFORMED if got else Reason.NETWORK_ERROR,
             f"connection closed after {got} bytes of the response",
         )
     except (OSError, ssl.SSLError) as e:
-        return fail(*stream_failure(e))
+        return at.fail(*stream_failure(e))
     finally:
-        if conn is not None:
-            conn.close()
+        at.close()
     try:
         resp = parse_response(data, query, qid)
     except Malformed as e:
-        return fail(Reason.MALFORMED, str(e))
+        return at.fail(Reason.MALFORMED, str(e))
     if resp is None:
-        return fail(Reason.MALFORMED, f"not the answer (id {header_id(data)}, sent {qid})")
-    return Exchange(resp, None, time.monotonic() - start, tls=info)
+        return at.fail(Reason.MALFORMED, f"not the answer (id {header_id(data)}, sent {qid})")
+    return at.answer(resp)

@@ -14,12 +14,12 @@ import asyncio
 import socket
 import ssl
 import time
-from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
 from dnsfleet.config import Module
 from dnsfleet.config.transport import read_ca_file
+from dnsfleet.dnswire import Response
 from dnsfleet.probes.result import Exchange, Reason, TlsInfo
 from dnsfleet.probes.udp import classify_oserror
 
@@ -107,7 +107,6 @@ class Connection:
         self.inc, self.out = ssl.MemoryBIO(), ssl.MemoryBIO()
         self.obj = ctx.wrap_bio(self.inc, self.out, server_hostname=hostname)
         self.buffered = bytearray()  # plaintext read but not yet consumed
-        self.info: TlsInfo | None = None
 
     async def _flush(self) -> None:
         if self.out.pending:
@@ -166,48 +165,70 @@ class Connection:
         self.sock.close()  # no close_notify round trip: the answer is in
 
 
-async def connect(
-    *,
-    sockaddr: Sockaddr,
-    family: socket.AddressFamily,
-    ctx: ssl.SSLContext,
-    hostname: str,
-    start: float,
-    fail: Callable[[Reason, str], Exchange],
-    stage: list[str],
-) -> Connection | Exchange:
-    """TCP then TLS to ``sockaddr``: the connection, or the failed Exchange. The caller
-    holds the deadline (asyncio.timeout, which cancels what runs here): ``stage[0]`` says
-    how far it got, ``tls`` during the handshake."""
-    loop = asyncio.get_running_loop()
-    try:
-        sock = socket.socket(family, socket.SOCK_STREAM)
-    except OSError as e:
-        return fail(Reason.NETWORK_ERROR, f"socket: {e.strerror or e}")
-    sock.setblocking(False)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    try:
-        await loop.sock_connect(sock, sockaddr)
-        t_tcp = time.monotonic()
-        stage[0] = "tls"
-        conn = Connection(loop, sock, ctx, hostname)
-        await conn.handshake()
-    except OSError as e:  # ssl.SSLError is an OSError
-        sock.close()
-        if stage[0] == "connect":
-            return fail(classify_oserror(e), e.strerror or str(e))
-        return fail(*classify_tls_error(e))
-    except BaseException:
-        sock.close()
-        raise
-    stage[0] = "exchange"
-    conn.info = TlsInfo(
-        handshake=time.monotonic() - t_tcp,
-        connect=t_tcp - start,
-        cert_expiry=earliest_expiry(conn.obj),
-        alpn=conn.obj.selected_alpn_protocol(),
-    )
-    return conn
+class Attempt:
+    """One encrypted probe: since when it runs, how far it got (``stage``: connect, tls,
+    exchange), the connection and its handshake's facts. The caller holds the deadline
+    (asyncio.timeout, which cancels what runs here) and closes the attempt."""
+
+    __slots__ = ("conn", "info", "stage", "start")
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.stage = "connect"
+        self.conn: Connection | None = None
+        self.info: TlsInfo | None = None
+
+    def fail(self, reason: Reason, detail: str) -> Exchange:
+        return Exchange(None, reason, time.monotonic() - self.start, detail, tls=self.info)
+
+    def answer(self, resp: Response) -> Exchange:
+        return Exchange(resp, None, time.monotonic() - self.start, tls=self.info)
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+
+    async def open(
+        self,
+        *,
+        sockaddr: Sockaddr,
+        family: socket.AddressFamily,
+        module: Module,
+        alpn: tuple[str, ...] = (),
+    ) -> Connection | Exchange:
+        """TCP then TLS to ``sockaddr``: the connection, or the failed Exchange."""
+        loop = asyncio.get_running_loop()
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError as e:
+            return self.fail(Reason.NETWORK_ERROR, f"socket: {e.strerror or e}")
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            await loop.sock_connect(sock, sockaddr)
+            t_tcp = time.monotonic()
+            self.stage = "tls"
+            conn = Connection(
+                loop, sock, context_for(module, alpn), server_hostname(module, sockaddr)
+            )
+            await conn.handshake()
+        except OSError as e:  # ssl.SSLError is an OSError
+            sock.close()
+            if self.stage == "connect":
+                return self.fail(classify_oserror(e), e.strerror or str(e))
+            return self.fail(*classify_tls_error(e))
+        except BaseException:
+            sock.close()
+            raise
+        self.stage = "exchange"
+        self.conn = conn
+        self.info = TlsInfo(
+            handshake=time.monotonic() - t_tcp,
+            connect=t_tcp - self.start,
+            cert_expiry=earliest_expiry(conn.obj),
+            alpn=conn.obj.selected_alpn_protocol(),
+        )
+        return conn
 
 
 def deadline_failure(stage: str, got: int, timeout: float) -> tuple[Reason, str]:
