@@ -194,6 +194,15 @@ def test_failing_cases(lab: Lab, tmp_path: Path) -> None:
     )
     got = scrape(exp)
     by_case = {dict(st.target.labels)["case"]: st for st in exp.prober.states.values()}
+    # dnsfleet reports what the server did: dnsdist 1.7 on a machine at load 10+ once reset
+    # a connection mid-handshake (tls_handshake, "Connection reset by peer") instead of
+    # sending its certificate. That is the server's doing, not a misjudgement: scrape again
+    # (at most twice) while a probe met a reset, and judge the last scrape.
+    for _ in range(2):
+        if not any("Connection reset" in (st.last.detail if st.last else "")
+                   for st in by_case.values()):  # fmt: skip
+            break
+        got = scrape(exp)
     for case, address, mod, reason, detail in cases:
         labels = {"target": address, "module": mod, "case": case}
         assert value(got, "dnsfleet_probe_failure", reason=reason, **labels) == 1, (
