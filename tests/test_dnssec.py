@@ -5,7 +5,6 @@ in front of BIND serving signed zones (tests/harness/dnssec.py). One lab for the
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,13 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from dnsfleet import statuspage
-from dnsfleet.app import Exporter
-from dnsfleet.hostfs import HostFS
 from tests.harness.dnssec import SignedNamed, SignedZones, make_zones, validating_unbound
-from tests.harness.metrics import Samples, samples, value
+from tests.harness.inprocess import exporter, scrape
+from tests.harness.metrics import value
 from tests.harness.servers import Unbound
 from tests.harness.tools import free_port, num
 
@@ -57,16 +54,6 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     finally:
         for s in reversed(started):
             s.stop()
-
-
-def exporter(tmp_path: Path, doc: dict[str, Any]) -> Exporter:
-    path = tmp_path / "dnsfleet.yml"
-    path.write_text(yaml.safe_dump({"resolv_conf": [], **doc}))
-    return Exporter(fs=HostFS(), config_file=str(path))
-
-
-def scrape(exp: Exporter) -> Samples:
-    return samples(asyncio.run(exp.scrape(8.0)).decode())
 
 
 # Generous timeouts: a busy machine must not turn a slow validation into a failure.

@@ -12,13 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from dnsfleet import statuspage
-from dnsfleet.app import Exporter
-from dnsfleet.hostfs import HostFS
 from dnsfleet.probes.handler import probe_exposition
-from tests.harness.metrics import Samples, samples, value
+from tests.harness.inprocess import exporter, scrape
+from tests.harness.metrics import value
 from tests.harness.pki import SERVER_NAME, Pki, make_pki
 from tests.harness.resolverfamilies import Dnsdist, Kresd
 from tests.harness.servers import Named, Unbound
@@ -84,16 +82,6 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     finally:
         for s in reversed(started):
             s.stop()
-
-
-def exporter(tmp_path: Path, doc: dict[str, Any]) -> Exporter:
-    path = tmp_path / "dnsfleet.yml"
-    path.write_text(yaml.safe_dump({"resolv_conf": [], **doc}))
-    return Exporter(fs=HostFS(), config_file=str(path))
-
-
-def scrape(exp: Exporter) -> Samples:
-    return samples(asyncio.run(exp.scrape(8.0)).decode())
 
 
 def module(lab: Lab, transport: str, **extra: Any) -> dict[str, Any]:
