@@ -111,14 +111,21 @@ def scenario(root: str) -> dict[str, object]:
         def emit(self, record: logging.LogRecord) -> None:
             records.append(record.getMessage())
 
-    logging.getLogger("dnsfleet.collectors.base").addHandler(Grab())
+    grab = Grab()
+    logger = logging.getLogger("dnsfleet.collectors.base")
 
     async def go() -> list[Family]:
         loop = asyncio.get_running_loop()
         ctx = CollectContext(fs=fs, config=cfg, deadline=loop.time() + 1.0, state={})
         return await run_collectors(ctx, COLLECTORS)
 
-    fams = asyncio.run(go())
+    # Removed after: left on the logger, it kept every record of every later test in the
+    # process (the 1,000-scrape memory soak grew 1.97 MB when it ran after this one).
+    logger.addHandler(grab)
+    try:
+        fams = asyncio.run(go())
+    finally:
+        logger.removeHandler(grab)
     success = {
         s[1]["collector"]: s[0]
         for s in (
