@@ -104,7 +104,7 @@ def test_validating_resolver(lab: Lab, tmp_path: Path) -> None:
     assert not [k for k in got if k[0] == "dnsfleet_probe_extended_error" and
                 ("module", "plain") in k[1]]  # fmt: skip
     # The status page shows the EDE beside the failure reason.
-    page = statuspage.render(exp, metrics_path="/metrics")
+    page = statuspage.render(exp.status_view(), metrics_path="/metrics")
     assert "FAIL: rcode" in page
     assert "EDE 7 Signature Expired" in page
     # The counter counts answers with the code: a second scrape adds one more (unbound's
@@ -138,7 +138,7 @@ def test_resolver_that_does_not_validate(lab: Lab, tmp_path: Path) -> None:
     assert v("dnsfleet_probe_success", "bogus") == 0
     assert v("dnsfleet_probe_failure", "bogus", reason="validation_disabled") == 1
     assert v("dnsfleet_probe_failures_total", "bogus", reason="validation_disabled") == 1
-    page = statuspage.render(exp, metrics_path="/metrics")
+    page = statuspage.render(exp.status_view(), metrics_path="/metrics")
     assert "FAIL: validation_disabled" in page
     assert "DNSResolverNotValidating.md" in page
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from dnsfleet import statuspage
-from dnsfleet.probes.handler import probe_exposition
+from dnsfleet.probes.families import probe_exposition
 from tests.harness.inprocess import exporter, scrape
 from tests.harness.metrics import value
 from tests.harness.pki import SERVER_NAME, Pki, make_pki
@@ -204,7 +204,7 @@ def test_failing_cases(lab: Lab, tmp_path: Path) -> None:
     assert value(got, "dnsfleet_probe_tls_cert_expiry_timestamp_seconds",
                  target=f"127.0.0.1:{lab.ports['expired'][0]}", module="dot",
                  case="expired_dot") is None  # fmt: skip
-    page = statuspage.render(exp, metrics_path="/metrics")
+    page = statuspage.render(exp.status_view(), metrics_path="/metrics")
     assert "FAIL: certificate" in page and "certificate expired" in page
 
 

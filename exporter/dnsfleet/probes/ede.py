@@ -7,6 +7,11 @@ Any other code (unregistered, or private use 49152-65535) is exported as ``other
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dnsfleet.dnswire import Response
+
 EDE_CODES: dict[int, str] = {
     0: "Other Error",
     1: "Unsupported DNSKEY Algorithm",
@@ -55,3 +60,16 @@ def code_label(code: int) -> str:
 def describe(code: int) -> str:
     """``7 Signature Expired``, for people (the status page)."""
     return f"{code} {EDE_CODES.get(code, 'unregistered')}"
+
+
+# The alert of a failed DNSSEC check by its reason: the resolver answered, not validating.
+NOT_VALIDATING = dict.fromkeys(("not_validated", "validation_disabled"), "DNSResolverNotValidating")
+
+
+def ede_note(resp: Response | None) -> str:
+    """`` (EDE 7 Signature Expired: text)`` for an answer with Extended DNS Errors, for
+    people: the status page puts it beside the failure reason."""
+    if resp is None or not resp.ede:
+        return ""
+    codes = ", ".join(describe(c) for c in resp.ede)
+    return f" (EDE {codes}{': ' + resp.ede_text if resp.ede_text else ''})"

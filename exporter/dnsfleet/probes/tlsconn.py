@@ -20,8 +20,7 @@ from typing import Any
 from dnsfleet.config import Module
 from dnsfleet.config.transport import read_ca_file
 from dnsfleet.dnswire import Response
-from dnsfleet.probes.result import Exchange, Reason, TlsInfo
-from dnsfleet.probes.udp import classify_oserror
+from dnsfleet.probes.result import Exchange, Reason, TlsInfo, classify_oserror
 
 Sockaddr = tuple[str, int] | tuple[str, int, int, int]
 
