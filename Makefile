@@ -85,6 +85,7 @@ bench: $(STAMP) check-deps
 	$(call install_debs,$(BENCH_DEBS))
 	$(BIN)/python -m venv .venv-bench && .venv-bench/bin/pip install -q dns_exporter httpx
 	PYTHONPATH=. $(BIN)/python bench/bench_probe.py $(ARGS)
+	PYTHONPATH=. $(BIN)/python bench/bench_encrypted.py  # issue 23: DoT/DoH /probe
 
 ## make bench-host: dnsfleet's host collectors vs node_exporter's interrupts collector
 bench-host: $(STAMP)

@@ -1064,6 +1064,135 @@ def error_budget() -> dash.Dashboard:
     )
 
 
+def dnssec_zones() -> dash.Dashboard:
+    """Issue 23: zone integrity, DNSSEC validation and EDE, encrypted transports."""
+    d = base(
+        "dnsfleet-dnssec",
+        "dnsfleet / DNSSEC, zones and encrypted transports",
+        "Zone integrity at the zones' own nameservers (signature expiry, serials, DS), "
+        "resolvers validating DNSSEC and the Extended DNS Errors they send, and the DoT/DoH "
+        "handshake and certificates.",
+    )
+    d = variables(d)
+    enc = f'{SEL}, reason=~"tls_handshake|certificate|http_status"'
+    return (
+        d.with_panel(
+            ts(
+                "Signature expiry per zone",
+                "Time left until the earliest RRSIG over each zone's SOA and DNSKEY set "
+                "expires, per nameserver (DNSZoneSignaturesExpiring: warning within the "
+                "zone's margin, page under a day).",
+                "s",
+                query(
+                    f"dnsfleet_zone_rrsig_expiry_timestamp_seconds{{{SEL}}} - time()",
+                    "{{zone}} {{type}} @ {{nameserver}}",
+                ),
+            )
+        )
+        .with_panel(
+            ts(
+                "SOA serial per nameserver",
+                "The serial each nameserver serves: lines apart mean a secondary lags.",
+                "none",
+                query(f"dnsfleet_zone_soa_serial{{{SEL}}}", "{{zone}} @ {{nameserver}}"),
+            )
+        )
+        .with_panel(
+            ts(
+                "Serial drift against refresh",
+                "How long the nameservers have disagreed, against the zone's SOA REFRESH "
+                "(DNSZoneSerialDrift when drift exceeds it).",
+                "s",
+                query(f"dnsfleet_zone_serial_inconsistent_seconds{{{SEL}}}", "{{zone}} drift"),
+                query(f"dnsfleet_zone_soa_refresh_seconds{{{SEL}}}", "{{zone}} refresh"),
+            )
+        )
+        .with_panel(
+            ts(
+                "DS match and nameservers answering",
+                "1 when the parent's DS matches a zone key at every nameserver "
+                "(DNSZoneDSMismatch pages at 0), and each nameserver answering.",
+                "bool_yes_no",
+                query(f"dnsfleet_zone_ds_match{{{SEL}}}", "{{zone}} DS match"),
+                query(f"dnsfleet_zone_nameserver_up{{{SEL}}}", "{{zone}} @ {{nameserver}} up"),
+                min_val=0,
+                max_val=1,
+            )
+        )
+        .with_panel(
+            ts(
+                "Resolvers validating",
+                "AD on the last answer of modules with dnssec set, and resolvers failing "
+                "the validation checks (DNSResolverNotValidating).",
+                "short",
+                query(f"dnsfleet_probe_dnssec_authenticated{{{SEL}}}", "{{target}} {{module}} AD"),
+                query(
+                    f'dnsfleet_probe_failure{{{SEL}, reason=~"not_validated|validation_disabled"}}'
+                    " == 1",
+                    "{{target}} {{module}} {{reason}}",
+                ),
+                min_val=0,
+            )
+        )
+        .with_panel(
+            ts(
+                "Extended DNS Errors per code",
+                "Answers carrying each EDE code per second (RFC 8914: 6 DNSSEC Bogus, "
+                "7 Signature Expired, 9 DNSKEY Missing, 18 Prohibited, 22 No Reachable "
+                "Authority; other: unregistered).",
+                "reqps",
+                query(
+                    "sum by (code) (rate(dnsfleet_probe_extended_errors_total"
+                    f"{{{SEL}}}[$__rate_interval]))",
+                    "EDE {{code}}",
+                ),
+                stack=True,
+            )
+        )
+        .with_panel(
+            ts(
+                "TLS handshake share of latency",
+                "The part of each DoT/DoH probe's duration spent in the TLS handshake: "
+                "what a client pays per fresh connection.",
+                "percentunit",
+                query(
+                    f"dnsfleet_probe_tls_handshake_seconds{{{SEL}}} "
+                    f"/ dnsfleet_probe_duration_seconds{{{SEL}}}",
+                    "{{target}} {{module}}",
+                ),
+                min_val=0,
+                max_val=1,
+            )
+        )
+        .with_panel(
+            ts(
+                "Certificate expiry",
+                "Time left until the earliest certificate of each DoT/DoH chain expires "
+                "(DNSResolverCertificateExpiring under 14 days).",
+                "s",
+                query(
+                    f"dnsfleet_probe_tls_cert_expiry_timestamp_seconds{{{SEL}}} - time()",
+                    "{{target}} {{module}}",
+                ),
+            )
+        )
+        .with_panel(
+            ts(
+                "Encrypted transport failures",
+                "DoT/DoH probes failing per second by reason: tls_handshake, certificate, "
+                "http_status.",
+                "reqps",
+                query(
+                    "sum by (target, module, reason) (rate(dnsfleet_probe_failures_total"
+                    f"{{{enc}}}[$__rate_interval]))",
+                    "{{target}} {{module}} {{reason}}",
+                ),
+                width=24,
+            )
+        )
+    )
+
+
 def _secs(window: str) -> int:
     return seconds(window, "window")
 
@@ -1075,6 +1204,7 @@ DASHBOARDS: dict[str, Callable[[], dash.Dashboard]] = {
     "consul-dns": consul_dns,
     "capacity-trend": capacity_trend,
     "error-budget": error_budget,
+    "dnssec-zones": dnssec_zones,  # issue 23
 }
 
 

@@ -181,6 +181,12 @@ CATALOG = (
     # Issue 20: the SLOs' burn-rate alerts (generated from alerts/config.yml).
     "DNSAvailabilityBudgetBurn",
     "DNSLatencyBudgetBurn",
+    # Issue 23: DNSSEC from the resolver's side, zone integrity.
+    "DNSResolverNotValidating",
+    "DNSResolverCertificateExpiring",
+    "DNSZoneSignaturesExpiring",
+    "DNSZoneSerialDrift",
+    "DNSZoneDSMismatch",
 )
 # Host alerts come with issue 5's alerts/rules/host.rules.yml.
 HOST_ALERTS = {
@@ -271,6 +277,10 @@ PAGE_WORTHY = {
     "DNSFleetExportersAbsent": "monitoring gone",
     "DNSFleetExporterDown": "monitoring of a site gone (no exporter of it answers)",
     "DNSFleetTargetsDropped": "monitoring of a site gone (no exporter of it probes)",
+    # Issue 23: a zone every validating resolver fails now (DS), or within the day for
+    # certain (signatures; the one alert paging ahead of the hour, see alerts/README.md).
+    "DNSZoneDSMismatch": "zone bogus for every validator now",
+    "DNSZoneSignaturesExpiring": "zone bogus for every validator within a day",
 }
 
 

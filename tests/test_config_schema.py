@@ -31,6 +31,8 @@ FULL = CONFIGS / "valid-full.yml"
 # (an IP literal, a DNS name, a regex, a known type) JSON Schema cannot express plainly.
 LOADER_ONLY = {
     "bad-cidr",
+    "dnssec-bogus-valid-rcodes",
+    "dnssec-without-edns",
     "bad-port",
     "bad-query-name",
     "bad-regex",
@@ -40,6 +42,9 @@ LOADER_ONLY = {
     "negative-duration",
     "unknown-query-type",
     "unknown-rcode",
+    "zone-without-nameserver",
+    "ca-file-not-pem",
+    "doh-url-with-tls",
 }
 
 

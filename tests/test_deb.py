@@ -52,6 +52,7 @@ def test_architecture_all_on_debians_python_packages(deb: Path) -> None:
         ("python3-aiohttp", "aiohttp", "3.8.4"),
         ("python3-yaml", "pyyaml", "6"),
         ("python3-bcrypt", "bcrypt", "3.2.2"),
+        ("python3-h2", "h2", "4.1"),
     ):
         assert depends[pkg].startswith(f"{pkg} (>= {low}"), depends[pkg]
         assert f'"{dist}>={low}' in pyproject, dist

@@ -3,11 +3,11 @@
 The query is built once per module and only its ID is patched per probe. A
 response is read by a small bounds-checked walker rather than ``dns.message.from_wire``:
 probing needs the header, the question, counts, answer TTLs and the EDNS OPT record (NSID,
-extended rcode), and the walker does that in a fraction of the time. A compression pointer
-ends a name; its target is checked as dnspython checks it: it must point backwards (so a
-chain of pointers strictly decreases and cannot loop), inside the message and past the
-header, to a well-formed name of at most 255 octets. A message with two OPT records, like
-one with a bad pointer, is malformed (RFC 6891 6.1.1).
+extended rcode, Extended DNS Errors), and the walker does that in a fraction of the time.
+A compression pointer ends a name; its target is checked as dnspython checks it: it must
+point backwards (so a chain of pointers strictly decreases and cannot loop), inside the
+message and past the header, to a well-formed name of at most 255 octets. A message with
+two OPT records, like one with a bad pointer, is malformed (RFC 6891 6.1.1).
 Full decoding with dnspython happens only for modules that match answer text, and
 dnspython's message and name modules are imported only then: with their idna and
 importlib.metadata dependencies they cost ~6 MB of RSS (tests check the hand-built query
@@ -27,10 +27,15 @@ HEADER = struct.Struct("!HHHHHH")
 RR_FIXED = struct.Struct("!HHIH")
 OPT = 41
 NSID_OPTION = 3
+EDE_OPTION = 15  # Extended DNS Errors (RFC 8914)
 FLAG_QR = 0x8000
 FLAG_AA = 0x0400
 FLAG_TC = 0x0200
 FLAG_RA = 0x0080
+FLAG_AD = 0x0020
+DO_BIT = 0x8000  # in the OPT record's TTL: DNSSEC OK (RFC 3225)
+# An EDE's EXTRA-TEXT is for people (the status page, logs), never a label: kept this short.
+EDE_TEXT_MAX = 200
 MAX_TTL = 0x7FFFFFFF
 # Servers may answer these without echoing the question (e.g. FORMERR to a question they
 # could not parse): FORMERR, SERVFAIL, NOTIMP, REFUSED.
@@ -93,15 +98,24 @@ def build_query(
     edns: bool = True,
     payload: int = 1232,
     nsid: bool = True,
+    dnssec_ok: bool = False,
+    authenticated_data: bool = False,
 ) -> Query:
-    """The query as dnspython's make_query + use_edns would build it, ID 0."""
+    """The query as dnspython's make_query + use_edns would build it, ID 0.
+
+    ``dnssec_ok`` sets DO (it needs EDNS); ``authenticated_data`` sets AD in the header,
+    which asks a validating resolver to say whether it validated the answer (RFC 6840 5.7).
+    PowerDNS Recursor's default ``dnssec=process`` validates only queries with DO or AD."""
     question = encode_name(qname) + struct.pack("!HH", qtype, qclass)
     flags = FLAG_RD if recursion_desired else 0
+    if authenticated_data:
+        flags |= FLAG_AD
     additional = b""
     if edns:
         options = EDNS_OPTION_NSID if nsid else b""
-        # OPT RR: root owner, type 41, class = UDP payload size, TTL 0 (version 0, DO clear).
-        additional = b"\x00" + struct.pack("!HHIH", OPT, payload, 0, len(options)) + options
+        # OPT RR: root owner, type 41, class = UDP payload size, TTL: version 0 and DO.
+        ttl = DO_BIT if dnssec_ok else 0
+        additional = b"\x00" + struct.pack("!HHIH", OPT, payload, ttl, len(options)) + options
     header = HEADER.pack(0, flags, 1, 0, 0, 1 if edns else 0)
     return Query(
         wire=header + question + additional,
@@ -122,10 +136,19 @@ class Response:
     min_ttl: int | None  # smallest TTL among matching answers
     nsid: bytes | None
     wire: bytes
+    # Extended DNS Errors (RFC 8914): every INFO-CODE in the OPT record, in order (a message
+    # may carry several), and the first non-empty EXTRA-TEXT, cut to EDE_TEXT_MAX.
+    ede: tuple[int, ...] = ()
+    ede_text: str = ""
 
     @property
     def truncated(self) -> bool:
         return bool(self.flags & FLAG_TC)
+
+    @property
+    def authenticated(self) -> bool:
+        """AD: the resolver validated the answer with DNSSEC."""
+        return bool(self.flags & FLAG_AD)
 
     @property
     def authoritative(self) -> bool:
@@ -223,7 +246,7 @@ def parse_response(data: bytes, query: Query, qid: int) -> Response | None:  # n
     answer_rrs = 0
     matching = 0
     min_ttl: int | None = None
-    nsid: bytes | None = None
+    options = NO_OPTIONS
     opts = 0
     n = len(data)
     try:
@@ -249,34 +272,43 @@ def parse_response(data: bytes, query: Query, qid: int) -> Response | None:  # n
                         raise Malformed("more than one OPT record")
                     opts += 1
                     rcode |= (ttl >> 24) << 4
-                    nsid = _read_nsid(data, pos, pos + rdlen)
+                    options = _read_options(data, pos, pos + rdlen)
                 pos += rdlen
     except Malformed:
         # A truncated answer may legitimately stop mid-section; report what we have.
         if not tc:
             raise
-    return Response(
-        id=rid,
-        flags=flags,
-        rcode=rcode,
-        answer_rrs=answer_rrs,
-        matching_answers=matching,
-        min_ttl=min_ttl,
-        nsid=nsid,
-        wire=data,
-    )
+    nsid, ede, text = options  # in Response's field order:
+    return Response(rid, flags, rcode, answer_rrs, matching, min_ttl, nsid, data, ede, text)
 
 
-def _read_nsid(data: bytes, pos: int, end: int) -> bytes | None:
+# NSID, the EDE info codes and the first EDE text of an OPT record's RDATA.
+Options = tuple[bytes | None, tuple[int, ...], str]
+NO_OPTIONS: Options = (None, (), "")
+
+
+def _read_options(data: bytes, pos: int, end: int) -> Options:
+    """The options of an OPT record's RDATA (see Options)."""
+    nsid: bytes | None = None
+    codes: list[int] = []
+    text = ""
     while pos + 4 <= end:
         code, length = struct.unpack_from("!HH", data, pos)
         pos += 4
         if pos + length > end:
             raise Malformed("EDNS option runs past its record")
-        if code == NSID_OPTION:
-            return data[pos : pos + length]
+        if code == NSID_OPTION and nsid is None:
+            nsid = data[pos : pos + length]
+        elif code == EDE_OPTION:
+            # INFO-CODE (2 octets), then EXTRA-TEXT: UTF-8, possibly empty (RFC 8914 2).
+            if length < 2:
+                raise Malformed("Extended DNS Error option shorter than its info code")
+            codes.append(int.from_bytes(data[pos : pos + 2], "big"))
+            if not text and length > 2:
+                raw = data[pos + 2 : pos + min(length, 2 + 4 * EDE_TEXT_MAX)]
+                text = raw.decode("utf-8", errors="replace").rstrip("\x00")[:EDE_TEXT_MAX]
         pos += length
-    return None
+    return nsid, tuple(codes), text
 
 
 def decode_message(wire: bytes) -> dns.message.Message:

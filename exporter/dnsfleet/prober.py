@@ -21,6 +21,7 @@ from dnsfleet.config import Config, Module, Target
 from dnsfleet.dnswire import Query
 from dnsfleet.exposition import Family, TextFamily, format_value, labelset
 from dnsfleet.probes import REASONS, Exchange, ProbeResult, Reason, failed, judge, probe, query_for
+from dnsfleet.probes.ede import code_label
 from dnsfleet.probes.families import compile_template, label_prefix, probe_result_families
 from dnsfleet.probes.udp import exchange_many
 from dnsfleet.restarts import ResolverWatch, canary_families
@@ -63,6 +64,8 @@ class TargetState:
     # Epoch seconds of the first failed probe of the current run of failures; None while
     # the last probe succeeded (the status page's "failing since").
     failing_since: float | None = None
+    # Answers carrying each Extended DNS Error code (label value), since the exporter started.
+    ede_counts: dict[str, int] = field(default_factory=dict)
 
     def observe(self, result: ProbeResult, wall: float) -> None:
         self.last = result
@@ -79,6 +82,9 @@ class TargetState:
             d = result.duration
             self.buckets[bisect_left(LATENCY_BUCKETS, d)] += 1  # the first bound >= d
             self.latency_sum += d
+            for code in result.response.ede:
+                label = code_label(code)
+                self.ede_counts[label] = self.ede_counts.get(label, 0) + 1
 
 
 def target_labels(target: Target) -> str:
@@ -134,6 +140,7 @@ class Prober:
                 )
                 fresh.last, fresh.last_wall = old.last, old.last_wall
                 fresh.failing_since = old.failing_since
+                fresh.ede_counts = old.ede_counts
                 states[key] = fresh
             else:
                 states[key] = new_state(t)
@@ -281,6 +288,7 @@ class Prober:
                     tuple(st.failures),
                     tuple(st.buckets),
                     st.latency_sum,
+                    tuple(st.ede_counts.items()),
                 )
                 for st in self.states.values()
             ],
@@ -291,8 +299,9 @@ class Prober:
         return self.record().families()
 
 
-# labels, last result, probes, failures by reason, latency buckets, latency sum
-RecordRow = tuple[str, ProbeResult | None, int, tuple[int, ...], tuple[int, ...], float]
+# labels, last result, probes, failures by reason, latency buckets, latency sum, EDE counts
+EdeCounts = tuple[tuple[str, int], ...]
+RecordRow = tuple[str, ProbeResult | None, int, tuple[int, ...], tuple[int, ...], float, EdeCounts]
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,14 +317,21 @@ class ProbeRecord:
         fams = probe_result_families([(row[0], row[1]) for row in rows])
         attempts = "".join([_ATTEMPTS.format(labels, probes) for labels, _, probes, *_ in rows])
         failures = "".join(
-            [_failures_block(label_prefix(labels), *fails) for labels, _, _, fails, _, _ in rows]
+            [_failures_block(label_prefix(labels), *fails) for labels, _, _, fails, *_ in rows]
         )
         hist = "".join(
             [
                 _histogram_block(
                     label_prefix(labels), labels, format_value(latency_sum), *accumulate(buckets)
                 )
-                for labels, _, _, _, buckets, latency_sum in rows
+                for labels, _, _, _, buckets, latency_sum, _ in rows
+            ]
+        )
+        ede = "".join(
+            [
+                f'{_EDE_TOTAL_NAME}{{{label_prefix(labels)}code="{code}"}} {n}\n'
+                for labels, *_, counts in rows
+                for code, n in counts
             ]
         )
         return [
@@ -342,6 +358,13 @@ class ProbeRecord:
                 "histogram",
                 hist,
             ),
+            TextFamily(
+                _EDE_TOTAL_NAME,
+                "Answers carrying each Extended DNS Error code (RFC 8914; other: "
+                "unregistered) since the exporter started.",
+                "counter",
+                ede,
+            ),
             *self.canary,
         ]
 
@@ -351,6 +374,7 @@ class ProbeRecord:
 _FAILURES_NAME = "dnsfleet_probe_failures_total"
 _ATTEMPTS_NAME = "dnsfleet_probe_attempts_total"
 _LATENCY_NAME = "dnsfleet_probe_latency_seconds"
+_EDE_TOTAL_NAME = "dnsfleet_probe_extended_errors_total"
 _ATTEMPTS = _ATTEMPTS_NAME + "{{{}}} {}\n"
 _failures_block = compile_template(
     "failures",

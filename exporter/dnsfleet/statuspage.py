@@ -24,6 +24,7 @@ from dnsfleet import __version__
 from dnsfleet.capacity import effective_capacity
 from dnsfleet.config import Config
 from dnsfleet.prober import TargetState
+from dnsfleet.probes.ede import NOT_VALIDATING, ede_note
 from dnsfleet.selfmetrics import ReloadStatus
 from dnsfleet.status import History, Kept, Sample, Snapshot
 
@@ -318,11 +319,11 @@ def _result_cells(
     if r is None:
         return '<td class="unk">not probed yet</td><td></td><td></td>', ""
     verdict = "OK" if r.success else f"FAIL: {r.reason.value if r.reason else '?'}"
-    detail = r.rcode_text if r.success else (r.detail or r.rcode_text)
+    detail = (r.rcode_text if r.success else (r.detail or r.rcode_text)) + ede_note(r.response)
     runbook = since = ""
     if not r.success:
-        site = dict(st.target.labels).get("site")
-        alert = failing_alert(site, site is not None and not site_ok.get(site, True))
+        site = dict(st.target.labels).get("site", "")
+        alert = NOT_VALIDATING.get(str(r.reason)) or failing_alert(site, not site_ok.get(site, 1))
         runbook = f"<br>runbook: {runbook_link(runbooks, alert)}"
         if st.failing_since is not None:
             since = f'<span class="bad">since {e(when(st.failing_since, now))}</span>'
@@ -362,8 +363,7 @@ def _canary_cell(key: TargetModule, facts: _Facts) -> str:
 
 
 def _latest_cell(address: str, facts: _Facts, now: float) -> str:
-    """The last restart (the process start the resolver states) and the last cache reset
-    the canary saw, whichever is known."""
+    """The last restart the resolver states and cache reset the canary saw, if known."""
     last = []
     if address in facts.start:
         last.append(f"restart {when(facts.start[address][0].value, now)}")

@@ -133,6 +133,7 @@ end
 class Kresd(ResolverDaemon):
     upstream: str = ""  # "127.0.0.1@port": every query is forwarded there (STUB)
     start_time_metric: bool = False  # add process_start_time_seconds (KRESD_START_TIME_LUA)
+    extra: str = ""  # more Lua configuration (e.g. DoT/DoH listeners, issue 23)
 
     @property
     def metrics_url(self) -> str:
@@ -147,6 +148,7 @@ cache.size = 10 * MB
 modules = {{ 'policy', 'http' }}
 policy.add(policy.all(policy.STUB('{self.upstream}')))
 {KRESD_START_TIME_LUA if self.start_time_metric else ""}
+{self.extra}
 """)
         self._spawn([binary("kresd"), "-n", "-c", str(conf), str(self.workdir)])
         wait_dns("127.0.0.1", self.port, "www.example.test", "A")

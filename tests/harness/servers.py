@@ -144,6 +144,7 @@ class Unbound(Daemon):
     local_data: list[str] = field(default_factory=list)
     extra_server: str = ""
     extended_statistics: bool = True
+    env: dict[str, str] = field(default_factory=dict)  # e.g. libfaketime's LD_PRELOAD
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -202,6 +203,7 @@ remote-control:
             [binary("unbound"), "-d", "-c", str(conf)],
             self.workdir / "unbound.stderr",
             what="unbound",
+            env=self.env or None,
         )
         try:
             wait_dns(self.host, self.port, "local.test.", "SOA")

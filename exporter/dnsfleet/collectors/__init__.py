@@ -7,7 +7,7 @@ label keeps the collector's name (``bonding``, ``cpu_latency``).
 
 from __future__ import annotations
 
-from dnsfleet.collectors import bond, consul, cpu, nic, resolver, resolver_capacity, stub
+from dnsfleet.collectors import bond, consul, cpu, nic, resolver, resolver_capacity, stub, zones
 from dnsfleet.collectors.base import (
     CollectContext,
     Collector,
@@ -24,6 +24,7 @@ _ALL: tuple[Collector, ...] = (
     bond.COLLECTOR,
     nic.COLLECTOR,
     cpu.COLLECTOR,
+    zones.COLLECTOR,  # issue 23
 )
 
 COLLECTORS: dict[str, Collector] = {c.name: c for c in _ALL}

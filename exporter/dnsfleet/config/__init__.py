@@ -44,6 +44,7 @@ from dnsfleet.config.targets import (
     StatsType,
     Target,
 )
+from dnsfleet.config.zones import Zone
 
 __all__ = [
     "BUILTIN_SOURCE",
@@ -78,6 +79,7 @@ __all__ = [
     "StatsType",
     "Target",
     "Transport",
+    "Zone",
     "builtin_default",
     "load",
     "parse",

@@ -34,6 +34,7 @@ from dnsfleet.config.reader import (
 from dnsfleet.config.resolver import ResolverConfig, _parse_resolver
 from dnsfleet.config.stub import DEFAULT_RESOLV_CONF, ResolvConfWatch, _parse_resolv_conf
 from dnsfleet.config.targets import Target, _check_one_internals_entry, _parse_target
+from dnsfleet.config.zones import ZONES_KEY, Zone
 
 BUILTIN_SOURCE = "<built-in default>"
 
@@ -68,6 +69,7 @@ class Config:
             "query_name, query_type, probe_timeout}",
         ),
     )
+    zones: tuple[Zone, ...] = field(default=(), metadata=ZONES_KEY)  # issue 23
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def module_for(self, target: Target) -> Module:
@@ -112,7 +114,7 @@ def parse(data: Any, *, source: str, text: Source | None = None) -> Config:
         # quietly turn every probe series off: then no probe alert can ever fire.
         raise root.error(
             ("the file is empty" if not f.node.value else "nothing to monitor")
-            + ": it has no targets, resolv_conf or consul section (write `targets: []` to "
+            + ": it has no targets, resolv_conf, consul or zones section (write `targets: []` to "
             "run only the host collectors on purpose)"
         )
     return cfg
@@ -120,7 +122,7 @@ def parse(data: Any, *, source: str, text: Source | None = None) -> Config:
 
 # A config must set at least one of these, if only to an empty list (see parse); a key
 # with no value (`targets:`, as a file cut short leaves it) does not count.
-MONITORING_KEYS = ("targets", "resolv_conf", "consul")
+MONITORING_KEYS = ("targets", "resolv_conf", "consul", "zones")
 
 
 def load(path: str | Path) -> Config:

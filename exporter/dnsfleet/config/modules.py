@@ -25,9 +25,16 @@ from dnsfleet.config.checks import (
     read_keys,
 )
 from dnsfleet.config.reader import Node
+from dnsfleet.config.transport import CaFile, DohUrl, DohUrlCheck
 
-Transport = Literal["udp", "tcp"]
-TRANSPORTS: tuple[Transport, ...] = ("udp", "tcp")
+# tls: DNS over TLS (RFC 7858), https: DNS over HTTPS (RFC 8484), issue 23.
+Transport = Literal["udp", "tcp", "tls", "https"]
+TRANSPORTS: tuple[Transport, ...] = ("udp", "tcp", "tls", "https")
+ENCRYPTED: frozenset[str] = frozenset({"tls", "https"})
+HttpsMethod = Literal["GET", "POST"]
+# DNSSEC from the resolver's side (issue 23): see docs/configuration.md, `dnssec`.
+Dnssec = Literal["none", "do", "require_ad", "expect_bogus"]
+DNSSEC_MODES: tuple[Dnssec, ...] = ("none", "do", "require_ad", "expect_bogus")
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,45 @@ class Module:
     recursion_desired: bool = field(default=True, metadata=key(Boolean()))
     edns: bool = field(default=True, metadata=key(Boolean()))
     edns_udp_size: int = field(default=1232, metadata=key(Integer(minimum=512, maximum=65535)))
+    # DoT and DoH (issue 23): see docs/configuration.md, "Encrypted transports".
+    tls_server_name: str | None = field(
+        default=None,
+        metadata=key(
+            DnsName(),
+            doc="tls/https: the name the server's certificate must carry, sent as SNI; "
+            "default: the doh_url's host, else the target's IP address (IP SAN)",
+        ),
+    )
+    tls_ca_file: str | None = field(
+        default=None,
+        metadata=key(
+            CaFile(),
+            doc="tls/https: PEM file of the CAs to trust instead of the system's; checked at load",
+        ),
+    )
+    doh_url: DohUrl | None = field(
+        default=None,
+        metadata=key(
+            DohUrlCheck(),
+            doc="https: the DoH URL (https://host[:port]/path); the host is the :authority "
+            "and default server name, never resolved: the connection goes to the target's "
+            "address. Default path /dns-query",
+        ),
+    )
+    https_method: HttpsMethod = field(
+        default="POST",
+        metadata=key(Choice(("GET", "POST")), omit="POST", doc="https: RFC 8484 GET or POST"),
+    )
+    dnssec: Dnssec = field(
+        default="none",
+        metadata=key(
+            Choice(DNSSEC_MODES),
+            doc="do: set DO and AD and export whether the answer was validated; "
+            "require_ad: the same, and an answer without AD fails (not_validated); "
+            "expect_bogus: query_name is deliberately broken, SERVFAIL is success and "
+            "an answer fails (validation_disabled).",
+        ),
+    )
     min_answers: int = field(
         default=0,
         metadata=key(Integer(minimum=0), doc="Fewer answer RRs than this is answer_mismatch."),
@@ -103,6 +149,13 @@ class Module:
         return int(dns.rdataclass.from_text(self.query_class))
 
     @cached_property
+    def server_name(self) -> str | None:
+        """The name the certificate must carry (and SNI), or None: verify the IP address."""
+        if self.tls_server_name:
+            return self.tls_server_name.rstrip(".")
+        return self.doh_url.host if self.doh_url is not None else None
+
+    @cached_property
     def valid_rcode_numbers(self) -> frozenset[int]:
         return frozenset(int(dns.rcode.from_text(r)) for r in self.valid_rcodes)
 
@@ -111,6 +164,23 @@ def _parse_module(name: str, node: Node) -> Module:
     f = node.fields()
     mod = Module(name=name, **read_keys(f, Module))
     check_needs(f, mod)
+    if mod.transport not in ENCRYPTED:
+        for k in ("tls_server_name", "tls_ca_file", "doh_url", "https_method"):
+            if f.has(k):
+                raise node.child(k).error(f"only meaningful with transport tls or https, not "
+                                          f"{mod.transport}")  # fmt: skip
+    elif mod.transport == "tls" and (f.has("doh_url") or f.has("https_method")):
+        k = "doh_url" if f.has("doh_url") else "https_method"
+        raise node.child(k).error("only meaningful with transport https")
+    if mod.transport in ENCRYPTED and (mod.canary or mod.identity_query):
+        k = "canary" if mod.canary else "identity_query"
+        raise node.child(k).error(f"not supported over transport {mod.transport} yet")
+    if mod.dnssec != "none" and not mod.edns:
+        raise node.child("dnssec").error(f"dnssec {mod.dnssec} needs edns (DO is an EDNS flag)")
+    if mod.dnssec == "expect_bogus" and f.has("valid_rcodes"):
+        raise node.child("valid_rcodes").error(
+            "dnssec expect_bogus expects SERVFAIL: valid_rcodes does not apply"
+        )
     f.done()
     return mod
 

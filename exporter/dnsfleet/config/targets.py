@@ -103,6 +103,8 @@ STATS_TYPES: tuple[StatsType, ...] = (
 HTTP_STATS_TYPES = frozenset({"bind", "pdns-recursor", "dnsdist", "knot-resolver", "coredns"})
 
 
+# Default ports of the encrypted transports (issue 23); udp and tcp default to 53.
+TRANSPORT_PORTS = {"tls": 853, "https": 443}
 UNBOUND: frozenset[str] = frozenset({"unbound"})
 HTTP: frozenset[str] = HTTP_STATS_TYPES
 API_KEY_TYPES: frozenset[str] = frozenset({"pdns-recursor", "dnsdist"})
@@ -282,10 +284,14 @@ def _parse_target(node: Node, modules: Mapping[str, Module]) -> Target:
         raise mod_node.error(f"unknown module {quote(module)} (modules: {known})")
     values: dict[str, Any] = read_keys(f, Target, skip=("address", "module"))
     f.done()
+    port = ep.port
+    default = TRANSPORT_PORTS.get(modules[module].transport)
+    if default is not None and Address(default_port=0).read(addr_node).port == 0:
+        port = default  # DoT 853 (RFC 7858), DoH 443, when the address gives none
     return Target(
         address=addr_node.string(),
         host=ep.host,
-        port=ep.port,
+        port=port,
         module=module,
         scope_id=ep.scope_id,
         **values,

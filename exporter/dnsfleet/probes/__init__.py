@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 
 from dnsfleet.config import Module, Transport
 from dnsfleet.dnswire import Query, build_query
-from dnsfleet.probes import tcp, udp
+from dnsfleet.probes import https, tcp, tls, udp
 from dnsfleet.probes.result import REASONS, Exchange, ProbeResult, Reason, failed, judge
 
 ExchangeFn = Callable[..., Awaitable[Exchange]]
@@ -15,7 +15,11 @@ ExchangeFn = Callable[..., Awaitable[Exchange]]
 PROBES: dict[Transport, ExchangeFn] = {
     "udp": udp.exchange,
     "tcp": tcp.exchange,
+    "tls": tls.exchange,  # DNS over TLS (issue 23)
+    "https": https.exchange,  # DNS over HTTPS (issue 23)
 }
+# The probes that need the module itself (server name, CA, DoH URL and method).
+WITH_MODULE = frozenset({"tls", "https"})
 
 
 def query_for(module: Module) -> Query:
@@ -28,6 +32,8 @@ def query_for(module: Module) -> Query:
         edns=module.edns,
         payload=module.edns_udp_size,
         nsid=module.edns,
+        dnssec_ok=module.dnssec != "none",
+        authenticated_data=module.dnssec != "none",
     )
 
 
@@ -41,9 +47,14 @@ async def probe(
 ) -> ProbeResult:
     """Send ``query`` to ``sockaddr`` over the module's transport and judge the answer.
     Never raises for network conditions."""
-    ex = await PROBES[module.transport](
-        sockaddr=sockaddr, family=family, query=query, timeout=timeout
-    )
+    if module.transport in WITH_MODULE:
+        ex = await PROBES[module.transport](
+            sockaddr=sockaddr, family=family, query=query, timeout=timeout, module=module
+        )
+    else:
+        ex = await PROBES[module.transport](
+            sockaddr=sockaddr, family=family, query=query, timeout=timeout
+        )
     return judge(ex, module)
 
 

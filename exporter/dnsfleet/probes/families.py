@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from functools import lru_cache
 
 from dnsfleet.exposition import TextFamily, format_value, render
+from dnsfleet.probes.ede import code_label
 from dnsfleet.probes.result import REASONS, ProbeResult, Reason
 
 _FAILURE_GAUGE = "dnsfleet_probe_failure"
@@ -57,6 +58,7 @@ def probe_result_families(rows: Iterable[tuple[str, ProbeResult | None]]) -> lis
     rcode: list[int] = []
     answers: list[int] = []
     current: list[int] = []
+    rows = list(rows)
     for labels, r in rows:
         if r is None:
             continue
@@ -104,6 +106,68 @@ def probe_result_families(rows: Iterable[tuple[str, ProbeResult | None]]) -> lis
             "gauge",
             column("dnsfleet_probe_answer_rrs", answers),
         ),
+        *probe_extra_families(rows),
+    ]
+
+
+def probe_extra_families(rows: Iterable[tuple[str, ProbeResult | None]]) -> list[TextFamily]:
+    """Pure: the per-probe gauges only some results have (issue 23): DNSSEC, Extended DNS
+    Errors, TLS. /probe adds them to its fixed template when the result has them."""
+    authenticated: list[str] = []
+    ede: list[str] = []
+    expiry: list[str] = []
+    handshake: list[str] = []
+    for labels, r in rows:
+        if r is None:
+            continue
+        braced = f"{{{labels}}}" if labels else ""
+        resp = r.response
+        if r.dnssec:
+            ad = 1 if resp is not None and resp.authenticated else 0
+            authenticated.append(f"dnsfleet_probe_dnssec_authenticated{braced} {ad}\n")
+        if resp is not None and resp.ede:
+            ede.extend(
+                f'dnsfleet_probe_extended_error{{{label_prefix(labels)}code="{c}"}} 1\n'
+                for c in dict.fromkeys(code_label(code) for code in resp.ede)
+            )
+        if r.tls is not None:
+            handshake.append(
+                f"dnsfleet_probe_tls_handshake_seconds{braced} {format_value(r.tls.handshake)}\n"
+            )
+            if r.tls.cert_expiry is not None:
+                expiry.append(
+                    f"dnsfleet_probe_tls_cert_expiry_timestamp_seconds{braced} "
+                    f"{format_value(r.tls.cert_expiry)}\n"
+                )
+    return [
+        TextFamily(
+            "dnsfleet_probe_dnssec_authenticated",
+            "1 if the last answer had AD set (the resolver validated it), 0 if it did not "
+            "or there was no answer; modules with dnssec set only.",
+            "gauge",
+            "".join(authenticated),
+        ),
+        TextFamily(
+            "dnsfleet_probe_extended_error",
+            "1 for each Extended DNS Error code (RFC 8914; other: unregistered) in the "
+            "last answer; absent when it carried none.",
+            "gauge",
+            "".join(ede),
+        ),
+        TextFamily(
+            "dnsfleet_probe_tls_cert_expiry_timestamp_seconds",
+            "Earliest notAfter of the certificates the server sent in the last probe's TLS "
+            "handshake (tls and https transports).",
+            "gauge",
+            "".join(expiry),
+        ),
+        TextFamily(
+            "dnsfleet_probe_tls_handshake_seconds",
+            "Time the last probe's TLS handshake took, from TCP connected to TLS established: "
+            "the part of dnsfleet_probe_duration_seconds a fresh connection costs.",
+            "gauge",
+            "".join(handshake),
+        ),
     ]
 
 
@@ -129,6 +193,9 @@ def _template(reason: Reason | None) -> str:
 
 def probe_exposition(result: ProbeResult) -> str:
     """/probe output: the per-probe gauges without target labels."""
-    return _template(result.reason).format(
+    text = _template(result.reason).format(
         duration=format_value(result.duration), rcode=result.rcode, answers=result.answer_rrs
     )
+    if result.dnssec or result.tls is not None or (result.response and result.response.ede):
+        text += render(probe_extra_families([("", result)]))  # issue 23
+    return text

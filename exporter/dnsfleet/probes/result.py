@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import errno
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import lru_cache
 from typing import Any
@@ -12,6 +12,7 @@ import dns.rcode
 
 from dnsfleet.config import Module
 from dnsfleet.dnswire import Malformed, Response, answer_texts
+from dnsfleet.probes.dnssec import dnssec_verdict
 
 
 class Reason(StrEnum):
@@ -25,6 +26,11 @@ class Reason(StrEnum):
     TRUNCATED = "truncated"  # TC bit set on a UDP answer
     MALFORMED = "malformed"  # bytes came back, but no well-formed answer
     NETWORK_ERROR = "network_error"  # any other socket error
+    NOT_VALIDATED = "not_validated"  # dnssec require_ad: the answer lacks AD
+    VALIDATION_DISABLED = "validation_disabled"  # dnssec expect_bogus: a bogus name answered
+    TLS_HANDSHAKE = "tls_handshake"  # tls/https: the TLS handshake (or ALPN h2) failed
+    CERTIFICATE = "certificate"  # tls/https: untrusted, expired or wrong-name certificate
+    HTTP_STATUS = "http_status"  # https: an HTTP status other than 200
 
 
 REASONS: tuple[Reason, ...] = tuple(Reason)
@@ -45,6 +51,16 @@ def classify_oserror(e: OSError) -> Reason:
 
 
 @dataclass(frozen=True, slots=True)
+class TlsInfo:
+    """What a completed TLS handshake showed (tls and https transports)."""
+
+    handshake: float  # seconds, from TCP connected to TLS established
+    connect: float  # seconds to TCP connected
+    cert_expiry: float | None  # earliest notAfter in the chain the server sent, epoch s
+    alpn: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Exchange:
     """The network's side: a response, or the reason there was none."""
 
@@ -52,6 +68,7 @@ class Exchange:
     error: Reason | None
     duration: float
     detail: str = ""
+    tls: TlsInfo | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +80,8 @@ class ProbeResult:
     answer_rrs: int
     detail: str
     response: Response | None = None
+    dnssec: bool = False  # the module asked for DNSSEC (DO and AD set in the query)
+    tls: TlsInfo | None = None  # the handshake, when one completed
 
     @property
     def rcode_text(self) -> str:
@@ -90,10 +109,14 @@ def failed(reason: Reason, duration: float, detail: str) -> ProbeResult:
 def judge(ex: Exchange, module: Module) -> ProbeResult:
     """Pure: turn an exchange into a verdict for ``module``."""
     r = ex.response
+    dnssec = module.dnssec != "none"
     if r is None:
-        return failed(ex.error or Reason.NETWORK_ERROR, ex.duration, ex.detail)
+        res = failed(ex.error or Reason.NETWORK_ERROR, ex.duration, ex.detail)
+        return replace(res, dnssec=True, tls=ex.tls) if dnssec or ex.tls else res
     reason, detail = _verdict(r, module)
     return ProbeResult(
+        dnssec=dnssec,
+        tls=ex.tls,
         success=reason is None,
         reason=reason,
         duration=ex.duration,
@@ -113,6 +136,9 @@ def _verdict(r: Response, module: Module) -> tuple[Reason | None, str]:
             if module.transport == "udp"
             else "TC bit set on a TCP answer",
         )
+    dnssec = dnssec_verdict(r, module)  # issue 23: probes/dnssec.py
+    if dnssec is not None:
+        return dnssec
     if r.rcode not in module.valid_rcode_numbers:
         text = dns.rcode.to_text(r.rcode)  # type: ignore[arg-type]
         return Reason.RCODE, f"rcode {text} not in {', '.join(module.valid_rcodes)}"
@@ -123,15 +149,20 @@ def _verdict(r: Response, module: Module) -> tuple[Reason | None, str]:
             f"expected at least {module.min_answers}",
         )
     if module.fail_if_not_matches or module.fail_if_matches:
-        try:
-            texts = answer_texts(r.wire)
-        except Malformed as e:
-            return Reason.MALFORMED, str(e)
-        for pat in module.fail_if_not_matches:
-            if not any(_compile(pat).search(t) for t in texts):
-                return Reason.ANSWER_MISMATCH, f"no answer matches {pat!r}"
-        for pat in module.fail_if_matches:
-            hit = next((t for t in texts if _compile(pat).search(t)), None)
-            if hit is not None:
-                return Reason.ANSWER_MISMATCH, f"answer {hit!r} matches {pat!r}"
+        return _text_checks(r, module)
+    return None, "ok"
+
+
+def _text_checks(r: Response, module: Module) -> tuple[Reason | None, str]:
+    try:
+        texts = answer_texts(r.wire)
+    except Malformed as e:
+        return Reason.MALFORMED, str(e)
+    for pat in module.fail_if_not_matches:
+        if not any(_compile(pat).search(t) for t in texts):
+            return Reason.ANSWER_MISMATCH, f"no answer matches {pat!r}"
+    for pat in module.fail_if_matches:
+        hit = next((t for t in texts if _compile(pat).search(t)), None)
+        if hit is not None:
+            return Reason.ANSWER_MISMATCH, f"answer {hit!r} matches {pat!r}"
     return None, "ok"
