@@ -135,6 +135,7 @@ local started = os.time()
 http.prometheus.finalize = function (metrics)
   table.insert(metrics, '# TYPE process_start_time_seconds gauge')
   table.insert(metrics, 'process_start_time_seconds ' .. started)
+  table.insert(metrics, 'build_info{version="' .. package_version() .. '"} 1')
 end
 """
 

@@ -24,6 +24,7 @@ import time
 from typing import TYPE_CHECKING
 
 from dnsfleet.collectors.base import DEADLINE_MARGIN, CollectContext, Collector
+from dnsfleet.collectors.resolver_detail import detail_families
 from dnsfleet.config import Config, StatsSource, Target
 from dnsfleet.exposition import Family, join_labels, labelset
 from dnsfleet.parsers.resolver import ResolverStats
@@ -157,6 +158,7 @@ def stats_families(
         b_up,
         b_queries,
         b_latency,
+        *detail_families([(labels, st.detail) for labels, st, _ in rows if st is not None]),
     ]
 
 

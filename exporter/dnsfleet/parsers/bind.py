@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from dnsfleet.parsers.resolver import ResolverStats, responses_with_common
+from dnsfleet.parsers.resolverdetail_maps import bind_detail
 
 
 def _count(v: Any, where: str) -> int:
@@ -40,13 +41,19 @@ def parse_iso_time(text: Any) -> float:
         raise ValueError(f"invalid ISO 8601 time {text[:40]!r}") from None
 
 
-def parse_bind_server(text: str | bytes) -> ResolverStats:
+def _json_object(text: str | bytes) -> dict[str, Any]:
     try:
         doc = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"not JSON: {e}") from None
     if not isinstance(doc, dict):
         raise ValueError("expected a JSON object")
+    return doc
+
+
+def parse_bind_server(text: str | bytes, mem: str | bytes | None = None) -> ResolverStats:
+    """``/json/v1/server``, and ``/json/v1/mem`` when read (memory outside the caches)."""
+    doc = _json_object(text)
     if "boot-time" not in doc:
         raise ValueError("no boot-time: not a BIND /json/v1/server document")
     start = parse_iso_time(doc["boot-time"])
@@ -67,6 +74,7 @@ def parse_bind_server(text: str | bytes) -> ResolverStats:
         )
         hits += _count(cs.get("QueryHits", 0), f"views.{view}...QueryHits")
         misses += _count(cs.get("QueryMisses", 0), f"views.{view}...QueryMisses")
+    ns = _mapping(doc.get("nsstats"), "nsstats")
     return ResolverStats(
         software="bind",
         version=version if isinstance(version, str) else "",
@@ -78,4 +86,7 @@ def parse_bind_server(text: str | bytes) -> ResolverStats:
         responses=responses_with_common(
             {k: v for k, v in rcodes.items() if not k.isdigit() and "RESERVED" not in k}
         ),
+        # "successful uses of stale cache data after lookup failure" (omitted while 0).
+        stale_answers=_count(ns.get("QryUsedStale", 0), "nsstats.QryUsedStale"),
+        detail=bind_detail(doc, None if mem is None else _json_object(mem)),
     )

@@ -32,6 +32,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from dnsfleet.parsers.resolver import Backend, ResolverStats, responses_with_common
+from dnsfleet.parsers.resolverdetail_maps import (
+    coredns_detail,
+    dnsdist_detail,
+    knot_resolver_detail,
+    pdns_recursor_detail,
+)
 
 # name{labels} value [timestamp]; label values may contain escaped quotes.
 _SAMPLE = re.compile(
@@ -104,6 +110,14 @@ def _int(v: float) -> int:
     return int(v) if math.isfinite(v) and v >= 0 else 0
 
 
+def _version(s: Samples, info: str) -> str:
+    """The ``version`` label of an ``*_info`` sample (pdns_recursor_info, dnsdist_info,
+    CoreDNS coredns_build_info, Knot Resolver's build_info line from
+    ``http.prometheus.finalize``); "" when absent."""
+    found = s.get(info)
+    return found[0].label("version") if found else ""
+
+
 def pdns_recursor(s: Samples) -> ResolverStats:
     p = "pdns_recursor_"
     rcodes = {
@@ -113,7 +127,7 @@ def pdns_recursor(s: Samples) -> ResolverStats:
     }
     return ResolverStats(
         software="pdns-recursor",
-        version="",
+        version=_version(s, p + "info"),
         start_time=None,
         uptime=s.need(p + "uptime"),
         queries=_int(s.need(p + "questions")),
@@ -121,6 +135,7 @@ def pdns_recursor(s: Samples) -> ResolverStats:
         cache_hits=_int(s.total(p + "packetcache_hits") + s.total(p + "cache_hits")),
         cache_misses=_int(s.total(p + "cache_misses")),
         responses=responses_with_common({k: _int(v) for k, v in rcodes.items()}),
+        detail=pdns_recursor_detail(s),
     )
 
 
@@ -148,7 +163,7 @@ def dnsdist(s: Samples) -> ResolverStats:
     )
     return ResolverStats(
         software="dnsdist",
-        version="",
+        version=_version(s, p + "info"),
         start_time=None,
         uptime=s.need(p + "uptime"),
         queries=_int(s.need(p + "queries")),
@@ -156,6 +171,7 @@ def dnsdist(s: Samples) -> ResolverStats:
         cache_misses=_int(s.total(p + "cache_misses")),
         responses=responses_with_common({k: _int(v) for k, v in rcodes.items()}),
         backends=backends,
+        detail=dnsdist_detail(s),
     )
 
 
@@ -169,7 +185,7 @@ def knot_resolver(s: Samples) -> ResolverStats:
     cached = s.total("answer_cached")
     return ResolverStats(
         software="knot-resolver",
-        version="",
+        version=_version(s, "build_info"),
         start_time=s.total("process_start_time_seconds")
         if s.has("process_start_time_seconds")
         else None,
@@ -177,6 +193,7 @@ def knot_resolver(s: Samples) -> ResolverStats:
         cache_hits=_int(cached),
         cache_misses=_int(answers - cached),
         responses=responses_with_common({k: _int(v) for k, v in rcodes.items()}),
+        detail=knot_resolver_detail(s),
     )
 
 
@@ -184,15 +201,18 @@ def coredns(s: Samples) -> ResolverStats:
     rcodes: dict[str, int] = {}
     for r in s.get("coredns_dns_responses_total"):
         rcodes[r.label("rcode")] = rcodes.get(r.label("rcode"), 0) + _int(r.value)
-    build = s.get("coredns_build_info")
     return ResolverStats(
         software="coredns",
-        version=build[0].label("version") if build else "",
+        version=_version(s, "coredns_build_info"),
         start_time=s.need("process_start_time_seconds"),
         queries=_int(s.need("coredns_dns_requests_total")),
         cache_hits=_int(s.total("coredns_cache_hits_total")),
         cache_misses=_int(s.total("coredns_cache_misses_total")),
         responses=responses_with_common(rcodes) if rcodes else None,
+        stale_answers=_int(s.total("coredns_cache_served_stale_total"))
+        if s.has("coredns_cache_served_stale_total")
+        else None,
+        detail=coredns_detail(s),
     )
 
 

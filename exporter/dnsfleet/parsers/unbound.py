@@ -13,10 +13,12 @@ import re
 from decimal import Decimal, InvalidOperation
 
 from dnsfleet.parsers.resolver import ResolverStats, responses_with_common
+from dnsfleet.parsers.resolverdetail_maps import unbound_detail
 
 # unbound spells rcodes its own way (sldns ``sldns_rcodes``); normalise to dnspython's.
 _RCODE_NAMES = {"NOTIMPL": "NOTIMP", "YXRRSET": "YXRRSET", "NXRRSET": "NXRRSET"}
 _VERSION_RE = re.compile(r"^version:\s*(\S+)", re.MULTILINE)
+_THREADS_RE = re.compile(r"^threads:\s*(\d+)", re.MULTILINE)
 
 
 def parse_stats_lines(text: str) -> dict[str, str]:
@@ -59,7 +61,25 @@ def parse_version(status_text: str) -> str:
     return m.group(1) if m else ""
 
 
-def parse_unbound_stats(text: str, *, version: str = "") -> ResolverStats:
+def parse_threads(status_text: str) -> int | None:
+    """``threads: 2`` from ``unbound-control status``; None when absent."""
+    m = _THREADS_RE.search(status_text)
+    return int(m.group(1)) if m else None
+
+
+def parse_option(text: str) -> int | None:
+    """The reply of ``get_option <name>`` for a numeric option; None if not a number."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return int(first) if first.isdigit() else None
+
+
+def parse_unbound_stats(
+    text: str,
+    *,
+    version: str = "",
+    threads: int | None = None,
+    queries_per_thread: int | None = None,
+) -> ResolverStats:
     values = parse_stats_lines(text)
     if not values:
         raise ValueError("empty statistics")
@@ -80,4 +100,5 @@ def parse_unbound_stats(text: str, *, version: str = "") -> ResolverStats:
         # unbound prints no num.answer.rcode.* lines without extended-statistics.
         responses=responses_with_common(rcodes) if rcodes else None,
         stale_answers=_int(values, "total.num.expired") if "total.num.expired" in values else None,
+        detail=unbound_detail(values, threads=threads, per_thread=queries_per_thread),
     )
