@@ -17,6 +17,8 @@ import asyncio
 import contextlib
 import json
 import math
+import subprocess
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +35,7 @@ from dnsfleet.parsers.resolver import ResolverStats
 from dnsfleet.resolverstats import read_stats
 from tests.harness.metrics import Samples, matching, of, samples
 from tests.harness.process import HttpOk, ManagedProcess
-from tests.harness.resolverfamilies import wait_http
+from tests.harness.resolverfamilies import Dnsdist, Kresd, PdnsRecursor, wait_http
 from tests.harness.servers import Blackhole, Unbound, _stop
 from tests.harness.statslab import (
     RRL_SOURCE,
@@ -374,3 +376,258 @@ def test_bind_equals_bind_exporter(bind_loaded: BindResolver, bind_exporter: str
     assert mem["cache"] > 0 and mem["other"] > 0
     assert mem["cache"] + mem["other"] == pytest.approx(mem_doc["memory"]["InUse"], rel=0.05)
     assert st.version.startswith("9.")
+
+
+# ---------------------------------------------------------------- PowerDNS Recursor
+
+
+@pytest.fixture(scope="module")
+def pdns_loaded(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PdnsRecursor]:
+    work = tmp_path_factory.mktemp("pdns22")
+    lua = work / "pdns" / "recursor.lua"
+    lua.parent.mkdir(parents=True)
+    # Only the lab's anchors: everything else is insecure, not bogus for want of a root.
+    lua.write_text(
+        "clearTA()\n" + "".join(f'addTA("{z}", "{ds}")\n' for z, ds in lab.auth.ds.items())
+    )
+    p = PdnsRecursor(
+        work / "pdns",
+        forwards=lab.zones(),
+        extra=f"dnssec=validate\nlua-config-file={lua}\nallow-from=127.0.0.1/32\n"
+        "network-timeout=500\n",
+    )
+    p.start()
+    try:
+        load(lab, p.address, "pdns")
+        settle(lambda: rec_control(p), lambda v: v.get("concurrent-queries") == 0)
+        yield p
+    finally:
+        p.stop()
+
+
+def rec_control(p: PdnsRecursor) -> dict[str, float]:
+    out = subprocess.run(
+        [binary("rec_control"), f"--socket-dir={p.workdir}", "get-all"],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=True,
+    ).stdout
+    got = {}
+    for line in out.splitlines():
+        key, _, val = line.partition("\t")
+        # The counters compared here; others move on their own (CPU, host UDP errors).
+        if key.startswith(PDNS_COMPARED):
+            got[key] = float(val)
+    return got
+
+
+PDNS_COMPARED = (
+    "answers",
+    "all-outqueries",
+    "tcp-outqueries",
+    "outgoing-timeouts",
+    "over-capacity-drops",
+    "too-old-drops",
+    "query-pipe-full-drops",
+    "policy-result-drop",
+    "unauthorized-",
+    "client-parse-errors",
+    "concurrent-queries",
+    "cache-entries",
+    "packetcache-entries",
+    "negcache-entries",
+    "nsspeeds-entries",
+    "dnssec-result-",
+)
+
+
+def test_pdns_recursor_equals_rec_control(pdns_loaded: PdnsRecursor) -> None:
+    p = pdns_loaded
+    source = StatsSource(type="pdns-recursor", url=p.metrics_url, api_key=p.api_key)
+    st, got = dnsfleet(source, p.address)
+    rc = rec_control(p)
+    assert st.version and matching(got, "dnsfleet_resolver_info", version=st.version) == 1
+    name = "dnsfleet_resolver_response_latency_seconds"
+    lat = buckets(got, name)
+    assert sorted(lat.values()) == list(lat.values()) and lat[math.inf] > 0
+    # Every answer, packet-cache hits included: more than the answers* intervals, which
+    # count the answers that went through the resolve path only.
+    resolved = sum(rc[k] for k in ("answers0-1", "answers1-10", "answers10-100"))
+    resolved += rc["answers100-1000"] + rc["answers-slow"]
+    assert lat[math.inf] >= resolved > 0
+    rtt = buckets(got, "dnsfleet_resolver_upstream_rtt_seconds")
+    assert rtt[math.inf] > 0
+    assert (
+        matching(got, "dnsfleet_resolver_upstream_queries_total")
+        == rc["all-outqueries"] + rc["tcp-outqueries"]
+    )
+    assert matching(got, "dnsfleet_resolver_upstream_timeouts_total") == rc["outgoing-timeouts"] > 0
+    assert by_label(got, "dnsfleet_resolver_queries_dropped_total", "reason") == {
+        "overload": rc["over-capacity-drops"] + rc["too-old-drops"] + rc["query-pipe-full-drops"],
+        "policy": rc["policy-result-drop"],
+        "acl": rc["unauthorized-udp"] + rc["unauthorized-tcp"],
+        "malformed": rc["client-parse-errors"],
+    }
+    assert rc["unauthorized-udp"] == REFUSED_QUERIES
+    assert matching(got, "dnsfleet_resolver_recursions_in_flight") == rc["concurrent-queries"]
+    assert by_label(got, "dnsfleet_resolver_cache_entries", "cache") == {
+        "rrset": rc["cache-entries"],
+        "packet": rc["packetcache-entries"],
+        "negative": rc["negcache-entries"],
+        "infra": rc["nsspeeds-entries"],
+    }
+    assert num(matching(got, "dnsfleet_resolver_memory_bytes", pool="other")) > 0
+    dnssec = by_label(got, "dnsfleet_resolver_dnssec_answers_total", "result")
+    assert dnssec == {
+        "secure": rc["dnssec-result-secure"],
+        "insecure": rc["dnssec-result-insecure"] + rc["dnssec-result-nta"],
+        "bogus": rc["dnssec-result-bogus"],
+        "indeterminate": rc["dnssec-result-indeterminate"],
+    }
+    assert dnssec["secure"] > 0 and dnssec["bogus"] > 0 and dnssec["insecure"] > 0
+    assert matching(got, "dnsfleet_resolver_queries_by_type_total") is None  # not counted
+
+
+# ---------------------------------------------------------------- dnsdist
+
+
+@pytest.fixture(scope="module")
+def dnsdist_loaded(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dnsdist]:
+    d = Dnsdist(
+        tmp_path_factory.mktemp("dnsdist22"),
+        backends={"auth": lab.auth.address},
+        check_name="example.test.",
+        extra=f"""
+setACL({{"127.0.0.1/32"}})
+getPool(""):setCache(newPacketCache(1000))
+newServer({{address="{lab.dead.address}", name="dead", pool="dead"}}):setUp()
+addAction("timeout.test.", PoolAction("dead"))
+addAction("drop.test.", DropAction())
+""",
+    )
+    d.start()
+    try:
+        load(lab, d.address, "dnsdist")
+        settle(lambda: dnsdist_stats(d))
+        yield d
+    finally:
+        d.stop()
+
+
+def dnsdist_stats(d: Dnsdist) -> dict[str, float]:
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{d.web_port}/jsonstat?command=stats",
+        headers={"X-API-Key": "dnsfleet-test"},
+    )
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        doc = json.loads(resp.read())
+    # The counters compared here; others move on their own (CPU, memory, uptime).
+    keep = ("latency", "rule-drop", "acl-drops", "dyn-blocked", "downstream-timeouts")
+    keep += ("noncompliant-queries", "empty-queries", "cache-", "queries", "responses")
+    return {
+        k: float(v)
+        for k, v in doc.items()
+        if k.startswith(keep) and not k.startswith("latency-avg") and isinstance(v, int | float)
+    }
+
+
+def test_dnsdist_equals_its_api(dnsdist_loaded: Dnsdist) -> None:
+    d = dnsdist_loaded
+    st, got = dnsfleet(StatsSource(type="dnsdist", url=d.metrics_url), d.address)
+    js = dnsdist_stats(d)
+    assert st.version and matching(got, "dnsfleet_resolver_info", version=st.version) == 1
+    # Its per-interval latency counters (ms), made cumulative, are dnsfleet's buckets (s).
+    acc, want = 0.0, {}
+    for key, bound in (
+        ("latency0-1", 0.001),
+        ("latency1-10", 0.01),
+        ("latency10-50", 0.05),
+        ("latency50-100", 0.1),
+        ("latency100-1000", 1.0),
+        ("latency-slow", math.inf),
+    ):
+        acc += js[key]
+        want[bound] = acc
+    assert buckets(got, "dnsfleet_resolver_response_latency_seconds") == want
+    assert want[math.inf] > 0
+    assert by_label(got, "dnsfleet_resolver_queries_dropped_total", "reason") == {
+        "rate_limit": js["dyn-blocked"],
+        "policy": js["rule-drop"],
+        "acl": js["acl-drops"],
+        "malformed": js["noncompliant-queries"] + js["empty-queries"],
+    }
+    assert js["rule-drop"] == 20 and js["acl-drops"] == REFUSED_QUERIES
+    assert (
+        matching(got, "dnsfleet_resolver_upstream_timeouts_total") == js["downstream-timeouts"] > 0
+    )
+    upstream = num(matching(got, "dnsfleet_resolver_upstream_queries_total"))
+    assert upstream >= js["cache-misses"] > 0
+    assert num(matching(got, "dnsfleet_resolver_cache_entries", cache="packet")) > 0
+    assert matching(got, "dnsfleet_resolver_recursions_in_flight") == 0
+
+
+# ---------------------------------------------------------------- Knot Resolver
+
+
+@pytest.fixture(scope="module")
+def kresd_loaded(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kresd]:
+    k = Kresd(
+        tmp_path_factory.mktemp("kresd22"),
+        upstream=lab.auth.address.replace(":", "@"),
+        start_time_metric=True,
+    )
+    k.start()
+    try:
+        load(lab, k.address, "kresd")
+        settle(lambda: kresd_stats(k), lambda v: v["worker.concurrent"] == 0)
+        yield k
+    finally:
+        k.stop()
+
+
+def kresd_stats(k: Kresd) -> dict[str, float]:
+    """The counters compared here (others move on their own: page faults, cache reads)."""
+    doc = json.loads(wait_http(f"http://127.0.0.1:{k.web_port}/stats"))
+    return {
+        key: float(v)
+        for key, v in doc.items()
+        if key.startswith(("answer.", "worker."))
+        if key not in ("worker.rss", "worker.usertime", "worker.systime", "worker.csw")
+        if key != "worker.pagefaults"
+    } | {"cache.count_entries": float(doc["cache.count_entries"])}
+
+
+def test_knot_resolver_equals_its_stats(kresd_loaded: Kresd) -> None:
+    k = kresd_loaded
+    st, got = dnsfleet(StatsSource(type="knot-resolver", url=k.metrics_url), k.address)
+    js = kresd_stats(k)
+    # The version comes from the build_info line of docs/configuration.md's snippet.
+    kresd_version = subprocess.run(
+        [binary("kresd"), "--version"], capture_output=True, text=True, timeout=10, check=True
+    ).stdout
+    assert st.version and st.version in kresd_version
+    acc, want = 0.0, {}
+    for ms in (1, 10, 50, 100, 250, 500, 1000, 1500):
+        acc += js[f"answer.{ms}ms"]
+        want[ms / 1000] = acc
+    want[math.inf] = acc + js["answer.slow"]
+    name = "dnsfleet_resolver_response_latency_seconds"
+    assert buckets(got, name) == want and want[math.inf] > 0
+    assert math.isnan(num(matching(got, name + "_sum")))  # kresd's own is made up
+    assert (
+        matching(got, "dnsfleet_resolver_upstream_queries_total")
+        == (js["worker.udp"] + js["worker.tcp"] + js["worker.tls"])
+        > 0
+    )
+    assert matching(got, "dnsfleet_resolver_upstream_timeouts_total") == js["worker.timeout"]
+    assert by_label(got, "dnsfleet_resolver_queries_dropped_total", "reason") == {
+        "malformed": js["worker.dropped"]
+    }
+    assert matching(got, "dnsfleet_resolver_recursions_in_flight") == js["worker.concurrent"]
+    assert (
+        matching(got, "dnsfleet_resolver_cache_entries", cache="rrset")
+        == js["cache.count_entries"]
+        > 0
+    )
+    assert num(matching(got, "dnsfleet_resolver_memory_bytes", pool="other")) > 0

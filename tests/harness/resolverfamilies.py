@@ -63,6 +63,7 @@ class Daemon:
 class PdnsRecursor(Daemon):
     forwards: dict[str, str] = field(default_factory=dict)  # zone -> "127.0.0.1:port"
     api_key: str = "dnsfleet-test"
+    extra: str = ""  # more recursor.conf lines
 
     @property
     def metrics_url(self) -> str:
@@ -88,6 +89,7 @@ webserver-address=127.0.0.1
 webserver-port={self.web_port}
 webserver-allow-from=127.0.0.0/8
 api-key={self.api_key}
+{self.extra}
 """)
         self._spawn([binary("pdns_recursor"), f"--config-dir={self.workdir}"])
         wait_dns("127.0.0.1", self.port, "www.example.test", "A")
