@@ -523,8 +523,9 @@ def dnsdist_stats(d: Dnsdist) -> dict[str, float]:
     with urllib.request.urlopen(req, timeout=5) as resp:
         doc = json.loads(resp.read())
     # The counters compared here; others move on their own (CPU, memory, uptime).
-    keep = ("latency", "rule-drop", "acl-drops", "dyn-blocked", "downstream-timeouts")
-    keep += ("noncompliant-queries", "empty-queries", "cache-", "queries", "responses")
+    keep: tuple[str, ...] = ("latency", "rule-drop", "acl-drops", "dyn-blocked")
+    keep += ("downstream-timeouts", "noncompliant-queries", "empty-queries", "cache-")
+    keep += ("queries", "responses")
     return {
         k: float(v)
         for k, v in doc.items()
