@@ -33,10 +33,11 @@ from dnsfleet.collectors.resolver import stats_families
 from dnsfleet.config import StatsSource
 from dnsfleet.parsers.resolver import ResolverStats
 from dnsfleet.resolverstats import read_stats
+from tests.harness import gotools
 from tests.harness.metrics import Samples, matching, of, samples
 from tests.harness.process import HttpOk, ManagedProcess
 from tests.harness.resolverfamilies import Dnsdist, Kresd, PdnsRecursor, wait_http
-from tests.harness.servers import Blackhole, Unbound, _stop
+from tests.harness.servers import Blackhole, Unbound, _stop, wait_dns
 from tests.harness.statslab import (
     RRL_SOURCE,
     AuthServer,
@@ -631,4 +632,84 @@ def test_knot_resolver_equals_its_stats(kresd_loaded: Kresd) -> None:
         == js["cache.count_entries"]
         > 0
     )
+    assert num(matching(got, "dnsfleet_resolver_memory_bytes", pool="other")) > 0
+
+
+# ---------------------------------------------------------------- CoreDNS
+
+
+@dataclass
+class CoreDNS:
+    address: str
+    metrics_url: str
+    binary: str
+
+
+@pytest.fixture(scope="module")
+def coredns_loaded(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CoreDNS]:
+    work = tmp_path_factory.mktemp("coredns22")
+    exe = gotools.coredns()
+    port, mport = free_port(), free_port()
+    (work / "Corefile").write_text(f"""
+.:{port} {{
+    bind 127.0.0.1
+    acl {{
+        block net {REFUSED_SOURCE}/32
+    }}
+    prometheus 127.0.0.1:{mport}
+    errors
+    cache 300 {{
+        serve_stale 1h
+    }}
+    forward . {lab.auth.address} {{
+        max_concurrent 100
+    }}
+}}
+""")
+    p = ManagedProcess([exe, "-conf", str(work / "Corefile")], work / "coredns.log", cwd=work)
+    c = CoreDNS(f"127.0.0.1:{port}", f"http://127.0.0.1:{mport}/metrics", exe)
+    try:
+        wait_dns("127.0.0.1", port, "example.test", "SOA")
+        load(lab, c.address, "coredns")
+        settle(
+            lambda: [
+                ln for ln in wait_http(c.metrics_url).splitlines() if ln.startswith("coredns_")
+            ]
+        )
+        yield c
+    finally:
+        _stop(p)
+
+
+def test_coredns(coredns_loaded: CoreDNS, lab: Lab) -> None:
+    """CoreDNS's own figures are its /metrics, which dnsfleet reads: here the families are
+    checked against the load that was sent (the query file's own counts)."""
+    c = coredns_loaded
+    st, got = dnsfleet(StatsSource(type="coredns", url=c.metrics_url), c.address)
+    version = subprocess.run(
+        [c.binary, "-version"], capture_output=True, text=True, timeout=10, check=True
+    ).stdout
+    assert st.version and f"CoreDNS-{st.version}" in version
+    sent: dict[str, float] = {}
+    for line in lab.queries.read_text().splitlines():
+        qtype = line.split()[1]
+        sent[qtype] = sent.get(qtype, 0) + 1
+    qtypes = by_label(got, "dnsfleet_resolver_queries_by_type_total", "qtype")
+    want = fold(sent)
+    # A and SOA also carry the start-up check and the refused client's queries.
+    assert {k: v for k, v in qtypes.items() if k not in ("A", "SOA")} == {
+        k: v for k, v in want.items() if k not in ("A", "SOA")
+    }
+    assert want["A"] + REFUSED_QUERIES <= qtypes["A"] <= want["A"] + REFUSED_QUERIES + 2
+    name = "dnsfleet_resolver_response_latency_seconds"
+    assert num(matching(got, name + "_count")) == sum(qtypes.values())
+    rtt = num(matching(got, "dnsfleet_resolver_upstream_rtt_seconds_count"))
+    assert rtt == num(matching(got, "dnsfleet_resolver_upstream_queries_total")) > 0
+    assert by_label(got, "dnsfleet_resolver_queries_dropped_total", "reason") == {
+        "overload": 0,
+        "policy": 0,
+        "acl": REFUSED_QUERIES,
+    }
+    cache = by_label(got, "dnsfleet_resolver_cache_entries", "cache")
+    assert cache["message"] > 0 and cache["negative"] > 0
     assert num(matching(got, "dnsfleet_resolver_memory_bytes", pool="other")) > 0

@@ -1,6 +1,7 @@
 """Go programs the tests run, built from the Go module proxy into .cache/tools (ignored by
-git) with the go toolchain: actionlint at a pinned version, and tests/psa (the Pod Security
-Admission's own policy code). Go's module and build caches make a rebuild take seconds."""
+git) with the go toolchain: actionlint at a pinned version, tests/psa (the Pod Security
+Admission's own policy code) and tests/coredns (a CoreDNS with few plugins). Go's module
+and build caches make a rebuild take seconds."""
 
 from __future__ import annotations
 
@@ -64,5 +65,19 @@ def psacheck() -> str:
     tmp = TOOLS / f"psacheck.{os.getpid()}"
     TOOLS.mkdir(parents=True, exist_ok=True)
     _run([_go(), "build", "-trimpath", "-o", str(tmp), "."], cwd=ROOT / "tests" / "psa")
+    tmp.replace(target)
+    return str(target)
+
+
+@functools.cache
+def coredns() -> str:
+    """tests/coredns: CoreDNS at the release pinned in its go.mod with only the plugins the
+    tests use (acl, bind, cache, errors, forward, metrics), once per test session. Debian
+    packages no CoreDNS; the full build takes ten minutes here, this one seconds once Go's
+    caches are warm."""
+    target = TOOLS / "coredns"
+    tmp = TOOLS / f"coredns.{os.getpid()}"
+    TOOLS.mkdir(parents=True, exist_ok=True)
+    _run([_go(), "build", "-trimpath", "-o", str(tmp), "."], cwd=ROOT / "tests" / "coredns")
     tmp.replace(target)
     return str(target)
