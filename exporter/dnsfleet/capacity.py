@@ -19,6 +19,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
+from dnsfleet.capacityruns import CONTRADICTIONS, RunRecord
+
 STATE_VERSION = 2
 MAX_STATE_BYTES = 4 << 20
 KINDS = ("hit", "miss")
@@ -54,6 +56,11 @@ class Measurement:
     resperf_max_qps: float = 0.0  # resperf's own "Maximum throughput" (SERVFAILs counted)
     resperf: tuple[str, ...] = ()
     queries: QueryFile | None = None
+    # The repeats (capacityruns.py): every run, the spread of the figures the resolver
+    # limited, and what contradicts the figure; with a contradiction it is no capacity.
+    runs: tuple[RunRecord, ...] = ()
+    spread: float | None = None
+    contradictions: tuple[str, ...] = ()
 
 
 def effective_capacity(hit_ratio: float, c_hit: float, c_miss: float) -> float:
@@ -89,6 +96,11 @@ def _measurement(kind: str, m: Any) -> Measurement:
     capacity = float(m["capacity_qps"])
     if not math.isfinite(capacity) or capacity < 0:
         raise ValueError(f"capacity_qps {capacity!r} is not a finite non-negative number")
+    contradictions = tuple(str(c) for c in m.get("contradictions", ()))
+    for c in contradictions:
+        if c not in CONTRADICTIONS:
+            raise ValueError(f"contradiction {c!r} is not one of {', '.join(CONTRADICTIONS)}")
+    spread = m.get("spread")
     return Measurement(
         kind=kind,
         capacity_qps=capacity,
@@ -104,6 +116,27 @@ def _measurement(kind: str, m: Any) -> Measurement:
         resperf_max_qps=float(m.get("resperf_max_qps", 0.0)),
         resperf=tuple(str(a) for a in m.get("resperf", ())),
         queries=queries,
+        runs=tuple(_run(r) for r in m.get("runs", ())),
+        spread=None if spread is None else float(spread),
+        contradictions=contradictions,
+    )
+
+
+def _run(r: Any) -> RunRecord:
+    if not isinstance(r, dict):
+        raise TypeError("runs: expected objects")
+    return RunRecord(
+        capacity_qps=float(r["capacity_qps"]),
+        limit=str(r["limit"]),
+        lost_percent=float(r["lost_percent"]),
+        loss_spikes=int(r["loss_spikes"]),
+        fell_behind=bool(r["fell_behind"]),
+        client_cpu_seconds=float(r["client_cpu_seconds"]),
+        wall_seconds=float(r["wall_seconds"]),
+        send_seconds=float(r.get("send_seconds", 0.0)),
+        queries_sent=int(r.get("queries_sent", 0)),
+        queries_completed=int(r.get("queries_completed", 0)),
+        resperf_max_qps=float(r.get("resperf_max_qps", 0.0)),
     )
 
 
@@ -161,6 +194,9 @@ def format_state(state: Mapping[str, Mapping[str, Measurement]]) -> str:
         del d["kind"]
         if m.queries is None:
             del d["queries"]
+        for r, run in zip(d.get("runs", ()), m.runs, strict=True):
+            # Recorded for the reader of the file; derived, so not read back.
+            r["client_cpu_share"] = round(run.client_cpu_share, 3)
         return d
 
     doc: dict[str, Any] = {

@@ -27,9 +27,11 @@ The command sends real load: it refuses to run without ``--yes``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import math
 import os
+import resource
 import secrets
 import shutil
 import subprocess
@@ -46,10 +48,19 @@ import dns.query
 import dns.rcode
 import dns.rdatatype
 
-from dnsfleet.capacity import KINDS, Measurement, QueryFile, atomic_file, record
+from dnsfleet.capacity import KINDS, Measurement, QueryFile, atomic_file, read_state, record
+from dnsfleet.capacityruns import (
+    EXPLAIN,
+    MIN_CLIENT_CPU_SHARE,
+    RunRecord,
+    judge_run,
+    spread_limit,
+    summarise,
+)
 from dnsfleet.config import Endpoint
 from dnsfleet.parsers.resperf import (
     PlotCapacity,
+    PlotPoint,
     ResperfResult,
     capacity_from_plot,
     parse_plot,
@@ -165,6 +176,9 @@ class RunResult:
     result: ResperfResult  # resperf's summary (its figure counts SERVFAIL as served)
     plot: PlotCapacity  # the figure from the plot, failures counted as lost
     command: tuple[str, ...]
+    points: tuple[PlotPoint, ...] = ()
+    client_cpu_seconds: float = 0.0  # resperf's user + system time
+    wall_seconds: float = 0.0
 
 
 def run_resperf(
@@ -182,9 +196,15 @@ def run_resperf(
             max_loss=max_loss,
             repeat=repeat,
         )
+        # This command runs one child at a time: the children's rusage delta is resperf's.
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.monotonic()
         proc = subprocess.run(
             cmd, capture_output=True, text=True, timeout=ramp + 60, check=False, cwd=tmp
         )
+        wall = time.monotonic() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         if proc.returncode != 0:
             raise RuntimeError(
                 f"resperf exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-500:]}"
@@ -195,6 +215,9 @@ def run_resperf(
         result=parse_resperf(proc.stdout),
         plot=capacity_from_plot(points, max_loss),
         command=tuple(cmd),
+        points=points,
+        client_cpu_seconds=cpu,
+        wall_seconds=wall,
     )
 
 
@@ -246,40 +269,81 @@ def measure(
     max_qps: int,
     ramp: int,
     max_loss: float,
+    runs: int = 1,
+    min_client_cpu: float = MIN_CLIENT_CPU_SHARE,
 ) -> Measurement:
-    run = run_resperf(
-        host=host,
-        port=port,
-        datafile=datafile,
-        max_qps=max_qps,
-        ramp=ramp,
-        max_loss=max_loss,
-        repeat=kind == "hit",
-    )
-    r, plot = run.result, run.plot
-    if plot.limit_reached and plot.capacity_qps == 0:
-        raise RuntimeError(
-            f"the {kind} run lost or failed more than {max_loss:g}% of its queries from the "
-            "first bucket on: no capacity to record (is the resolver answering? else start "
-            "lower: a smaller --max-qps or a longer --ramp)"
+    """``runs`` resperf runs of one kind, each judged (capacityruns.judge_run), summed up
+    as their median and spread; a contradiction is recorded as such (no capacity)."""
+    records: list[RunRecord] = []
+    command: tuple[str, ...] = ()
+    for _ in range(runs):
+        run = run_resperf(
+            host=host,
+            port=port,
+            datafile=datafile,
+            max_qps=max_qps,
+            ramp=ramp,
+            max_loss=max_loss,
+            repeat=kind == "hit",
         )
-    limit = "loss" if plot.limit_reached else "client" if r.fell_behind else "ramp"
+        r = run.result
+        command = run.command
+        judged = judge_run(
+            run.points,
+            max_loss_percent=max_loss,
+            fell_behind=r.fell_behind,
+            client_cpu_seconds=run.client_cpu_seconds,
+            wall_seconds=run.wall_seconds,
+            min_client_cpu_share=min_client_cpu,
+            queries_sent=r.queries_sent,
+            queries_completed=r.queries_completed,
+            resperf_max_qps=r.max_qps,
+        )
+        if judged.limit == "loss" and judged.capacity_qps == 0:
+            raise RuntimeError(
+                f"the {kind} run lost or failed more than {max_loss:g}% of its queries from "
+                "the first bucket on: no capacity to record (is the resolver answering? else "
+                "start lower: a smaller --max-qps or a longer --ramp)"
+            )
+        records.append(judged)
+    s = summarise(records, max_qps=max_qps, ramp=ramp)
+    rep = s.representative
     return Measurement(
         kind=kind,
-        capacity_qps=plot.capacity_qps,
-        lower_bound=not plot.limit_reached,
-        limit=limit,
+        capacity_qps=s.capacity_qps,
+        lower_bound=s.lower_bound,
+        limit=s.limit,
         measured_at=time.time(),
-        lost_percent=plot.unserved_percent,
+        lost_percent=rep.lost_percent,
         max_loss_percent=max_loss,
-        resperf_max_qps=r.max_qps,
+        resperf_max_qps=rep.resperf_max_qps,
         max_qps_offered=max_qps,
         ramp_seconds=ramp,
-        queries_sent=r.queries_sent,
-        queries_completed=r.queries_completed,
-        resperf=run.command,
+        queries_sent=rep.queries_sent,
+        queries_completed=rep.queries_completed,
+        resperf=command,
         queries=queries,
+        runs=tuple(records),
+        spread=s.spread,
+        contradictions=s.contradictions,
     )
+
+
+def with_contradiction(m: Measurement, reason: str) -> Measurement:
+    if reason in m.contradictions:
+        return m
+    return dataclasses.replace(m, contradictions=(*m.contradictions, reason))
+
+
+def cross_check(measured: dict[str, Measurement]) -> dict[str, Measurement]:
+    """Hit against miss (this run's, or the other kind already recorded): a miss figure
+    above the hit one contradicts both."""
+    hit, miss = measured.get("hit"), measured.get("miss")
+    if hit is None or miss is None or hit.contradictions or miss.contradictions:
+        return measured
+    if miss.capacity_qps > hit.capacity_qps:
+        return {k: with_contradiction(m, "miss_above_hit") for k, m in measured.items()}
+    return measured
 
 
 # ------------------------------------------------------------------ command line
@@ -290,6 +354,21 @@ def _fail(msg: str, code: int = 2) -> int:
     return code
 
 
+def _warn(key: str, m: Measurement, min_client_cpu: float) -> None:
+    for reason in m.contradictions:
+        limit = spread_limit(m.capacity_qps, max_qps=m.max_qps_offered, ramp=m.ramp_seconds)
+        spread = "" if m.spread is None else f" (spread {m.spread:.0%})"
+        shares = ", ".join(f"{r.client_cpu_share:.2f}" for r in m.runs)
+        print(
+            f"dnsfleet capacity-test: warning: {key} {m.kind}: {reason}{spread}: "
+            + EXPLAIN[reason].format(min_cpu=min_client_cpu, limit=limit)
+            + f"; per run: {', '.join(f'{r.capacity_qps:.0f} qps ({r.limit})' for r in m.runs)}"
+            + f"; client CPU share per run: {shares}. Recorded as a contradiction, "
+            "not as a capacity.",
+            file=sys.stderr,
+        )
+
+
 def _describe(m: Measurement) -> str:
     bound = {
         "loss": f"the loss passed {m.max_loss_percent:g}% above it",
@@ -298,10 +377,15 @@ def _describe(m: Measurement) -> str:
         "client": "a LOWER BOUND: resperf fell behind its schedule (the sending host is the "
         "limit; run it from a bigger host or several)",
     }.get(m.limit, "")
+    runs = (
+        f"median of {len(m.runs)} runs, spread {m.spread:.0%}; "
+        if m.spread is not None and len(m.runs) > 1
+        else ""
+    )
     return (
-        f"{m.kind} capacity {m.capacity_qps:.0f} qps answered (resperf's figure, failures "
-        f"included: {m.resperf_max_qps:.0f}), {m.lost_percent:.2f}% lost or failed at that "
-        f"point; {bound}"
+        f"{m.kind} capacity {m.capacity_qps:.0f} qps answered ({runs}resperf's figure, "
+        f"failures included: {m.resperf_max_qps:.0f}), {m.lost_percent:.2f}% lost or failed "
+        f"at that point; {bound}"
     )
 
 
@@ -322,6 +406,8 @@ def main(args: argparse.Namespace) -> int:
         return _fail(f"--miss-type: unknown query type {args.miss_type!r}")
     if args.max_qps < 1 or args.ramp < 1 or not 0 <= args.max_loss <= 100:
         return _fail("--max-qps and --ramp must be positive, --max-loss within 0..100")
+    if not 1 <= args.runs <= 20 or not 0 <= args.min_client_cpu <= 1:
+        return _fail("--runs within 1..20, --min-client-cpu within 0..1")
     names = miss_name_count(args.max_qps, args.ramp)
     if "miss" in kinds and names > MAX_MISS_NAMES:
         return _fail(
@@ -330,7 +416,8 @@ def main(args: argparse.Namespace) -> int:
         )
     host, port, key = endpoint.host, endpoint.port, endpoint.key()
     plan = (
-        f"resperf against {key} ({' and '.join(f'cache-{k}' for k in kinds)}): ramp to "
+        f"resperf against {key} ({' and '.join(f'cache-{k}' for k in kinds)}, "
+        f"{args.runs} run{'s' if args.runs > 1 else ''} each): ramp to "
         f"{args.max_qps} qps over {args.ramp}s, stop at {args.max_loss:g}% loss"
     )
     if not args.yes:
@@ -369,16 +456,37 @@ def main(args: argparse.Namespace) -> int:
                 max_qps=args.max_qps,
                 ramp=args.ramp,
                 max_loss=args.max_loss,
+                runs=args.runs,
+                min_client_cpu=args.min_client_cpu,
             )
-            record(args.state_file, key, m)
             results.append(m)
-            print(f"{key}: {_describe(m)}", file=sys.stderr)
+        # Against the other kind too when only one was measured now.
+        recorded = read_state(args.state_file).get(key, {})
+        both = cross_check({**recorded, **{m.kind: m for m in results}})
+        results = [both[m.kind] for m in results]
+        for m in results:
+            record(args.state_file, key, m)
+            if m.contradictions:
+                _warn(key, m, args.min_client_cpu)
+            else:
+                print(f"{key}: {_describe(m)}", file=sys.stderr)
+        for kind, m in both.items():
+            if kind not in {r.kind for r in results} and m != recorded.get(kind):
+                record(args.state_file, key, m)
+                _warn(key, m, args.min_client_cpu)
     except (OSError, RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
         return _fail(str(e), 1)
     for m in results:
+        if m.contradictions:
+            print(
+                f"{key}: {m.kind} NO capacity: {', '.join(m.contradictions)}; recorded in "
+                f"{args.state_file}"
+            )
+            continue
         print(
             f"{key}: {m.kind} capacity {m.capacity_qps:.0f} qps"
             f"{' (lower bound)' if m.lower_bound else ''}; {m.queries_completed}/"
             f"{m.queries_sent} queries answered; recorded in {args.state_file}"
         )
-    return 0
+    # 3: measured, but the sending client set the limit (nothing usable was recorded).
+    return 3 if any("client_bound" in m.contradictions for m in results) else 0

@@ -17,6 +17,7 @@ from types import ModuleType
 
 from dnsfleet import __version__, failover, logs, malloc, webconfig
 from dnsfleet.app import Exporter
+from dnsfleet.capacityruns import MIN_CLIENT_CPU_SHARE
 from dnsfleet.config import DEFAULT_CAPACITY_FILE, ConfigError, parse_address
 from dnsfleet.config import schema as config_schema
 from dnsfleet.hostfs import HostFS
@@ -289,6 +290,19 @@ def capacity_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ramp", type=int, default=60, help="ramp duration in seconds (default 60)")
     p.add_argument(
         "--max-loss", type=float, default=1.0, help="acceptable query loss in percent (default 1)"
+    )
+    p.add_argument(
+        "--runs",
+        type=int,
+        default=3,
+        help="resperf runs per kind; the median is recorded with the spread (default 3)",
+    )
+    p.add_argument(
+        "--min-client-cpu",
+        type=float,
+        default=MIN_CLIENT_CPU_SHARE,
+        help="share of a core resperf must get over a run (it spins: less means the host "
+        f"denied it CPU and the run measured the client; default {MIN_CLIENT_CPU_SHARE})",
     )
     p.add_argument(
         "--state-file",
