@@ -9,15 +9,14 @@ import math
 
 import pytest
 
-from dnsfleet.capacity import Measurement, format_state, parse_state
+from dnsfleet.capacity import Measurement, RunRecord, format_state, parse_state
 from dnsfleet.capacityruns import (
-    RunRecord,
+    cross_check,
     judge_plot,
     judge_run,
     spread_limit,
     summarise,
 )
-from dnsfleet.capacitytest import cross_check
 from dnsfleet.collectors.resolver_capacity import capacity_families
 from dnsfleet.config import parse
 from dnsfleet.parsers.resperf import PlotPoint

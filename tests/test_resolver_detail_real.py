@@ -29,7 +29,7 @@ import dns.message
 import dns.query
 import pytest
 
-from dnsfleet.collectors.resolver import stats_families
+from dnsfleet.collectors.resolver import resolver_families
 from dnsfleet.config import StatsSource
 from dnsfleet.parsers.resolver import ResolverStats
 from dnsfleet.resolverstats import read_stats
@@ -135,7 +135,7 @@ def dnsfleet(source: StatsSource, address: str) -> tuple[ResolverStats, Samples]
 
     st = asyncio.run(read())
     labels = f'target="{address}"'
-    return st, of(stats_families([(labels, st, None)]))
+    return st, of(resolver_families([(labels, st, None)]))
 
 
 def fold(counts: dict[str, float]) -> dict[str, float]:

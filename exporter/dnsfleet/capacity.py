@@ -19,14 +19,42 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from dnsfleet.capacityruns import CONTRADICTIONS, RunRecord
-
 STATE_VERSION = 2
 MAX_STATE_BYTES = 4 << 20
 KINDS = ("hit", "miss")
 # Why a run stopped climbing: the loss limit (a real capacity), the end of the ramp, or the
 # sending client falling behind its schedule (both: the figure is a lower bound).
 LIMITS = ("loss", "ramp", "client", "unknown")
+
+
+# Why a measurement is no capacity (capacityruns.py): the sending client set the limit, the
+# repeats disagree, or the miss figure is above the hit one.
+CONTRADICTIONS = ("client_bound", "spread", "miss_above_hit")
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """One resperf run as recorded in the state file."""
+
+    capacity_qps: float  # best served rate before the sustained loss limit
+    limit: str  # "loss", "ramp" or "client" (the client set it: not a capacity)
+    lost_percent: float  # lost or failed, in the bucket of that rate
+    loss_spikes: int  # single buckets over the loss limit that were not sustained
+    fell_behind: bool
+    client_cpu_seconds: float  # resperf's user + system time
+    wall_seconds: float  # the whole run, the -t wait for late answers included
+    send_seconds: float = 0.0  # until the last bucket that sent (0: the whole run)
+    queries_sent: int = 0
+    queries_completed: int = 0
+    resperf_max_qps: float = 0.0
+
+    @property
+    def client_cpu_share(self) -> float:
+        return cpu_share(self.client_cpu_seconds, self.send_seconds or self.wall_seconds)
+
+
+def cpu_share(cpu: float, seconds: float) -> float:
+    return cpu / seconds if seconds > 0 else 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,8 @@
 the resolver or the sending client set the limit?), then the repeats of one kind summed up
 as a median and a spread, and the contradictions between them named instead of recorded as
 a capacity. Pure: plot rows, resperf's "fell behind", the client's CPU time and the wall
-time in, verdicts out (capacitytest.py runs resperf; capacity.py keeps the state file).
+time in, verdicts and the measurement to record out (capacitytest.py runs resperf;
+capacity.py keeps the state file).
 
 Why these rules (dnsperf ``src/resperf.c`` and runs on a shared 2-core host):
 
@@ -23,11 +24,14 @@ Why these rules (dnsperf ``src/resperf.c`` and runs on a shared 2-core host):
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from dnsfleet.parsers.resperf import PlotPoint
+from dnsfleet.capacity import Measurement, QueryFile, RunRecord, cpu_share
+from dnsfleet.parsers.resperf import PlotCapacity, PlotPoint, ResperfResult
 
 SUSTAIN_BUCKETS = 2
 MIN_CLIENT_CPU_SHARE = 0.90  # default of --min-client-cpu
@@ -35,32 +39,6 @@ SCHEDULE_SLIP = 0.95  # a bucket that sent less than this share of its target ra
 SCHEDULE_MIN_QPS = 100.0  # ... judged only where the target is this high (rounding)
 SPREAD_LIMIT = 0.25  # (max - min) / median over the repeats, at least two ramp steps
 BUCKET_SECONDS = 0.5  # resperf's default -i
-CONTRADICTIONS = ("client_bound", "spread", "miss_above_hit")
-
-
-@dataclass(frozen=True, slots=True)
-class RunRecord:
-    """One resperf run as recorded in the state file."""
-
-    capacity_qps: float  # best served rate before the sustained loss limit
-    limit: str  # "loss", "ramp" or "client" (the client set it: not a capacity)
-    lost_percent: float  # lost or failed, in the bucket of that rate
-    loss_spikes: int  # single buckets over the loss limit that were not sustained
-    fell_behind: bool
-    client_cpu_seconds: float  # resperf's user + system time
-    wall_seconds: float  # the whole run, the -t wait for late answers included
-    send_seconds: float = 0.0  # until the last bucket that sent (0: the whole run)
-    queries_sent: int = 0
-    queries_completed: int = 0
-    resperf_max_qps: float = 0.0
-
-    @property
-    def client_cpu_share(self) -> float:
-        return cpu_share(self.client_cpu_seconds, self.send_seconds or self.wall_seconds)
-
-
-def cpu_share(cpu: float, seconds: float) -> float:
-    return cpu / seconds if seconds > 0 else 0.0
 
 
 def send_seconds(points: Sequence[PlotPoint], wall_seconds: float) -> float:
@@ -76,6 +54,18 @@ class PlotVerdict:
     limit_index: int | None  # the first bucket of the sustained loss, None if never
     spikes: int
     schedule_slipped: bool  # a bucket before the limit sent < SCHEDULE_SLIP of its target
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutput:
+    """What one resperf run gave: its summary, the plot, and what it cost the client."""
+
+    result: ResperfResult  # resperf's summary (its figure counts SERVFAIL as served)
+    plot: PlotCapacity  # resperf's own rule on the plot, failures counted as lost
+    command: tuple[str, ...]
+    points: tuple[PlotPoint, ...] = ()
+    client_cpu_seconds: float = 0.0  # resperf's user + system time
+    wall_seconds: float = 0.0
 
 
 def judge_plot(
@@ -204,3 +194,139 @@ EXPLAIN = {
     "miss_above_hit": "the cache-miss figure is above the cache-hit one, which a resolver "
     "cannot do: one of them measured something else (contention, a warm miss zone)",
 }
+
+
+def measurement_of(
+    kind: str,
+    runs: Sequence[RunRecord],
+    *,
+    max_qps: int,
+    ramp: int,
+    max_loss: float,
+    command: tuple[str, ...],
+    queries: QueryFile | None,
+) -> Measurement:
+    """The runs of one kind as the state file records them: the summary's figure, the
+    representative run's details, every run, the spread and the contradictions."""
+    s = summarise(runs, max_qps=max_qps, ramp=ramp)
+    rep = s.representative
+    return Measurement(
+        kind=kind,
+        capacity_qps=s.capacity_qps,
+        lower_bound=s.lower_bound,
+        limit=s.limit,
+        measured_at=time.time(),
+        lost_percent=rep.lost_percent,
+        max_loss_percent=max_loss,
+        resperf_max_qps=rep.resperf_max_qps,
+        max_qps_offered=max_qps,
+        ramp_seconds=ramp,
+        queries_sent=rep.queries_sent,
+        queries_completed=rep.queries_completed,
+        resperf=command,
+        queries=queries,
+        runs=tuple(runs),
+        spread=s.spread,
+        contradictions=s.contradictions,
+    )
+
+
+def with_contradiction(m: Measurement, reason: str) -> Measurement:
+    if reason in m.contradictions:
+        return m
+    return dataclasses.replace(m, contradictions=(*m.contradictions, reason))
+
+
+def cross_check(measured: Mapping[str, Measurement]) -> dict[str, Measurement]:
+    """Hit against miss (this run's, or the other kind already recorded): a miss figure
+    above the hit one contradicts both."""
+    hit, miss = measured.get("hit"), measured.get("miss")
+    if hit is None or miss is None or hit.contradictions or miss.contradictions:
+        return dict(measured)
+    if miss.capacity_qps > hit.capacity_qps:
+        return {k: with_contradiction(m, "miss_above_hit") for k, m in measured.items()}
+    return dict(measured)
+
+
+def warning(key: str, m: Measurement, min_client_cpu: float) -> str:
+    """The stderr line of each contradiction of ``m``."""
+    lines = []
+    for reason in m.contradictions:
+        limit = spread_limit(m.capacity_qps, max_qps=m.max_qps_offered, ramp=m.ramp_seconds)
+        spread = "" if m.spread is None else f" (spread {m.spread:.0%})"
+        runs = ", ".join(
+            f"{r.capacity_qps:.0f} qps ({r.limit}, {r.client_cpu_share:.2f} of a core)"
+            for r in m.runs
+        )
+        lines.append(
+            f"dnsfleet capacity-test: warning: {key} {m.kind}: {reason}{spread}: "
+            + EXPLAIN[reason].format(min_cpu=min_client_cpu, limit=limit)
+            + f"; per run: {runs}. Recorded as a contradiction, not as a capacity."
+        )
+    return "\n".join(lines)
+
+
+def measure_runs(
+    kind: str,
+    run_once: Callable[[], RunOutput],
+    *,
+    runs: int,
+    max_qps: int,
+    ramp: int,
+    max_loss: float,
+    min_client_cpu: float,
+    queries: QueryFile | None,
+) -> Measurement:
+    """``runs`` runs of one kind, each judged, summed up as the state file records them."""
+    records: list[RunRecord] = []
+    command: tuple[str, ...] = ()
+    for _ in range(runs):
+        run = run_once()
+        r, command = run.result, run.command
+        judged = judge_run(
+            run.points,
+            max_loss_percent=max_loss,
+            fell_behind=r.fell_behind,
+            client_cpu_seconds=run.client_cpu_seconds,
+            wall_seconds=run.wall_seconds,
+            min_client_cpu_share=min_client_cpu,
+            queries_sent=r.queries_sent,
+            queries_completed=r.queries_completed,
+            resperf_max_qps=r.max_qps,
+        )
+        if judged.limit == "loss" and judged.capacity_qps == 0:
+            raise RuntimeError(
+                f"the {kind} run lost or failed more than {max_loss:g}% of its queries from "
+                "the first bucket on: no capacity to record (is the resolver answering? else "
+                "start lower: a smaller --max-qps or a longer --ramp)"
+            )
+        records.append(judged)
+    return measurement_of(
+        kind,
+        records,
+        max_qps=max_qps,
+        ramp=ramp,
+        max_loss=max_loss,
+        command=command,
+        queries=queries,
+    )
+
+
+def describe(m: Measurement) -> str:
+    bound = {
+        "loss": f"the loss passed {m.max_loss_percent:g}% above it",
+        "ramp": f"a LOWER BOUND: the loss never passed {m.max_loss_percent:g}% up to the end "
+        f"of the ramp (raise --max-qps above {m.max_qps_offered})",
+        "client": "a LOWER BOUND: resperf fell behind its schedule (the sending host is the "
+        "limit; run it from a bigger host or several)",
+    }.get(m.limit, "")
+    runs = (
+        f"median of {len(m.runs)} runs, spread {m.spread:.0%}; "
+        if m.spread is not None and len(m.runs) > 1
+        else ""
+    )
+    return (
+        f"{m.kind} capacity {m.capacity_qps:.0f} qps answered ({runs}resperf's figure, "
+        f"failures included: {m.resperf_max_qps:.0f}), {m.lost_percent:.2f}% lost or failed "
+        f"at that point; {bound}"
+    )

@@ -27,7 +27,6 @@ The command sends real load: it refuses to run without ``--yes``.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
 import math
 import os
@@ -39,7 +38,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import dns.exception
 import dns.message
@@ -50,22 +48,15 @@ import dns.rdatatype
 
 from dnsfleet.capacity import KINDS, Measurement, QueryFile, atomic_file, read_state, record
 from dnsfleet.capacityruns import (
-    EXPLAIN,
     MIN_CLIENT_CPU_SHARE,
-    RunRecord,
-    judge_run,
-    spread_limit,
-    summarise,
+    RunOutput,
+    cross_check,
+    describe,
+    measure_runs,
+    warning,
 )
 from dnsfleet.config import Endpoint
-from dnsfleet.parsers.resperf import (
-    PlotCapacity,
-    PlotPoint,
-    ResperfResult,
-    capacity_from_plot,
-    parse_plot,
-    parse_resperf,
-)
+from dnsfleet.parsers.resperf import capacity_from_plot, parse_plot, parse_resperf
 
 # More unique names than this would make a query file of gigabytes: ask for a shorter ramp.
 MAX_MISS_NAMES = 20_000_000
@@ -171,14 +162,7 @@ def resperf_command(
     return cmd
 
 
-@dataclass(frozen=True, slots=True)
-class RunResult:
-    result: ResperfResult  # resperf's summary (its figure counts SERVFAIL as served)
-    plot: PlotCapacity  # the figure from the plot, failures counted as lost
-    command: tuple[str, ...]
-    points: tuple[PlotPoint, ...] = ()
-    client_cpu_seconds: float = 0.0  # resperf's user + system time
-    wall_seconds: float = 0.0
+RunResult = RunOutput  # one resperf run (capacityruns.py judges it)
 
 
 def run_resperf(
@@ -272,12 +256,10 @@ def measure(
     runs: int = 1,
     min_client_cpu: float = MIN_CLIENT_CPU_SHARE,
 ) -> Measurement:
-    """``runs`` resperf runs of one kind, each judged (capacityruns.judge_run), summed up
-    as their median and spread; a contradiction is recorded as such (no capacity)."""
-    records: list[RunRecord] = []
-    command: tuple[str, ...] = ()
-    for _ in range(runs):
-        run = run_resperf(
+    """``runs`` resperf runs of one kind, judged and summed up (capacityruns.py)."""
+
+    def once() -> RunOutput:
+        return run_resperf(
             host=host,
             port=port,
             datafile=datafile,
@@ -286,64 +268,17 @@ def measure(
             max_loss=max_loss,
             repeat=kind == "hit",
         )
-        r = run.result
-        command = run.command
-        judged = judge_run(
-            run.points,
-            max_loss_percent=max_loss,
-            fell_behind=r.fell_behind,
-            client_cpu_seconds=run.client_cpu_seconds,
-            wall_seconds=run.wall_seconds,
-            min_client_cpu_share=min_client_cpu,
-            queries_sent=r.queries_sent,
-            queries_completed=r.queries_completed,
-            resperf_max_qps=r.max_qps,
-        )
-        if judged.limit == "loss" and judged.capacity_qps == 0:
-            raise RuntimeError(
-                f"the {kind} run lost or failed more than {max_loss:g}% of its queries from "
-                "the first bucket on: no capacity to record (is the resolver answering? else "
-                "start lower: a smaller --max-qps or a longer --ramp)"
-            )
-        records.append(judged)
-    s = summarise(records, max_qps=max_qps, ramp=ramp)
-    rep = s.representative
-    return Measurement(
-        kind=kind,
-        capacity_qps=s.capacity_qps,
-        lower_bound=s.lower_bound,
-        limit=s.limit,
-        measured_at=time.time(),
-        lost_percent=rep.lost_percent,
-        max_loss_percent=max_loss,
-        resperf_max_qps=rep.resperf_max_qps,
-        max_qps_offered=max_qps,
-        ramp_seconds=ramp,
-        queries_sent=rep.queries_sent,
-        queries_completed=rep.queries_completed,
-        resperf=command,
+
+    return measure_runs(
+        kind,
+        once,
+        runs=runs,
+        max_qps=max_qps,
+        ramp=ramp,
+        max_loss=max_loss,
+        min_client_cpu=min_client_cpu,
         queries=queries,
-        runs=tuple(records),
-        spread=s.spread,
-        contradictions=s.contradictions,
     )
-
-
-def with_contradiction(m: Measurement, reason: str) -> Measurement:
-    if reason in m.contradictions:
-        return m
-    return dataclasses.replace(m, contradictions=(*m.contradictions, reason))
-
-
-def cross_check(measured: dict[str, Measurement]) -> dict[str, Measurement]:
-    """Hit against miss (this run's, or the other kind already recorded): a miss figure
-    above the hit one contradicts both."""
-    hit, miss = measured.get("hit"), measured.get("miss")
-    if hit is None or miss is None or hit.contradictions or miss.contradictions:
-        return measured
-    if miss.capacity_qps > hit.capacity_qps:
-        return {k: with_contradiction(m, "miss_above_hit") for k, m in measured.items()}
-    return measured
 
 
 # ------------------------------------------------------------------ command line
@@ -352,41 +287,6 @@ def cross_check(measured: dict[str, Measurement]) -> dict[str, Measurement]:
 def _fail(msg: str, code: int = 2) -> int:
     print(f"dnsfleet capacity-test: {msg}", file=sys.stderr)
     return code
-
-
-def _warn(key: str, m: Measurement, min_client_cpu: float) -> None:
-    for reason in m.contradictions:
-        limit = spread_limit(m.capacity_qps, max_qps=m.max_qps_offered, ramp=m.ramp_seconds)
-        spread = "" if m.spread is None else f" (spread {m.spread:.0%})"
-        shares = ", ".join(f"{r.client_cpu_share:.2f}" for r in m.runs)
-        print(
-            f"dnsfleet capacity-test: warning: {key} {m.kind}: {reason}{spread}: "
-            + EXPLAIN[reason].format(min_cpu=min_client_cpu, limit=limit)
-            + f"; per run: {', '.join(f'{r.capacity_qps:.0f} qps ({r.limit})' for r in m.runs)}"
-            + f"; client CPU share per run: {shares}. Recorded as a contradiction, "
-            "not as a capacity.",
-            file=sys.stderr,
-        )
-
-
-def _describe(m: Measurement) -> str:
-    bound = {
-        "loss": f"the loss passed {m.max_loss_percent:g}% above it",
-        "ramp": f"a LOWER BOUND: the loss never passed {m.max_loss_percent:g}% up to the end "
-        f"of the ramp (raise --max-qps above {m.max_qps_offered})",
-        "client": "a LOWER BOUND: resperf fell behind its schedule (the sending host is the "
-        "limit; run it from a bigger host or several)",
-    }.get(m.limit, "")
-    runs = (
-        f"median of {len(m.runs)} runs, spread {m.spread:.0%}; "
-        if m.spread is not None and len(m.runs) > 1
-        else ""
-    )
-    return (
-        f"{m.kind} capacity {m.capacity_qps:.0f} qps answered ({runs}resperf's figure, "
-        f"failures included: {m.resperf_max_qps:.0f}), {m.lost_percent:.2f}% lost or failed "
-        f"at that point; {bound}"
-    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -460,33 +360,31 @@ def main(args: argparse.Namespace) -> int:
                 min_client_cpu=args.min_client_cpu,
             )
             results.append(m)
-        # Against the other kind too when only one was measured now.
-        recorded = read_state(args.state_file).get(key, {})
-        both = cross_check({**recorded, **{m.kind: m for m in results}})
-        results = [both[m.kind] for m in results]
-        for m in results:
-            record(args.state_file, key, m)
-            if m.contradictions:
-                _warn(key, m, args.min_client_cpu)
-            else:
-                print(f"{key}: {_describe(m)}", file=sys.stderr)
-        for kind, m in both.items():
-            if kind not in {r.kind for r in results} and m != recorded.get(kind):
-                record(args.state_file, key, m)
-                _warn(key, m, args.min_client_cpu)
+        return _finish(args, key, results)
     except (OSError, RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
         return _fail(str(e), 1)
-    for m in results:
-        if m.contradictions:
-            print(
-                f"{key}: {m.kind} NO capacity: {', '.join(m.contradictions)}; recorded in "
-                f"{args.state_file}"
-            )
+
+
+def _finish(args: argparse.Namespace, key: str, results: list[Measurement]) -> int:
+    """Check hit against miss (the other kind as recorded when only one ran), record, and
+    say so: a contradiction as a warning, a capacity as what it is. Exit status 3 when
+    the sending client set the limit (nothing usable was recorded)."""
+    recorded = read_state(args.state_file).get(key, {})
+    both = cross_check({**recorded, **{m.kind: m for m in results}})
+    for kind, m in both.items():
+        if m == recorded.get(kind):
             continue
+        record(args.state_file, key, m)
+        if m.contradictions:
+            print(warning(key, m, args.min_client_cpu), file=sys.stderr)
+        else:
+            print(f"{key}: {describe(m)}", file=sys.stderr)
+    for m in (both[m.kind] for m in results):
         print(
-            f"{key}: {m.kind} capacity {m.capacity_qps:.0f} qps"
+            f"{key}: {m.kind} NO capacity: {', '.join(m.contradictions)}"
+            if m.contradictions
+            else f"{key}: {m.kind} capacity {m.capacity_qps:.0f} qps"
             f"{' (lower bound)' if m.lower_bound else ''}; {m.queries_completed}/"
             f"{m.queries_sent} queries answered; recorded in {args.state_file}"
         )
-    # 3: measured, but the sending client set the limit (nothing usable was recorded).
-    return 3 if any("client_bound" in m.contradictions for m in results) else 0
+    return 3 if any("client_bound" in both[m.kind].contradictions for m in results) else 0

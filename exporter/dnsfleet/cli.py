@@ -291,19 +291,7 @@ def capacity_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-loss", type=float, default=1.0, help="acceptable query loss in percent (default 1)"
     )
-    p.add_argument(
-        "--runs",
-        type=int,
-        default=3,
-        help="resperf runs per kind; the median is recorded with the spread (default 3)",
-    )
-    p.add_argument(
-        "--min-client-cpu",
-        type=float,
-        default=MIN_CLIENT_CPU_SHARE,
-        help="share of a core resperf must get over a run (it spins: less means the host "
-        f"denied it CPU and the run measured the client; default {MIN_CLIENT_CPU_SHARE})",
-    )
+    repeat_args(p)
     p.add_argument(
         "--state-file",
         default=DEFAULT_CAPACITY_FILE,
@@ -318,6 +306,23 @@ def capacity_args(p: argparse.ArgumentParser) -> None:
         "--yes",
         action="store_true",
         help="confirm: this loads the resolver to its limit (maintenance window)",
+    )
+
+
+def repeat_args(p: argparse.ArgumentParser) -> None:
+    """capacity-test on a busy host: repeats, and the client's share of a core."""
+    p.add_argument(
+        "--runs",
+        type=int,
+        default=3,
+        help="resperf runs per kind; the median is recorded with the spread (default 3)",
+    )
+    p.add_argument(
+        "--min-client-cpu",
+        type=float,
+        default=MIN_CLIENT_CPU_SHARE,
+        help="share of a core resperf must get while it sends (it spins: less means the "
+        f"host denied it CPU and the run measured the client; default {MIN_CLIENT_CPU_SHARE})",
     )
 
 

@@ -158,7 +158,6 @@ def stats_families(
         b_up,
         b_queries,
         b_latency,
-        *detail_families([(labels, st.detail) for labels, st, _ in rows if st is not None]),
     ]
 
 
@@ -223,7 +222,15 @@ async def collect(ctx: CollectContext) -> list[Family]:
             judged[key] = j
         rows.append((resolver_labels(t), None if r is None else r[0], j))
     ctx.state[STATE_KEY] = judged
-    return stats_families(rows)
+    return resolver_families(rows)
+
+
+def resolver_families(
+    rows: list[tuple[str, ResolverStats | None, StartJudgement | None]],
+) -> list[Family]:
+    """Pure: every family of the resolvers' statistics, the counters and the detail."""
+    detail = [(labels, st.detail) for labels, st, _ in rows if st is not None]
+    return stats_families(rows) + detail_families(detail)
 
 
 COLLECTOR = Collector(

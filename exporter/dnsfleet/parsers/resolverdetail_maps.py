@@ -27,6 +27,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Protocol
 
 from dnsfleet.parsers.resolverdetail import (
+    Counts,
     Histogram,
     ResolverDetail,
     count,
@@ -96,11 +97,7 @@ def _sum_keys(values: Mapping[str, str], keys: Iterable[str]) -> float | None:
     return sum(got) if got else None
 
 
-def unbound_detail(
-    values: Mapping[str, str], *, threads: int | None = None, per_thread: int | None = None
-) -> ResolverDetail:
-    """``stats_noreset`` key=value pairs; ``threads`` from ``status``, ``per_thread`` from
-    ``get_option num-queries-per-thread`` (None when not read)."""
+def _unbound_latency(values: Mapping[str, str]) -> Histogram | None:
     intervals = []
     for key in values:
         if key.startswith("histogram."):
@@ -112,37 +109,49 @@ def unbound_detail(
                     intervals.append((float(Decimal(upper)), n))
                 except InvalidOperation:
                     raise ValueError(f"{key}: bad histogram bound") from None
-    latency = None
-    if intervals:
-        avg = _num(values, "total.recursion.time.avg") or 0.0
-        replies = sum(n for _, n in intervals)
-        latency = from_intervals(intervals, avg * replies)
+    if not intervals:
+        return None
+    avg = _num(values, "total.recursion.time.avg") or 0.0
+    return from_intervals(intervals, avg * sum(n for _, n in intervals))
+
+
+def _unbound_memory(values: Mapping[str, str]) -> Counts:
+    caches = [k for k in values if k.startswith("mem.cache.")]
+    mods = [k for k in values if k.startswith("mem.mod.")]
+    buffers = ("mem.streamwait", "mem.http.query_buffer", "mem.http.response_buffer")
+    return present(
+        [
+            ("cache", _sum_keys(values, caches) if caches else None),
+            ("modules", _sum_keys(values, mods) if mods else None),
+            ("buffers", _sum_keys(values, buffers)),
+        ]
+    )
+
+
+def unbound_detail(
+    values: Mapping[str, str], *, threads: int | None = None, per_thread: int | None = None
+) -> ResolverDetail:
+    """``stats_noreset`` key=value pairs; ``threads`` from ``status``, ``per_thread`` from
+    ``get_option num-queries-per-thread`` (None when not read)."""
     qtypes = {
         k.removeprefix("num.query.type."): v
         for k in values
         if k.startswith("num.query.type.") and (v := _num(values, k)) is not None
     }
-    mods = [k for k in values if k.startswith("mem.mod.")]
-    buffers = ("mem.streamwait", "mem.http.query_buffer", "mem.http.response_buffer")
-    limit = threads * per_thread if threads and per_thread else None
+    rate_limited = ("num.query.ratelimited", "total.num.queries_ip_ratelimited")
     return ResolverDetail(
-        response_latency=latency,
+        response_latency=_unbound_latency(values),
         upstream_queries=_opt_int(_sum_keys(values, ("num.query.udpout", "num.query.tcpout"))),
         dropped=present(
             [
-                (
-                    "rate_limit",
-                    _sum_keys(
-                        values, ("num.query.ratelimited", "total.num.queries_ip_ratelimited")
-                    ),
-                ),
+                ("rate_limit", _sum_keys(values, rate_limited)),
                 ("overload", _num(values, "total.requestlist.exceeded")),
                 ("policy", _num(values, "num.rpz.action.rpz-drop")),
                 ("acl", _num(values, "unwanted.queries")),
             ]
         ),
         recursions_in_flight=_opt_int(_num(values, "total.requestlist.current.user")),
-        recursions_limit=limit,
+        recursions_limit=threads * per_thread if threads and per_thread else None,
         cache_entries=present(
             [
                 ("message", _num(values, "msg.cache.count")),
@@ -151,16 +160,7 @@ def unbound_detail(
                 ("infra", _num(values, "infra.cache.count")),
             ]
         ),
-        memory_bytes=present(
-            [
-                (
-                    "cache",
-                    _sum_keys(values, [k for k in values if k.startswith("mem.cache.")] or ["-"]),
-                ),
-                ("modules", _sum_keys(values, mods) if mods else None),
-                ("buffers", _sum_keys(values, buffers)),
-            ]
-        ),
+        memory_bytes=_unbound_memory(values),
         queries_by_type=fold_qtypes(qtypes) if qtypes else (),
         dnssec_answers=present(
             [
