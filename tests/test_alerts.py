@@ -255,8 +255,8 @@ PAGE_WORTHY = {
     "DNSLatencyBudgetBurn": "fast burn",
     "DNSSiteDown": "site with no resolver answering",
     "DNSFleetExportersAbsent": "monitoring gone",
-    "DNSFleetExporterDown": "monitoring gone",
-    "DNSFleetTargetsDropped": "monitoring gone",
+    "DNSFleetExporterDown": "monitoring of a site gone (no exporter of it answers)",
+    "DNSFleetTargetsDropped": "monitoring of a site gone (no exporter of it probes)",
 }
 
 

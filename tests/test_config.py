@@ -153,12 +153,21 @@ def test_parse_address_rejects(text: str) -> None:
         ("2s", 2.0),
         ("1.5m", 90.0),
         ("1h", 3600.0),
-        (3, 3.0),
-        ("x", None),
+        ("1m30s", 90.0),
+        ("-1s", -1.0),  # parsed as Go does; the key's minimum refuses it
+        ("+2s", 2.0),
+        ("0", 0.0),
+        (0, 0.0),
+        (3, None),  # no unit: seconds or milliseconds? (did you mean "3s"?)
         ("2", None),
+        (2.5, None),
+        ("1d", None),  # not a Go unit
+        ("1s2", None),
+        ("x", None),
+        ("", None),
+        ("-", None),
         (True, None),
         (None, None),
-        ("-1s", None),
     ],
 )
 def test_parse_duration(value: object, seconds: float | None) -> None:

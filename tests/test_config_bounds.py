@@ -6,6 +6,7 @@ the web configuration file."""
 from __future__ import annotations
 
 import os
+import re
 import threading
 from pathlib import Path
 
@@ -48,8 +49,7 @@ def test_deep_nesting_is_refused_before_the_parser_recurses(tmp_path: Path, load
     with pytest.raises(ConfigError) as e:
         load(p)  # type: ignore[operator]
     assert str(e.value) == (
-        f"{p}: invalid YAML at line 1, column {9 + MAX_YAML_DEPTH}: "
-        f"nested more than {MAX_YAML_DEPTH} levels deep"
+        f"{p}:1:{9 + MAX_YAML_DEPTH}: invalid YAML: nested more than {MAX_YAML_DEPTH} levels deep"
     )
 
 
@@ -73,7 +73,7 @@ def test_alias_bomb_is_refused_at_load(tmp_path: Path, load: object) -> None:
     assert p.stat().st_size < 1024
     with pytest.raises(ConfigError) as e:
         load(p)  # type: ignore[operator]
-    assert str(e.value).startswith(f"{p}: invalid YAML at line ")
+    assert re.match(rf"{re.escape(str(p))}:\d+:\d+: invalid YAML: ", str(e.value))
     assert str(e.value).endswith(
         f"more than {MAX_YAML_NODES:,} nodes once aliases are expanded (an alias bomb?)"
     )
@@ -88,8 +88,8 @@ def test_values_in_messages_are_cut_short(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as e:
         config.load(p)
     assert str(e.value) == (
-        f"{p}: limits.scrape_timeout_offset: invalid duration a list (use a number and a unit: "
-        "500ms, 2s, 1m)"
+        f"{p}:7:10: limits.scrape_timeout_offset: invalid duration a list "
+        "(use a number and a unit: 500ms, 2s, 1m)"
     )
     long = "9" * 100_000 + "s"
     p.write_text(f"targets: []\nlimits: {{scrape_timeout_offset: {long}x}}\n")

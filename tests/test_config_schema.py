@@ -233,10 +233,10 @@ def test_every_default_is_in_the_effective_config() -> None:
     assert doc["limits"] == {
         "max_concurrent_probes": 64,
         "max_targets": 20000,
-        "scrape_timeout_offset": 0.5,
-        "default_scrape_timeout": 10.0,
+        "scrape_timeout_offset": "500ms",
+        "default_scrape_timeout": "10s",
     }
     assert doc["modules"]["recursive"]["edns_udp_size"] == 1232
     assert doc["resolv_conf"] == [
-        {"path": "/etc/resolv.conf", "query_name": ".", "query_type": "NS", "probe_timeout": 1.0}
+        {"path": "/etc/resolv.conf", "query_name": ".", "query_type": "NS", "probe_timeout": "1s"}
     ]

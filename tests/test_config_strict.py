@@ -15,7 +15,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dnsfleet import config
+from dnsfleet import config, webconfig
 from dnsfleet.config import RESERVED_LABELS, ConfigError
 from tests.harness.metrics import samples
 
@@ -129,7 +129,7 @@ def test_config_check_prints_no_traceback(tmp_path: Path) -> None:
     )
     assert out.returncode == 1
     assert "Traceback" not in out.stderr + out.stdout
-    assert f"{p}: invalid YAML" in out.stderr + out.stdout
+    assert f"{p}:2:1: invalid YAML: duplicate key 'targets'" in out.stderr + out.stdout
     assert "duplicate key 'targets'" in out.stderr + out.stdout
 
 
@@ -231,3 +231,109 @@ def test_yaml_bomb_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError):
         load_text(tmp_path, deep)
     yaml.safe_dump({"x": 1})
+
+
+# ------------------------------------------------------------- durations need their unit
+
+
+@pytest.mark.parametrize(
+    ("value", "hint"),
+    [("5", '"5s"'), ("2.5", '"2.5s"'), ('"30"', '"30s"'), ("0.5", '"0.5s"')],
+)
+def test_a_duration_without_a_unit_is_refused_with_a_hint(
+    tmp_path: Path, value: str, hint: str
+) -> None:
+    """Go's time.ParseDuration refuses "5": is it seconds or milliseconds? So does the
+    loader, and it says what was probably meant."""
+    p = tmp_path / "c.yml"
+    p.write_text(f"modules:\n  m:\n    timeout: {value}\ntargets: []\n")
+    with pytest.raises(ConfigError) as e:
+        config.load(p)
+    assert str(e.value) == (
+        f"{p}:3:14: modules.m.timeout: invalid duration "
+        f'"{value.strip(chr(34))}": a duration needs a unit (did you mean {hint}? '
+        "units: ns, us, ms, s, m, h)"
+    )
+
+
+def test_zero_needs_no_unit(tmp_path: Path) -> None:
+    """As in Go, "0" is the one duration without a unit."""
+    cfg = load_text(tmp_path, "limits: {scrape_timeout_offset: 0}\ntargets: []\n")
+    assert cfg.limits.scrape_timeout_offset == 0.0
+
+
+def test_web_config_durations_need_their_unit(tmp_path: Path) -> None:
+    p = tmp_path / "web.yml"
+    p.write_text("rate_limit:\n  interval: 100\n  burst: 5\n")
+    with pytest.raises(ConfigError) as e:
+        webconfig.load(p)
+    assert str(e.value).startswith(f'{p}:2:13: rate_limit.interval: invalid duration "100": ')
+    assert 'did you mean "100s"?' in str(e.value)
+
+
+def test_effective_config_writes_go_durations(tmp_path: Path) -> None:
+    cfg = load_text(
+        tmp_path,
+        "modules:\n  m: {timeout: 1500ms}\nlimits: {scrape_timeout_offset: 0}\ntargets: []\n",
+    )
+    doc = yaml.safe_load(config.to_yaml(cfg))
+    assert doc["modules"]["m"]["timeout"] == "1.5s"
+    assert doc["limits"]["scrape_timeout_offset"] == "0s"
+    assert config.parse(doc, source=cfg.source) == cfg
+
+
+# ------------------------------------------------------- every error cites line and column
+
+POSITIONS = """\
+modules:
+  base: &base
+    timeout: 2s
+  a: {query_type: AAAA, timeout: 1s}
+  b:
+    <<: *base
+    query_type: MX
+targets:
+  - address: 127.0.0.1
+    module: a
+    labels:
+      site: ams
+"""
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "where"),
+    [
+        # a scalar in a flow mapping: the value's column
+        ("timeout: 1s}", "timeout: 1x}", "4:34: modules.a.timeout"),
+        # a block value
+        ("query_type: MX", "query_type: MXX", "7:17: modules.b.query_type"),
+        # a merged value: where it is written (the anchor's module reports it first)
+        ("    timeout: 2s", "    timeout: 2", "3:14: modules.base.timeout"),
+        # a sequence item's key
+        ("module: a\n", "module: c\n", "10:13: targets[0].module"),
+        # an unknown key: the key itself
+        ("    labels:", "    labelz:", "11:5: targets[0].labelz"),
+        # a label name: the key
+        ("      site: ams", "      si-te: ams", "12:7: targets[0].labels.si-te"),
+        # a missing key: the mapping that lacks it
+        ("  - address: 127.0.0.1\n", "  - addres: 127.0.0.1\n", "9:5: targets[0]"),
+    ],
+)
+def test_errors_cite_line_and_column(tmp_path: Path, old: str, new: str, where: str) -> None:
+    assert old in POSITIONS
+    p = tmp_path / "c.yml"
+    p.write_text(POSITIONS.replace(old, new))
+    with pytest.raises(ConfigError) as e:
+        config.load(p)
+    assert str(e.value).startswith(f"{p}:{where}: "), str(e.value)
+
+
+def test_a_merged_value_is_found_through_the_merge_key() -> None:
+    from dnsfleet.config.locate import find_mark
+    from dnsfleet.config.reader import compose_yaml
+
+    root = compose_yaml(POSITIONS)
+    mark = find_mark(root, ["modules", "b", "timeout"])
+    assert mark is not None and (mark.line + 1, mark.column + 1) == (3, 14)
+    mark = find_mark(root, ["modules", "b", "query_type"])
+    assert mark is not None and (mark.line + 1, mark.column + 1) == (7, 17)

@@ -256,7 +256,7 @@ def test_ten_thousand_targets_a_fifth_silent(tmp_path: Path, wildcard_unbound: U
             tmp_path,
             {
                 "modules": {
-                    "a": {**A_MODULE, "timeout": answer_timeout},
+                    "a": {**A_MODULE, "timeout": f"{answer_timeout}s"},
                     "s": {**A_MODULE, "timeout": "1s"},
                 },
                 "targets": [{"address": a, "module": "s" if quiet else "a"} for a, quiet in pairs],

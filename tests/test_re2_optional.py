@@ -24,7 +24,7 @@ def test_regexes_refused_without_re2(tmp_path: Path, monkeypatch: pytest.MonkeyP
     with pytest.raises(ConfigError) as e:
         load(p)
     assert str(e.value) == (
-        f"{p}: modules.m.fail_if_not_matches: regular expressions need the google-re2 "
+        f"{p}:2:27: modules.m.fail_if_not_matches: regular expressions need the google-re2 "
         "Python module, which is not installed (pip install google-re2; see "
         "docs/deployment.md)"
     )

@@ -20,6 +20,7 @@ import yaml
 from dnsfleet import webconfig
 from dnsfleet.config import ConfigError
 from tests.harness.exporter import EXPORTER, ExporterProc, running_exporter
+from tests.harness.messages import without_position
 from tests.harness.tools import binary
 
 pytestmark = pytest.mark.integration
@@ -437,7 +438,7 @@ def test_invalid_web_config(tmp_path: Path, doc: object, message: str) -> None:
     p = write(tmp_path, "web.yml", doc)
     with pytest.raises(ConfigError) as e:
         webconfig.load(p)
-    assert str(e.value) == message.replace("web.yml", str(p))
+    assert without_position(str(e.value), p) == message.replace("web.yml", str(p))
 
 
 @pytest.mark.parametrize(
@@ -486,7 +487,7 @@ def test_invalid_tls(tmp_path: Path, pki: Pki, extra: dict[str, object], message
     p = write(tmp_path, "web.yml", _tls(pki, **extra))
     with pytest.raises(ConfigError) as e:
         webconfig.load(p)
-    assert str(e.value).startswith(f"{p}: {message}")
+    assert without_position(str(e.value), p).startswith(f"{p}: {message}")
 
 
 def test_unreadable_certificate_names_the_file(tmp_path: Path, pki: Pki) -> None:
@@ -499,7 +500,7 @@ def test_unreadable_certificate_names_the_file(tmp_path: Path, pki: Pki) -> None
     with pytest.raises(ConfigError) as e:
         webconfig.load(p)
     # Relative paths are relative to the web config file, as in the toolkit.
-    assert str(e.value).startswith(
+    assert without_position(str(e.value), p).startswith(
         f"{p}: tls_server_config: cannot load certificate and key ({garbage}): "
     )
 
@@ -521,7 +522,7 @@ def test_cli_refuses_to_start_on_invalid_web_config(tmp_path: Path, exporter_con
     )
     assert r.returncode == 1
     assert r.stderr.startswith(
-        f"web configuration invalid: {p}: basic_auth_users.alice: not a bcrypt hash"
+        f"web configuration invalid: {p}:2:10: basic_auth_users.alice: not a bcrypt hash"
     )
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from dnsfleet.collectors.stub import FileReport, assess
 from dnsfleet.config import ResolvConfWatch, parse_duration
+from dnsfleet.config.reader import duration_problem
 from dnsfleet.hostfs import HostFS
 from dnsfleet.stubmodel import ServerState, Verdict
 
@@ -84,7 +85,8 @@ def render_report(rep: FileReport, libc: str) -> str:
 def run(args: argparse.Namespace) -> int:
     probe_timeout = parse_duration(args.probe_timeout)
     if probe_timeout is None or probe_timeout <= 0:
-        print(f"invalid --probe-timeout {args.probe_timeout!r}")
+        why = duration_problem(args.probe_timeout) if probe_timeout is None else "not above 0"
+        print(f"--probe-timeout: {why}")
         return 2
     path = Path(args.resolv_conf).absolute()
     watch = ResolvConfWatch(

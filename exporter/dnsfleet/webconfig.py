@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dnsfleet.config import ConfigError, Node, read_yaml_mapping
+from dnsfleet.config import ConfigError, Node
 from dnsfleet.config.checks import (
     JSON,
     Boolean,
@@ -56,7 +56,13 @@ from dnsfleet.config.checks import (
     read_keys,
 )
 from dnsfleet.config.checks import key as yaml_key
-from dnsfleet.config.reader import FileStamp, file_stamp, read_regular_file
+from dnsfleet.config.reader import (
+    FileStamp,
+    Source,
+    file_stamp,
+    read_regular_file,
+    read_yaml_source,
+)
 from dnsfleet.httpserver import Request, Response, Router
 from dnsfleet.selfmetrics import ReloadStatus
 
@@ -332,8 +338,14 @@ def _parse_tls(node: Node, base: Path) -> TLSServerConfig:
     return tls
 
 
-def parse(data: Any, *, source: str, stamps: dict[str, FileStamp] | None = None) -> WebConfig:
-    root = Node(source, "", data if data is not None else {})
+def parse(
+    data: Any,
+    *,
+    source: str,
+    stamps: dict[str, FileStamp] | None = None,
+    text: Source | None = None,
+) -> WebConfig:
+    root = Node(source, "", data if data is not None else {}, text)
     f = root.fields()
     for name in f.data:
         if f.data[name] is None:
@@ -358,14 +370,14 @@ def load(
     means plain HTTP with no auth, as in the toolkit). ``stamps`` gets the stamp of every
     file read, also when the load fails."""
     stamps = {} if stamps is None else stamps
-    data = read_yaml_mapping(path, stamps=stamps)
+    data, text = read_yaml_source(path, stamps=stamps)
     if reloading and not data:
         raise ConfigError(
             f"{path}: the file is empty (being rewritten?): an empty web configuration "
             "would turn TLS and authentication off; restart the exporter to do that on purpose"
         )
     try:
-        return parse(data, source=str(path), stamps=stamps)
+        return parse(data, source=str(path), stamps=stamps, text=text)
     except ConfigError:
         raise
     except RecursionError:

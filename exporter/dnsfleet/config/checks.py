@@ -20,7 +20,7 @@ import dns.rcode
 import dns.rdataclass
 import dns.rdatatype
 
-from dnsfleet.config.reader import Fields, Node, quote
+from dnsfleet.config.reader import Fields, Node, format_duration, quote
 from dnsfleet.dnswire import encode_name
 
 T = TypeVar("T")
@@ -212,13 +212,14 @@ class Boolean(Check):
 
 
 # Go's time.ParseDuration syntax (reader.parse_duration), for editors.
-DURATION_PATTERN = r"^\s*((\d+(\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+\s*$"
+DURATION_PATTERN = r"^\s*[-+]?(0|((\d+(\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+)\s*$"
 
 
 @dataclasses.dataclass(frozen=True)
 class Duration(Check):
-    """Seconds, written as a Go duration (``500ms``, ``1m30s``) or a bare number; greater
-    than ``minimum``, at most ``maximum``."""
+    """Seconds, written as a Go duration (``500ms``, ``1m30s``; a number needs its unit,
+    as in Go's time.ParseDuration, ``0`` alone excepted); greater than ``minimum``, at most
+    ``maximum``."""
 
     maximum: float | None = None
     minimum: float = 0.0
@@ -226,16 +227,14 @@ class Duration(Check):
     def read(self, node: Node) -> float:
         return node.duration(minimum=self.minimum, maximum=self.maximum)
 
+    def dump(self, value: Any) -> Any:
+        return format_duration(value)
+
     def schema(self) -> JSON:
-        # A negative minimum means "zero allowed" (duration() compares with >).
-        number: JSON = (
-            {"type": "number", "minimum": 0}
-            if self.minimum < 0
-            else {"type": "number", "exclusiveMinimum": self.minimum}
-        )
-        if self.maximum is not None:
-            number["maximum"] = self.maximum
-        return {"oneOf": [number, {"type": "string", "pattern": DURATION_PATTERN}]}
+        # A pattern cannot say "greater than"; the loader checks the bounds. YAML's bare 0
+        # is Go's "0".
+        text: JSON = {"type": "string", "pattern": DURATION_PATTERN}
+        return {"oneOf": [text, {"const": 0}]} if self.minimum < 0 else text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -422,9 +421,11 @@ class Labels(Check):
         out: list[tuple[str, str]] = []
         for k, v in node.items():
             if not isinstance(k, str) or not LABEL_NAME_RE.fullmatch(k) or k.startswith("__"):
-                raise v.error("invalid label name")
+                raise v.error("invalid label name", at_key=True)
             if k in self.reserved:
-                raise v.error(f"label {quote(k)} is set by the exporter and cannot be configured")
+                raise v.error(
+                    f"label {quote(k)} is set by the exporter and cannot be configured", at_key=True
+                )
             out.append((k, v.string(allow_empty=True)))
         return tuple(sorted(out))
 

@@ -23,7 +23,14 @@ from dnsfleet.config.consul import ConsulConfig, _parse_consul
 from dnsfleet.config.host import HostConfig, _parse_host
 from dnsfleet.config.limits import Limits, _parse_limits
 from dnsfleet.config.modules import DEFAULT_MODULE, Module, _parse_module
-from dnsfleet.config.reader import ConfigError, Node, collector_paused, quote, read_yaml_mapping
+from dnsfleet.config.reader import (
+    ConfigError,
+    Node,
+    Source,
+    collector_paused,
+    quote,
+    read_yaml_source,
+)
 from dnsfleet.config.resolver import ResolverConfig, _parse_resolver
 from dnsfleet.config.stub import DEFAULT_RESOLV_CONF, ResolvConfWatch, _parse_resolv_conf
 from dnsfleet.config.targets import Target, _check_one_internals_entry, _parse_target
@@ -67,9 +74,10 @@ class Config:
         return self.modules[target.module]
 
 
-def parse(data: Any, *, source: str) -> Config:
-    """Validate a loaded YAML document into a :class:`Config`."""
-    root = Node(source, "", data if data is not None else {})
+def parse(data: Any, *, source: str, text: Source | None = None) -> Config:
+    """Validate a loaded YAML document into a :class:`Config`; with the ``text`` it was
+    read from, errors cite their line and column."""
+    root = Node(source, "", data if data is not None else {}, text)
     f = root.fields()
     modules: dict[str, Module] = {}
     module_nodes: list[tuple[str, Node]] = f.opt("modules", [], lambda n: list(n.items()))
@@ -122,9 +130,9 @@ def load(path: str | Path) -> Config:
 
 
 def _load(path: str | Path) -> Config:
-    data = read_yaml_mapping(path)
+    data, text = read_yaml_source(path)
     try:
-        return parse(data, source=str(path))
+        return parse(data, source=str(path), text=text)
     except ConfigError:
         raise
     except RecursionError:

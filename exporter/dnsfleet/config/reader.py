@@ -1,6 +1,6 @@
 """The strict reader: YAML loading (duplicate keys refused), the key-path aware
-:class:`Node`, and :class:`ConfigError`, whose message names the file, the key path and the
-problem."""
+:class:`Node`, and :class:`ConfigError`, whose message names the file, the line and column,
+the key path and the problem (``dnsfleet.yml:7:14: modules.x.timeout: ...``)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 
 import yaml
 
+from dnsfleet.config.locate import Key, find_mark
+
 T = TypeVar("T")
 
 
@@ -23,29 +25,68 @@ class ConfigError(Exception):
     """A configuration problem, with the file and key path in the message."""
 
 
+class Source:
+    """The text a configuration was read from. Its node tree (for the line and column of an
+    error) is composed again only when an error is reported, and at most once."""
+
+    __slots__ = ("_root", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._root: yaml.Node | bool | None = False
+
+    def root(self) -> yaml.Node | None:
+        if self._root is False:
+            try:
+                self._root = compose_yaml(self.text)
+            except (yaml.YAMLError, RecursionError, ValueError):
+                self._root = None
+        return self._root if isinstance(self._root, yaml.Node) else None
+
+
 class Node:
     """A value at a key path in a config file."""
 
-    __slots__ = ("file", "path", "value")
+    __slots__ = ("file", "key", "parent", "path", "source", "value")
 
-    def __init__(self, file: str, path: str, value: Any) -> None:
+    def __init__(self, file: str, path: str, value: Any, source: Source | None = None) -> None:
         self.file = file
         self.path = path
         self.value = value
+        self.source = source
+        self.parent: Node | None = None
+        self.key: Key | None = None
 
-    def error(self, problem: str) -> ConfigError:
-        where = f"{self.file}: {self.path}: " if self.path else f"{self.file}: "
-        return ConfigError(where + problem)
+    def error(self, problem: str, *, at_key: bool = False) -> ConfigError:
+        """``problem`` at this node: ``file:line:column: key.path: problem``. ``at_key``:
+        the position is the key's (an unknown key), not its value's."""
+        where = f"{self.file}{self.position(at_key=at_key)}: "
+        return ConfigError(where + (f"{self.path}: " if self.path else "") + problem)
+
+    def position(self, *, at_key: bool = False) -> str:
+        """``:line:column`` of this node in its file (1-based, as editors and compilers
+        print them), or "" where the file's text is not known (a document built in code)."""
+        if self.source is None or self.key is None:
+            return ""  # built in code, or the whole document (an empty file has no line)
+        keys: list[Key] = []
+        node: Node | None = self
+        while node is not None and node.key is not None:
+            keys.append(node.key)
+            node = node.parent
+        mark = find_mark(self.source.root(), keys[::-1], at_key=at_key)
+        return f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
 
     def child(self, key: str | int) -> Node:
-        if not isinstance(key, int) and len(key) > MAX_PREVIEW:
-            key = preview(key)
+        shown = key if isinstance(key, int) or len(key) <= MAX_PREVIEW else preview(key)
         path = (
-            f"{self.path}[{key}]"
-            if isinstance(key, int)
-            else (f"{self.path}.{key}" if self.path else str(key))
+            f"{self.path}[{shown}]"
+            if isinstance(shown, int)
+            else (f"{self.path}.{shown}" if self.path else str(shown))
         )
-        return Node(self.file, path, None)
+        n = Node(self.file, path, None, self.source)
+        n.parent = self
+        n.key = key
+        return n
 
     # -- scalars
     def string(self, *, allow_empty: bool = False) -> str:
@@ -82,9 +123,7 @@ class Node:
     def duration(self, *, minimum: float = 0.0, maximum: float | None = None) -> float:
         seconds = parse_duration(self.value)
         if seconds is None:
-            raise self.error(
-                f"invalid duration {quote(self.value)} (use a number and a unit: 500ms, 2s, 1m)"
-            )
+            raise self.error(duration_problem(self.value))
         if seconds <= minimum:
             raise self.error(f"duration must be greater than {minimum:g}s")
         if maximum is not None and seconds > maximum:
@@ -158,7 +197,7 @@ class Fields:
         for key in self.data:
             if str(key) not in self.seen and str(key) not in known:
                 raise self.node.child(str(key)).error(
-                    f"unknown key (valid keys: {', '.join(valid)})"
+                    f"unknown key (valid keys: {', '.join(valid)})", at_key=True
                 )
 
 
@@ -197,8 +236,9 @@ def quote(v: Any) -> str:
     return '"' + preview(v).replace('"', '\\"') + '"'
 
 
-# Go's time.ParseDuration syntax, as the Prometheus ecosystem writes durations: one or more
-# number+unit parts, `1m30s`, `500us`, `1.5h`.
+# Go's time.ParseDuration syntax, as the Prometheus ecosystem writes durations: an optional
+# sign, then one or more number+unit parts (`1m30s`, `500us`, `1.5h`); "0" alone is the one
+# duration without a unit.
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 _UNIT = {
     "ns": 1e-9,
@@ -210,18 +250,23 @@ _UNIT = {
     "m": 60.0,
     "h": 3600.0,
 }
+_BARE_NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)")
 
 
 def parse_duration(value: Any) -> float | None:
-    """``500ms``, ``2s``, ``1m30s``, ``500us`` -> seconds; a bare number is seconds. None
-    for anything else, NaN and infinities included."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return float(value) if math.isfinite(value) else None
+    """``500ms``, ``2s``, ``1m30s``, ``-1s``, ``0`` -> seconds, as Go's time.ParseDuration
+    reads them. None for anything else: a number without a unit (YAML's ``5`` or ``"5"``:
+    is it seconds or milliseconds?), NaN, infinities, units Go does not know (``1d``)."""
+    if value == 0 and type(value) is int:  # YAML's 0, as "0"
+        return 0.0
     if not isinstance(value, str):
         return None
     text = value.strip()
+    sign = 1.0
+    if text[:1] in ("-", "+"):
+        sign, text = (-1.0 if text[0] == "-" else 1.0), text[1:]
+    if text == "0":
+        return 0.0
     pos, total = 0, 0.0
     while pos < len(text):
         m = _DURATION_PART.match(text, pos)
@@ -229,7 +274,43 @@ def parse_duration(value: Any) -> float | None:
             return None
         total += float(m.group(1)) * _UNIT[m.group(2)]
         pos = m.end()
-    return total if text and math.isfinite(total) else None
+    return sign * total if text and math.isfinite(total) else None
+
+
+def format_duration(seconds: float) -> str:
+    """``seconds`` as Go's time.Duration.String() writes it (``1m30s``, ``500ms``, ``0s``):
+    what /config shows, and what :func:`parse_duration` reads back to the same value."""
+    ns = round(seconds * 1e9)
+    sign, ns = ("-", -ns) if ns < 0 else ("", ns)
+    if ns == 0:
+        return "0s"
+    if ns < 1_000_000_000:
+        for unit, size in (("ms", 1_000_000), ("us", 1_000), ("ns", 1)):
+            if ns >= size:
+                return sign + _decimal(ns, size) + unit
+    hours, rest = divmod(ns, 3_600_000_000_000)
+    minutes, rest = divmod(rest, 60_000_000_000)
+    text = (f"{hours}h" if hours else "") + (f"{minutes}m" if hours or minutes else "")
+    return sign + text + _decimal(rest, 1_000_000_000) + "s"
+
+
+def _decimal(value: int, size: int) -> str:
+    whole, frac = divmod(value, size)
+    digits = f"{frac:0{len(str(size)) - 1}d}".rstrip("0") if frac else ""
+    return f"{whole}.{digits}" if digits else str(whole)
+
+
+def duration_problem(value: Any) -> str:
+    """Why ``value`` is no duration, with the likely fix: ``5`` -> did you mean "5s"?"""
+    text = value.strip() if isinstance(value, str) else value
+    if isinstance(text, int | float) and not isinstance(text, bool) and math.isfinite(text):
+        text = f"{text:g}" if isinstance(text, float) else str(text)
+    if isinstance(text, str) and _BARE_NUMBER.fullmatch(text):
+        return (
+            f"invalid duration {quote(value)}: a duration needs a unit "
+            f'(did you mean "{text}s"? units: ns, us, ms, s, m, h)'
+        )
+    return f"invalid duration {quote(value)} (use a number and a unit: 500ms, 2s, 1m)"
 
 
 class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
@@ -321,96 +402,111 @@ def load_yaml(text: str) -> Any:
 
 
 def _compose_and_construct(text: str) -> Any:
+    loader = _StrictLoader(text)
+    try:
+        root = _compose(loader)
+        return None if root is None else loader.construct_document(root)
+    finally:
+        loader.dispose()
+
+
+def compose_yaml(text: str) -> yaml.Node | None:
+    """The node tree of the one document in ``text`` (positions kept), under the same
+    bounds as :func:`load_yaml`."""
+    loader = _StrictLoader(text)
+    try:
+        with collector_paused():
+            return _compose(loader)
+    finally:
+        loader.dispose()
+
+
+def _compose(loader: Any) -> yaml.Node | None:
     ev = yaml.events
     scalar_event, alias_event = ev.ScalarEvent, ev.AliasEvent
     mapping_start, sequence_start = ev.MappingStartEvent, ev.SequenceStartEvent
     mapping_end, sequence_end = ev.MappingEndEvent, ev.SequenceEndEvent
     scalar_node = yaml.ScalarNode
-    loader = _StrictLoader(text)
-    try:
-        get = loader.get_event
-        resolve = loader.resolve
-        anchors: dict[str, tuple[yaml.Node, int, int]] = {}
-        stack: list[_Frame] = []
-        root: yaml.Node | None = None
-        get()  # StreamStartEvent
-        if isinstance(get(), ev.StreamEndEvent):  # else DocumentStartEvent
-            return None
-        while True:
-            e = get()
-            t = type(e)
-            node: yaml.Node
-            if t is scalar_event:
-                tag = e.tag
-                value = e.value
-                if tag is None or tag == "!":
-                    tag = resolve(scalar_node, value, e.implicit)
-                node = scalar_node(tag, value, e.start_mark, e.end_mark, e.style)
-                size, height = 1, 0
-                if e.anchor is not None:
-                    if e.anchor in anchors:
-                        raise _composer_error(f"found duplicate anchor {e.anchor!r}", e.start_mark)
-                    anchors[e.anchor] = (node, 1, 0)
-            elif t is alias_event:
-                found = anchors.get(e.anchor)
-                if found is None:
-                    raise _composer_error(f"found undefined alias {e.anchor!r}", e.start_mark)
-                node, size, height = found
-            elif t is mapping_start or t is sequence_start:
-                kind: type[yaml.MappingNode] | type[yaml.SequenceNode] = (
-                    yaml.MappingNode if t is mapping_start else yaml.SequenceNode
-                )
-                tag = e.tag
-                if tag is None or tag == "!":
-                    tag = resolve(kind, None, e.implicit)
-                if e.anchor is not None and e.anchor in anchors:
+    get = loader.get_event
+    resolve = loader.resolve
+    anchors: dict[str, tuple[yaml.Node, int, int]] = {}
+    stack: list[_Frame] = []
+    root: yaml.Node | None = None
+    get()  # StreamStartEvent
+    if isinstance(get(), ev.StreamEndEvent):  # else DocumentStartEvent
+        return None
+    while True:
+        e = get()
+        t = type(e)
+        node: yaml.Node
+        if t is scalar_event:
+            tag = e.tag
+            value = e.value
+            if tag is None or tag == "!":
+                tag = resolve(scalar_node, value, e.implicit)
+            node = scalar_node(tag, value, e.start_mark, e.end_mark, e.style)
+            size, height = 1, 0
+            if e.anchor is not None:
+                if e.anchor in anchors:
                     raise _composer_error(f"found duplicate anchor {e.anchor!r}", e.start_mark)
-                collection = kind(tag, [], e.start_mark, None, flow_style=e.flow_style)
-                stack.append(_Frame(collection, e.anchor))
-                if len(stack) > MAX_YAML_DEPTH:
-                    raise _composer_error(
-                        f"nested more than {MAX_YAML_DEPTH} levels deep", e.start_mark
-                    )
-                continue
-            elif t is mapping_end or t is sequence_end:
-                frame = stack.pop()
-                node = frame.node
-                node.end_mark = e.end_mark
-                items = frame.items
-                if t is mapping_end:
-                    node.value = list(zip(items[::2], items[1::2], strict=True))
-                else:
-                    node.value = items
-                size, height = frame.size, frame.height + 1
-                if frame.anchor is not None:
-                    anchors[frame.anchor] = (node, size, height)
-            else:  # DocumentEndEvent
-                break
-            if not stack:
-                root = node
-                continue
-            top = stack[-1]
-            top.items.append(node)
-            top.size += size
-            if height > top.height:
-                top.height = height
-                if len(stack) + height > MAX_YAML_DEPTH:
-                    raise _composer_error(
-                        f"nested more than {MAX_YAML_DEPTH} levels deep (aliases followed)",
-                        e.start_mark,
-                    )
-            if top.size > MAX_YAML_NODES:
+                anchors[e.anchor] = (node, 1, 0)
+        elif t is alias_event:
+            found = anchors.get(e.anchor)
+            if found is None:
+                raise _composer_error(f"found undefined alias {e.anchor!r}", e.start_mark)
+            node, size, height = found
+        elif t is mapping_start or t is sequence_start:
+            kind: type[yaml.MappingNode] | type[yaml.SequenceNode] = (
+                yaml.MappingNode if t is mapping_start else yaml.SequenceNode
+            )
+            tag = e.tag
+            if tag is None or tag == "!":
+                tag = resolve(kind, None, e.implicit)
+            if e.anchor is not None and e.anchor in anchors:
+                raise _composer_error(f"found duplicate anchor {e.anchor!r}", e.start_mark)
+            collection = kind(tag, [], e.start_mark, None, flow_style=e.flow_style)
+            stack.append(_Frame(collection, e.anchor))
+            if len(stack) > MAX_YAML_DEPTH:
                 raise _composer_error(
-                    f"more than {MAX_YAML_NODES:,} nodes once aliases are expanded "
-                    "(an alias bomb?)",
+                    f"nested more than {MAX_YAML_DEPTH} levels deep", e.start_mark
+                )
+            continue
+        elif t is mapping_end or t is sequence_end:
+            frame = stack.pop()
+            node = frame.node
+            node.end_mark = e.end_mark
+            items = frame.items
+            if t is mapping_end:
+                node.value = list(zip(items[::2], items[1::2], strict=True))
+            else:
+                node.value = items
+            size, height = frame.size, frame.height + 1
+            if frame.anchor is not None:
+                anchors[frame.anchor] = (node, size, height)
+        else:  # DocumentEndEvent
+            break
+        if not stack:
+            root = node
+            continue
+        top = stack[-1]
+        top.items.append(node)
+        top.size += size
+        if height > top.height:
+            top.height = height
+            if len(stack) + height > MAX_YAML_DEPTH:
+                raise _composer_error(
+                    f"nested more than {MAX_YAML_DEPTH} levels deep (aliases followed)",
                     e.start_mark,
                 )
-        following = get()
-        if not isinstance(following, ev.StreamEndEvent):
-            raise _composer_error("expected a single document in the stream", following.start_mark)
-        return loader.construct_document(root)
-    finally:
-        loader.dispose()
+        if top.size > MAX_YAML_NODES:
+            raise _composer_error(
+                f"more than {MAX_YAML_NODES:,} nodes once aliases are expanded (an alias bomb?)",
+                e.start_mark,
+            )
+    following = get()
+    if not isinstance(following, ev.StreamEndEvent):
+        raise _composer_error("expected a single document in the stream", following.start_mark)
+    return root
 
 
 # What identifies a version of a file: (mtime in ns, size, inode).
@@ -478,6 +574,14 @@ def read_yaml_mapping(
 ) -> dict[str, Any] | None:
     """A YAML file whose top level is a mapping (None when empty); ConfigError naming the
     file, and the line and column of a YAML error, otherwise."""
+    return read_yaml_source(path, stamps=stamps)[0]
+
+
+def read_yaml_source(
+    path: str | Path, *, stamps: dict[str, FileStamp] | None = None
+) -> tuple[dict[str, Any] | None, Source]:
+    """:func:`read_yaml_mapping`, and the :class:`Source` that lets the root :class:`Node`
+    of the document cite the line and column of what it rejects."""
     path = str(path)
     try:
         text = read_regular_file(path, stamps=stamps).decode("utf-8")
@@ -491,9 +595,13 @@ def read_yaml_mapping(
         raise ConfigError(f"{path}: invalid YAML: {preview(e)}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or str(e)
-        raise ConfigError(f"{path}: invalid YAML{where}: {problem}") from None
+        raise ConfigError(f"{path}{where}: invalid YAML: {problem}") from None
     if data is not None and not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level, got {describe(data)}")
-    return data
+        root = Source(text).root()
+        where = f":{root.start_mark.line + 1}:{root.start_mark.column + 1}" if root else ""
+        raise ConfigError(
+            f"{path}{where}: expected a mapping at the top level, got {describe(data)}"
+        )
+    return data, Source(text)
