@@ -57,16 +57,21 @@ def actionlint() -> str:
     return str(target)
 
 
-@functools.cache
-def psacheck() -> str:
-    """tests/psa built from its go.mod and go.sum (the module versions are pinned there),
-    once per test session."""
-    target = TOOLS / "psacheck"
-    tmp = TOOLS / f"psacheck.{os.getpid()}"
+def _build(name: str, directory: Path) -> str:
+    """A Go main of this repository built from its go.mod and go.sum (the module versions
+    are pinned there) into TOOLS/name."""
+    target = TOOLS / name
+    tmp = TOOLS / f"{name}.{os.getpid()}"
     TOOLS.mkdir(parents=True, exist_ok=True)
-    _run([_go(), "build", "-trimpath", "-o", str(tmp), "."], cwd=ROOT / "tests" / "psa")
+    _run([_go(), "build", "-trimpath", "-o", str(tmp), "."], cwd=directory)
     tmp.replace(target)
     return str(target)
+
+
+@functools.cache
+def psacheck() -> str:
+    """tests/psa, once per test session."""
+    return _build("psacheck", ROOT / "tests" / "psa")
 
 
 @functools.cache
@@ -75,9 +80,4 @@ def coredns() -> str:
     tests use (acl, bind, cache, errors, forward, metrics), once per test session. Debian
     packages no CoreDNS; the full build takes ten minutes here, this one seconds once Go's
     caches are warm."""
-    target = TOOLS / "coredns"
-    tmp = TOOLS / f"coredns.{os.getpid()}"
-    TOOLS.mkdir(parents=True, exist_ok=True)
-    _run([_go(), "build", "-trimpath", "-o", str(tmp), "."], cwd=ROOT / "tests" / "coredns")
-    tmp.replace(target)
-    return str(target)
+    return _build("coredns", ROOT / "tests" / "coredns")

@@ -103,6 +103,28 @@ def zone_file(workdir: Path, zone: str) -> Path:
     return workdir / (f"{zone}.signed" if zone in SIGNED else f"{zone}.zone")
 
 
+def options_head(workdir: Path, port: int) -> str:
+    """The first lines of a lab named's options: its directory, one loopback port."""
+    return f"""    directory "{workdir}";
+    listen-on port {port} {{ 127.0.0.1; }};
+    listen-on-v6 {{ none; }};
+    pid-file "{workdir}/named.pid";
+    session-keyfile "{workdir}/session.key";"""
+
+
+def spawn_named(conf: Path, what: str, port: int, name: str, qtype: str) -> ManagedProcess:
+    """named on ``conf`` in the foreground, once it answers ``name``/``qtype``."""
+    managed = ManagedProcess(
+        [binary("named"), "-g", "-c", str(conf), "-n", "1"], conf.parent / "named.log", what=what
+    )
+    try:
+        wait_dns("127.0.0.1", port, name, qtype)
+    except RuntimeError:
+        _stop(managed)
+        raise RuntimeError(f"{what} did not start:\n{managed.output()}") from None
+    return managed
+
+
 @dataclass
 class AuthServer:
     """BIND authoritative for the lab zones."""
@@ -125,11 +147,7 @@ class AuthServer:
         conf = self.workdir / "named.conf"
         conf.write_text(f"""
 options {{
-    directory "{self.workdir}";
-    listen-on port {self.port} {{ 127.0.0.1; }};
-    listen-on-v6 {{ none; }};
-    pid-file "{self.workdir}/named.pid";
-    session-keyfile "{self.workdir}/session.key";
+{options_head(self.workdir, self.port)}
     recursion no;
     allow-query {{ any; }};
     notify no;
@@ -137,12 +155,9 @@ options {{
 controls {{ }};
 {zones}
 """)
-        self.managed = ManagedProcess(
-            [binary("named"), "-g", "-c", str(conf), "-n", "1"],
-            self.workdir / "named.log",
-            what="named (lab authoritative)",
+        self.managed = spawn_named(
+            conf, "named (lab authoritative)", self.port, "example.test", "SOA"
         )
-        wait_dns("127.0.0.1", self.port, "example.test", "SOA")
         return self
 
     def stop(self) -> None:
@@ -192,11 +207,7 @@ class BindResolver:
         conf = self.workdir / "named.conf"
         conf.write_text(f"""
 options {{
-    directory "{self.workdir}";
-    listen-on port {self.port} {{ 127.0.0.1; }};
-    listen-on-v6 {{ none; }};
-    pid-file "{self.pid_file}";
-    session-keyfile "{self.workdir}/session.key";
+{options_head(self.workdir, self.port)}
     recursion yes;
     allow-query {{ 127.0.0.0/8; }};
     allow-recursion {{ 127.0.0.1; {RRL_SOURCE}; }};
@@ -216,12 +227,7 @@ controls {{ }};
 statistics-channels {{ inet 127.0.0.1 port {self.stats_port} allow {{ 127.0.0.1; }}; }};
 {fwd}
 """)
-        self.managed = ManagedProcess(
-            [binary("named"), "-g", "-c", str(conf), "-n", "1"],
-            self.workdir / "named.log",
-            what="named (lab resolver)",
-        )
-        wait_dns("127.0.0.1", self.port, "www.example.test", "A")
+        self.managed = spawn_named(conf, "named (lab resolver)", self.port, "www.example.test", "A")
         return self
 
     def stop(self) -> None:
@@ -231,7 +237,7 @@ statistics-channels {{ inet 127.0.0.1 port {self.stats_port} allow {{ 127.0.0.1;
 
 # The query mix: every qtype of the normalised set and a few outside it, hits, unique
 # misses, secure NXDOMAIN, bogus, upstream timeouts, names a dnsdist rule drops.
-QTYPES = [
+MIX_QTYPES = [
     "AAAA",
     "TXT",
     "MX",
@@ -253,7 +259,7 @@ QTYPES = [
 
 def write_queries(path: Path) -> int:
     lines = ["www.example.test A"] * 150
-    lines += [f"www.example.test {t}" for t in QTYPES for _ in range(5)]
+    lines += [f"www.example.test {t}" for t in MIX_QTYPES for _ in range(5)]
     lines += [f"u{i}.insecure.test A" for i in range(150)]
     lines += [f"nx{i}.example.test A" for i in range(40)]
     lines += ["www.bogus.test A"] * 20

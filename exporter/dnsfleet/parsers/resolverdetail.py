@@ -2,9 +2,10 @@
 upstream round-trip histograms, upstream queries and timeouts, drops by reason, recursions
 in flight, cache entries, memory, queries by type and DNSSEC validation results.
 
-The model and the small shared helpers; each software's mapping is in
-``parsers/resolverdetail_maps.py``. Every label set here is closed and documented in
-docs/metrics.md, so a fleet of mixed software gives the same series names:
+The model and the small shared helpers; each software's mapping is in its own parser
+(``parsers/unbound.py``, ``parsers/bind.py``, ``parsers/promtext.py``). Every label set
+here is closed and documented in docs/metrics.md, so a fleet of mixed software gives the
+same series names:
 
 - drop ``reason``: :data:`DROP_REASONS`; ``cache``: :data:`CACHES`; memory ``pool``:
   :data:`POOLS` (disjoint, so their sum is the daemon's own total where it reports one);
@@ -80,6 +81,10 @@ class ResolverDetail:
 def count(v: float) -> int:
     """A counter or gauge value as a non-negative int (NaN and negatives are 0)."""
     return int(v) if math.isfinite(v) and v > 0 else 0
+
+
+def opt_count(v: float | None) -> int | None:
+    return None if v is None else count(v)
 
 
 def from_intervals(intervals: Iterable[tuple[float, float]], total: float = math.nan) -> Histogram:
