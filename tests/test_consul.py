@@ -191,7 +191,9 @@ def make_config(
             if services is not None
             else ["web", {"name": "web", "tag": "primary"}],
             "prepared_queries": ["db-q", "web-q"],
-            "timeout": "1s",
+            # The double answers from a Python thread: on a busy machine an answer can take
+            # more than a second (a 1 s timeout failed under a parallel test run).
+            "timeout": "8s",
         }
     }
     return config_mod.parse(doc, source="test.yml")
@@ -200,7 +202,7 @@ def make_config(
 def collect(cfg: Config, fs: HostFS | None = None) -> Samples:
     async def run() -> list[Family]:
         loop = asyncio.get_running_loop()
-        ctx = CollectContext(fs=fs or HostFS(), config=cfg, deadline=loop.time() + 5, state={})
+        ctx = CollectContext(fs=fs or HostFS(), config=cfg, deadline=loop.time() + 10, state={})
         return await run_collectors(ctx, {"consul": COLLECTORS["consul"]})
 
     return of(asyncio.run(run()))

@@ -216,19 +216,16 @@ def test_config_check_exit_codes(config: Path, tmp_path: Path) -> None:
 
 
 def test_once_with_builtin_default_reads_rootfs_resolv_conf(tmp_path: Path, named: Named) -> None:
-    # A fake root whose resolv.conf names loopback addresses only: nothing listens on
-    # 127.0.0.1:53 / 127.0.0.9:53 here, so both are refused; never the host's own resolver.
+    # A fake root whose resolv.conf names loopback addresses only, where nothing listens
+    # on port 53 (other tests may run resolvers on 127.0.0.1:53 meanwhile), so both are
+    # refused; never the host's own resolver.
     (tmp_path / "etc").mkdir()
     (tmp_path / "etc" / "resolv.conf").write_text(
-        "# test\nnameserver 127.0.0.9\nnameserver 127.0.0.1\noptions timeout:1\n"
+        "# test\nnameserver 127.83.0.9\nnameserver 127.83.0.1\noptions timeout:1\n"
     )
-    if (
-        subprocess.run(["ss", "-lnu", "sport = :53"], capture_output=True, text=True).stdout.count(
-            "\n"
-        )
-        > 1
-    ):
-        pytest.skip("something listens on port 53 here")
+    listening = subprocess.run(["ss", "-Hlnu", "sport = :53"], capture_output=True, text=True)
+    if any(a in listening.stdout for a in ("127.83.0.9:53", "127.83.0.1:53", "*:53", "0.0.0.0:53")):
+        pytest.skip("something listens on port 53 of every address here")
     out = subprocess.run(
         [sys.executable, "-m", "dnsfleet", "--once", f"--path.rootfs={tmp_path}"],
         capture_output=True,
@@ -236,7 +233,7 @@ def test_once_with_builtin_default_reads_rootfs_resolv_conf(tmp_path: Path, name
         timeout=60,
     )
     assert out.returncode == 0, out.stderr
-    for ns in ("127.0.0.9", "127.0.0.1"):
+    for ns in ("127.83.0.9", "127.83.0.1"):
         assert (
             value(
                 out.stdout,
