@@ -66,6 +66,7 @@ test: $(STAMP) check-deps
 	$(BIN)/ruff check $(LINT_DIRS)
 	$(BIN)/ruff format --check $(LINT_DIRS)
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	tests/packaging/alongside.sh $(BIN)/pytest -q $(ARGS)
 
 ## make test-packaging: the .deb installed with apt into a minimal mmdebstrap chroot of each
@@ -77,6 +78,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_DIRS)
 	$(BIN)/ruff format --check $(LINT_DIRS)
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 ## benchmarks (by hand; print ratios against peers installed from Debian and PyPI)
 bench: $(STAMP) check-deps

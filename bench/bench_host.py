@@ -174,7 +174,7 @@ def collector_seconds(body: str) -> dict[str, float]:
     return out
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:  # noqa: PLR0915 (a benchmark's main: its rounds in order)
     node = shutil.which(NODE_EXPORTER)
     if node is None:
         print(f"{NODE_EXPORTER} is not installed (make bench-host installs it)", file=sys.stderr)

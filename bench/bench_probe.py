@@ -144,7 +144,7 @@ def spread(values: list[float]) -> str:
     )
 
 
-def main() -> int:
+def main() -> int:  # noqa: PLR0915 (a benchmark's main: its rounds in order)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
     ap.add_argument("--seconds", type=int, default=10, help="wrk duration per window")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import os
 import socket
 import sys
 from collections.abc import Iterator
@@ -110,8 +111,27 @@ def blackhole() -> Iterator[Blackhole]:
 KINDS = ("unit", "integration")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The fast loop, `pytest -m unit`, runs a tenth of each fuzz test's cases
+    (harness.tools.examples); `make test` runs them all."""
+    if config.option.markexpr.strip() == "unit":
+        os.environ.setdefault("DNSFLEET_FUZZ_FRACTION", "0.1")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """`pytest -m unit` does not import a test module without a unit test: importing the
+    integration modules (and the libraries they drive) was most of its time."""
+    name = collection_path.name
+    if config.option.markexpr.strip() != "unit" or not name.startswith("test_"):
+        return None
+    if name.endswith(".py") and "mark.unit" not in collection_path.read_text():
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test is exactly one of unit or integration (its module's `pytestmark`), so
+    """Every test is exactly one of unit or integration (its own mark, or its module's
+    `pytestmark` when it has none of its own), so
     `pytest -m unit` and `-m integration` together run everything, once."""
     wrong = [
         f"{item.nodeid}: {kinds or 'no kind'}"
@@ -120,5 +140,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ]
     if wrong:
         raise pytest.UsageError(
-            "tests must be marked unit or integration:\n  " + "\n  ".join(wrong[:20])
+            "tests must be marked unit or integration (a module without `pytestmark` marks "
+            "each test: @pytest.mark.unit if it starts no process, daemon, socket or "
+            "namespace, else @pytest.mark.integration):\n  " + "\n  ".join(wrong[:20])
         )

@@ -4,6 +4,7 @@ exists with its four sections, and a promtool test that fires it and one that do
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 from pathlib import Path
@@ -15,8 +16,6 @@ from alerts.generate import CONFIG, load_config
 
 from tests.harness.tools import binary
 
-pytestmark = pytest.mark.integration
-
 ROOT = Path(__file__).resolve().parent.parent
 RULES = sorted((ROOT / "alerts" / "rules").glob("*.yml"))
 RULE_TESTS = sorted((ROOT / "alerts" / "tests").glob("*.yml"))
@@ -27,18 +26,25 @@ SEVERITIES = {"critical", "warning", "info"}
 SECTIONS = ("## Meaning", "## Impact", "## Diagnosis", "## Mitigation")
 
 
+@functools.cache
+def _rule_groups() -> tuple[dict[str, Any], ...]:
+    """The rule files' groups, parsed once for all the tests that read them."""
+    return tuple(g for f in RULES for g in yaml.safe_load(f.read_text())["groups"])
+
+
 def alerting_rules() -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    for f in RULES:
-        for group in yaml.safe_load(f.read_text())["groups"]:
-            out.extend(r for r in group["rules"] if "alert" in r)
+    for group in _rule_groups():
+        out.extend(r for r in group["rules"] if "alert" in r)
     return out
 
 
+@pytest.mark.unit
 def test_rule_files_exist() -> None:
     assert RULES, "no rule files in alerts/rules"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("path", RULES, ids=lambda p: p.name)
 def test_promtool_check_rules(path: Path) -> None:
     out = subprocess.run(
@@ -50,6 +56,7 @@ def test_promtool_check_rules(path: Path) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("path", RULE_TESTS, ids=lambda p: p.name)
 def test_promtool_test_rules(path: Path) -> None:
     out = subprocess.run(
@@ -62,6 +69,7 @@ def test_promtool_test_rules(path: Path) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+@pytest.mark.unit
 def test_rules_reading_a_recorded_series_share_its_group() -> None:
     """Groups are evaluated concurrently; only rules within one group run in order. A rule
     that reads a recorded series from another group races it (values flip between runs)."""
@@ -85,6 +93,7 @@ def test_rules_reading_a_recorded_series_share_its_group() -> None:
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.unit
 def test_alert_conventions() -> None:
     problems = []
     for rule in alerting_rules():
@@ -110,6 +119,7 @@ def test_alert_conventions() -> None:
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.unit
 def test_every_alert_has_firing_and_quiet_tests() -> None:
     firing: set[str] = set()
     quiet: set[str] = set()
@@ -191,6 +201,7 @@ UNSCOPED = {"Watchdog", "DNSFleetExportersAbsent", "DNSClusterDNSReplicasShort"}
 SITE_SCOPED = {"DNSSiteDown", "DNSAvailabilityBudgetBurn", "DNSLatencyBudgetBurn"}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", CATALOG)
 def test_catalog_complete(name: str) -> None:
     names = {r["alert"] for r in alerting_rules()}
@@ -199,11 +210,13 @@ def test_catalog_complete(name: str) -> None:
     assert name in names
 
 
+@pytest.mark.unit
 def test_catalog_has_nothing_undocumented() -> None:
     names = {r["alert"] for r in alerting_rules()}
     assert names <= set(CATALOG), f"alerts missing from CATALOG: {sorted(names - set(CATALOG))}"
 
 
+@pytest.mark.unit
 def test_firing_alerts_carry_inhibition_labels() -> None:
     """Alertmanager's inhibitions match on `instance` and `site` (alerts/alertmanager.yml):
     every alert a unit test fires must carry both, non-empty."""
@@ -227,6 +240,7 @@ def test_firing_alerts_carry_inhibition_labels() -> None:
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.unit
 def test_readme_table_matches_rules() -> None:
     """alerts/README.md is the one place thresholds are documented: one row per alert
     rule (alert, summary, severity, for), in step with the rule files."""
@@ -272,6 +286,7 @@ def policy_rows() -> dict[tuple[str, str], str]:
     return rows
 
 
+@pytest.mark.unit
 def test_only_the_paging_policy_pages() -> None:
     """No alert is critical unless the policy says it may page; a burn-rate alert pages
     only on its fast windows (burn rate 6 or more, as the SRE workbook's page windows)."""
@@ -289,6 +304,7 @@ def test_only_the_paging_policy_pages() -> None:
     assert {r["labels"]["severity"] for r in burns} == {"critical", "warning"}
 
 
+@pytest.mark.unit
 def test_paging_policy_table_matches_the_rules() -> None:
     """alerts/README.md's paging policy table has one row per alert and severity, each with
     its reason, and no row for what no rule has."""

@@ -20,8 +20,6 @@ import yaml
 from dnsfleet.cli import exporter_parser
 from tests.harness.tools import binary
 
-pytestmark = pytest.mark.integration
-
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_DIR = ROOT / "compose"
 COMPOSE = yaml.safe_load((COMPOSE_DIR / "docker-compose.yml").read_text())
@@ -42,6 +40,7 @@ def run(*cmd: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(cmd), capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.unit
 def test_services() -> None:
     assert set(SERVICES) >= {
         "exporter",
@@ -55,6 +54,7 @@ def test_services() -> None:
         assert svc.get("network_mode") == "host", name
 
 
+@pytest.mark.unit
 def test_exporter_service_sees_the_host() -> None:
     """The host's network, and read-only only what the collectors read: /proc, /sys and
     resolv.conf. No host PID namespace: /host/proc is the host's procfs, which lists the
@@ -75,6 +75,7 @@ def test_exporter_service_sees_the_host() -> None:
     assert args.procfs == "/host/proc" and args.sysfs == "/host/sys"
 
 
+@pytest.mark.unit
 def test_least_privilege() -> None:
     """The image runs as a fixed non-root uid, and so does the compose exporter (host
     collectors included), with no capabilities, a read-only root and no privilege
@@ -101,6 +102,7 @@ def test_least_privilege() -> None:
     assert over["volumes"] == ["/dev/cpu_dma_latency:/host/dev/cpu_dma_latency:ro"]
 
 
+@pytest.mark.unit
 def test_dockerfile_default_command_is_valid() -> None:
     text = (ROOT / "exporter" / "Dockerfile").read_text().replace("\\\n", " ")
     cmd = next(line for line in text.splitlines() if line.startswith("CMD "))
@@ -109,12 +111,14 @@ def test_dockerfile_default_command_is_valid() -> None:
     assert 'ENTRYPOINT ["dnsfleet-exporter"]' in text
 
 
+@pytest.mark.unit
 def test_every_bind_mount_exists() -> None:
     for name in SERVICES:
         for dst, src in mounts(name).items():
             assert src.exists(), f"{name}: {src} (mounted at {dst}) is missing"
 
 
+@pytest.mark.unit
 def test_consul_is_a_loopback_server_not_a_dev_agent() -> None:
     c = SERVICES["consul"]
     assert c["image"].startswith("hashicorp/consul")
@@ -181,6 +185,7 @@ COMMON_PORTS = {
 }
 
 
+@pytest.mark.unit
 def test_listens_on_loopback_only_and_on_uncommon_ports() -> None:
     got = listeners()
     assert set(got) == {"exporter", "prometheus", "alertmanager", "grafana", "unbound", "consul"}
@@ -208,6 +213,7 @@ def test_listens_on_loopback_only_and_on_uncommon_ports() -> None:
     assert am == got["alertmanager"][0]
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root (a network namespace)")
 def test_the_same_configs_run_natively() -> None:
     """`make stack` (tests/stack.py: the compose files with the Debian daemons and the Consul
@@ -230,6 +236,7 @@ def test_the_same_configs_run_natively() -> None:
     assert "stack check: " in out.stdout
 
 
+@pytest.mark.integration
 def test_prometheus_config() -> None:
     m = mounts("prometheus")
     cfg = m["/etc/prometheus/prometheus.yml"]
@@ -246,6 +253,7 @@ def test_prometheus_config() -> None:
     assert f"SUCCESS: {n} rule files found" in out.stdout
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", ["file_sd.yml", "sharded.yml"])
 def test_prometheus_examples(name: str) -> None:
     out = run(
@@ -254,6 +262,7 @@ def test_prometheus_examples(name: str) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+@pytest.mark.integration
 def test_prometheus_consul_sd_example(tmp_path: Path) -> None:
     """Debian's Prometheus is built without Consul service discovery (promtool rejects
     `consul_sd_configs`); upstream images have it. Check the consul_sd blocks' keys against
@@ -285,6 +294,7 @@ def test_prometheus_consul_sd_example(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+@pytest.mark.integration
 def test_alertmanager_config() -> None:
     m = mounts("alertmanager")
     cfg = m["/etc/alertmanager/alertmanager.yml"]
@@ -294,12 +304,14 @@ def test_alertmanager_config() -> None:
     assert "--cluster.listen-address=" in SERVICES["alertmanager"]["command"]
 
 
+@pytest.mark.integration
 def test_unbound_config() -> None:
     conf = mounts("unbound")["/opt/unbound/etc/unbound/unbound.conf"]
     out = run(binary("unbound-checkconf"), str(conf))
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+@pytest.mark.integration
 def test_exporter_config() -> None:
     conf = mounts("exporter")["/etc/dnsfleet/dnsfleet.yml"]
     out = run(sys.executable, "-m", "dnsfleet", f"--config.file={conf}", "--config.check")
@@ -319,6 +331,7 @@ def test_exporter_config() -> None:
     assert "web-nearest.json" in shlex.join(SERVICES["consul-demo-query"]["command"])
 
 
+@pytest.mark.unit
 def test_grafana_provisioning() -> None:
     m = mounts("grafana")
     ds = yaml.safe_load((m["/etc/grafana/provisioning/datasources"] / "prometheus.yml").read_text())

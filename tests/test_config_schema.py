@@ -22,8 +22,6 @@ from dnsfleet import config
 from dnsfleet.config import schema
 from dnsfleet.config.checks import yaml_keys
 
-pytestmark = pytest.mark.integration
-
 ROOT = Path(__file__).parent.parent
 CONFIGS = Path(__file__).parent / "configs"
 SCHEMA_FILE = ROOT / "docs" / "dnsfleet.schema.json"
@@ -56,11 +54,13 @@ def errors(validator: jsonschema.Draft202012Validator, doc: Any) -> list[str]:
     return [f"{e.json_path}: {e.message}" for e in validator.iter_errors(doc)]
 
 
+@pytest.mark.unit
 def test_committed_schema_is_generated() -> None:
     """Regenerate with: dnsfleet config-schema > docs/dnsfleet.schema.json"""
     assert SCHEMA_FILE.read_text() == schema.render()
 
 
+@pytest.mark.integration
 def test_cli_prints_the_schema() -> None:
     out = subprocess.run(
         [sys.executable, "-c", "from dnsfleet.cli import main; main()", "config-schema"],
@@ -72,6 +72,7 @@ def test_cli_prints_the_schema() -> None:
     assert out.stdout == SCHEMA_FILE.read_text()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("path", VALID, ids=lambda p: p.name)
 def test_valid_examples_load_and_validate(
     path: Path, validator: jsonschema.Draft202012Validator
@@ -105,6 +106,7 @@ def readme_configs() -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+@pytest.mark.unit
 def test_readme_examples_load_and_validate(validator: jsonschema.Draft202012Validator) -> None:
     examples = readme_configs()
     assert len(examples) >= 4
@@ -113,6 +115,7 @@ def test_readme_examples_load_and_validate(validator: jsonschema.Draft202012Vali
         assert errors(validator, doc) == [], where
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("path", sorted((CONFIGS / "invalid").glob("*.yml")), ids=lambda p: p.stem)
 def test_invalid_examples_fail_the_schema(
     path: Path, validator: jsonschema.Draft202012Validator
@@ -130,6 +133,7 @@ def test_invalid_examples_fail_the_schema(
         assert found, f"{path.name} passes the schema"
 
 
+@pytest.mark.unit
 def test_schema_refuses_empty_document(validator: jsonschema.Draft202012Validator) -> None:
     assert errors(validator, {}) and errors(validator, {"modules": {}})
     assert errors(validator, {"targets": []}) == []
@@ -152,6 +156,7 @@ SECTIONS = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("where", "schema_path"), SECTIONS, ids=lambda p: ".".join(map(str, p)))
 def test_loader_and_schema_know_the_same_keys(
     where: tuple[str | int, ...],
@@ -175,6 +180,7 @@ def test_loader_and_schema_know_the_same_keys(
     assert any("zz_unknown" in e for e in errors(validator, doc))
 
 
+@pytest.mark.unit
 def test_stats_variants_follow_the_type(validator: jsonschema.Draft202012Validator) -> None:
     variants = schema.json_schema()["$defs"]["StatsSource"]["oneOf"]
     kinds = [set(v["properties"]["type"]["enum"]) for v in variants]
@@ -202,6 +208,7 @@ def test_stats_variants_follow_the_type(validator: jsonschema.Draft202012Validat
 # ------------------------------------------------------------------ /config (to_yaml)
 
 
+@pytest.mark.unit
 def test_effective_config_round_trips(validator: jsonschema.Draft202012Validator) -> None:
     cfg = config.load(FULL)
     text = config.to_yaml(cfg)
@@ -218,6 +225,7 @@ def test_effective_config_round_trips(validator: jsonschema.Draft202012Validator
     assert dataclasses.replace(again, targets=tuple(again_targets)) == cfg
 
 
+@pytest.mark.unit
 def test_effective_config_hides_secrets() -> None:
     cfg = config.load(FULL)
     text = config.to_yaml(cfg)
@@ -227,6 +235,7 @@ def test_effective_config_hides_secrets() -> None:
     assert "token_file: /etc/dnsfleet/consul.token" in text
 
 
+@pytest.mark.unit
 def test_every_default_is_in_the_effective_config() -> None:
     text = config.to_yaml(config.load(CONFIGS / "valid.yml"))
     doc = yaml.safe_load(text)

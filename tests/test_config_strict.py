@@ -18,8 +18,7 @@ from hypothesis import strategies as st
 from dnsfleet import config, webconfig
 from dnsfleet.config import RESERVED_LABELS, ConfigError
 from tests.harness.metrics import samples
-
-pytestmark = pytest.mark.integration
+from tests.harness.tools import examples
 
 BASE = "modules:\n  m: {query_name: example.test}\n"
 
@@ -30,6 +29,7 @@ def load_text(tmp_path: Path, text: str) -> config.Config:
     return config.load(p)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -75,6 +75,7 @@ def test_refused_with_key_path(tmp_path: Path, text: str, message: str) -> None:
     assert str(exc.value).startswith(str(tmp_path / "c.yml"))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("label", sorted(RESERVED_LABELS))
 def test_every_label_the_exporter_sets_is_reserved(tmp_path: Path, label: str) -> None:
     with pytest.raises(ConfigError, match=r"set by the exporter|invalid label name"):
@@ -84,6 +85,7 @@ def test_every_label_the_exporter_sets_is_reserved(tmp_path: Path, label: str) -
         )
 
 
+@pytest.mark.unit
 def test_emitted_label_names_are_all_reserved() -> None:
     """Every label name in the host collectors' golden exposition, the resolver and canary
     families and the probe families is reserved, so no configured label can collide."""
@@ -105,6 +107,7 @@ def test_emitted_label_names_are_all_reserved() -> None:
     assert names - RESERVED_LABELS == set(), sorted(names - RESERVED_LABELS)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("text", "seconds"),
     [("1m30s", 90.0), ("500us", 0.0005), ("1h2m3.5s", 3723.5), ("250ms", 0.25), ("2s", 2.0)],
@@ -113,11 +116,13 @@ def test_go_durations(text: str, seconds: float) -> None:
     assert config.parse_duration(text) == pytest.approx(seconds)
 
 
+@pytest.mark.unit
 def test_go_duration_in_a_file(tmp_path: Path) -> None:
     cfg = load_text(tmp_path, "modules:\n  m: {timeout: 1s500ms}\ntargets: []\n")
     assert cfg.modules["m"].timeout == 1.5
 
 
+@pytest.mark.integration
 def test_config_check_prints_no_traceback(tmp_path: Path) -> None:
     p = tmp_path / "c.yml"
     p.write_text("targets: []\ntargets: []\n")
@@ -205,8 +210,12 @@ TREES = st.recursive(
 )
 
 
+@pytest.mark.unit
 @settings(
-    derandomize=True, max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    derandomize=True,
+    max_examples=examples(1500),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 @given(st.dictionaries(st.sampled_from(KEYS), TREES, max_size=6))
 def test_fuzz_any_document_gives_config_or_error(doc: dict[str, object]) -> None:
@@ -214,7 +223,8 @@ def test_fuzz_any_document_gives_config_or_error(doc: dict[str, object]) -> None
         config.parse(doc, source="fuzz.yml")
 
 
-@settings(derandomize=True, max_examples=500, deadline=None)
+@pytest.mark.unit
+@settings(derandomize=True, max_examples=examples(500), deadline=None)
 @given(st.text(max_size=200))
 def test_fuzz_any_text_gives_config_or_error(text: str) -> None:
     import tempfile
@@ -226,6 +236,7 @@ def test_fuzz_any_text_gives_config_or_error(text: str) -> None:
             config.load(f.name)
 
 
+@pytest.mark.unit
 def test_yaml_bomb_is_refused(tmp_path: Path) -> None:
     deep = "a: " * 2000 + "1\n"
     with pytest.raises(ConfigError):
@@ -236,6 +247,7 @@ def test_yaml_bomb_is_refused(tmp_path: Path) -> None:
 # ------------------------------------------------------------- durations need their unit
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("value", "hint"),
     [("5", '"5s"'), ("2.5", '"2.5s"'), ('"30"', '"30s"'), ("0.5", '"0.5s"')],
@@ -256,12 +268,14 @@ def test_a_duration_without_a_unit_is_refused_with_a_hint(
     )
 
 
+@pytest.mark.unit
 def test_zero_needs_no_unit(tmp_path: Path) -> None:
     """As in Go, "0" is the one duration without a unit."""
     cfg = load_text(tmp_path, "limits: {scrape_timeout_offset: 0}\ntargets: []\n")
     assert cfg.limits.scrape_timeout_offset == 0.0
 
 
+@pytest.mark.unit
 def test_web_config_durations_need_their_unit(tmp_path: Path) -> None:
     p = tmp_path / "web.yml"
     p.write_text("rate_limit:\n  interval: 100\n  burst: 5\n")
@@ -271,6 +285,7 @@ def test_web_config_durations_need_their_unit(tmp_path: Path) -> None:
     assert 'did you mean "100s"?' in str(e.value)
 
 
+@pytest.mark.unit
 def test_effective_config_writes_go_durations(tmp_path: Path) -> None:
     cfg = load_text(
         tmp_path,
@@ -300,6 +315,7 @@ targets:
 """
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("old", "new", "where"),
     [
@@ -328,6 +344,7 @@ def test_errors_cite_line_and_column(tmp_path: Path, old: str, new: str, where: 
     assert str(e.value).startswith(f"{p}:{where}: "), str(e.value)
 
 
+@pytest.mark.unit
 def test_a_merged_value_is_found_through_the_merge_key() -> None:
     from dnsfleet.config.locate import find_mark
     from dnsfleet.config.reader import compose_yaml

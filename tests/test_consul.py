@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,11 +21,9 @@ from dnsfleet.hostfs import HostFS
 from dnsfleet.parsers.consul import parse_health_service
 from tests.harness.consul_double import CRITICAL, WARNING, ConsulDouble, consul_double
 from tests.harness.messages import without_position
-from tests.harness.metrics import Samples, of, value
+from tests.harness.metrics import Samples, of, promtool_check, value
 from tests.harness.servers import scripted
-from tests.harness.tools import binary, free_port, num
-
-pytestmark = pytest.mark.integration
+from tests.harness.tools import free_port, num
 
 # --------------------------------------------------------------------------- config
 
@@ -37,6 +34,7 @@ def load(tmp_path: Path, doc: object) -> Config:
     return config_mod.load(p)
 
 
+@pytest.mark.unit
 def test_config_defaults_and_forms(tmp_path: Path) -> None:
     cfg = load(
         tmp_path,
@@ -123,6 +121,7 @@ INVALID = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("doc", "message"), INVALID, ids=[m[:40] for _, m in INVALID])
 def test_invalid_config_messages(tmp_path: Path, doc: object, message: str) -> None:
     with pytest.raises(ConfigError) as e:
@@ -135,6 +134,7 @@ def test_invalid_config_messages(tmp_path: Path, doc: object, message: str) -> N
 # --------------------------------------------------------------------------- pure parts
 
 
+@pytest.mark.unit
 def test_compare_stale_missing_and_limits() -> None:
     health = parse_health_service(
         '[{"Node":{"Node":"a","Address":"192.0.2.1"},"Service":{"Address":"","Port":1},'
@@ -158,6 +158,7 @@ def test_compare_stale_missing_and_limits() -> None:
     assert (c.stale, c.missing) == (0, 0)
 
 
+@pytest.mark.unit
 def test_decode_answer_rejects_garbage() -> None:
     with pytest.raises(ValueError, match="undecodable"):
         decode_answer(b"\x00\x01\x81\x80\x00\x01\x00\x01\x00\x00\x00\x00\x03abc", 1)
@@ -212,6 +213,7 @@ def v(m: Samples, name: str, **labels: str) -> float | None:
     return value(m, name, **{"agent": "local", **labels})
 
 
+@pytest.mark.integration
 def test_healthy_cluster(consul: ConsulDouble) -> None:
     m = collect(make_config(consul))
     assert value(m, "dnsfleet_collector_success", collector="consul") == 1
@@ -250,6 +252,7 @@ def test_healthy_cluster(consul: ConsulDouble) -> None:
     assert v(m, "dnsfleet_consul_raft_db_bytes") is None  # no data_dir configured
 
 
+@pytest.mark.integration
 def test_critical_instance_leaves_dns_and_catalog_together(consul: ConsulDouble) -> None:
     consul.set_status("web-n2-8080", CRITICAL)
     m = collect(make_config(consul))
@@ -259,6 +262,7 @@ def test_critical_instance_leaves_dns_and_catalog_together(consul: ConsulDouble)
     assert v(m, "dnsfleet_consul_dns_missing_instances", service="web") == 0
 
 
+@pytest.mark.integration
 def test_warning_instance_in_dns_is_no_mismatch(consul: ConsulDouble) -> None:
     consul.set_status("web-n2-8080", WARNING)
     m = collect(make_config(consul))
@@ -267,6 +271,7 @@ def test_warning_instance_in_dns_is_no_mismatch(consul: ConsulDouble) -> None:
     assert v(m, "dnsfleet_consul_dns_stale_answers", service="web") == 0
 
 
+@pytest.mark.integration
 def test_dns_serving_a_failed_instance_is_a_mismatch(consul: ConsulDouble) -> None:
     consul.set_status("web-n2-8080", CRITICAL)
     consul.serve_failed = True
@@ -277,6 +282,7 @@ def test_dns_serving_a_failed_instance_is_a_mismatch(consul: ConsulDouble) -> No
     assert v(m, "dnsfleet_consul_dns_stale_answers", service="web") == 1
 
 
+@pytest.mark.integration
 def test_large_service_udp_trim_is_not_a_mismatch() -> None:
     with consul_double() as c:
         for i in range(100):
@@ -290,6 +296,7 @@ def test_large_service_udp_trim_is_not_a_mismatch() -> None:
         assert v(m, "dnsfleet_consul_dns_missing_instances", service="big") == 0
 
 
+@pytest.mark.integration
 def test_leader_loss(consul: ConsulDouble) -> None:
     consul.leader = ""
     m = collect(make_config(consul))
@@ -297,6 +304,7 @@ def test_leader_loss(consul: ConsulDouble) -> None:
     assert v(m, "dnsfleet_consul_leader_present") == 0
 
 
+@pytest.mark.integration
 def test_large_raft_db(consul: ConsulDouble, tmp_path: Path) -> None:
     data = tmp_path / "host" / "opt" / "consul"
     (data / "raft").mkdir(parents=True)
@@ -308,6 +316,7 @@ def test_large_raft_db(consul: ConsulDouble, tmp_path: Path) -> None:
     assert v(m, "dnsfleet_consul_raft_db_bytes") == size
 
 
+@pytest.mark.integration
 def test_unreadable_data_dir_is_no_failed_scrape(consul: ConsulDouble, tmp_path: Path) -> None:
     if os.geteuid() == 0:
         # root reads anything: make the path component a file instead.
@@ -318,6 +327,7 @@ def test_unreadable_data_dir_is_no_failed_scrape(consul: ConsulDouble, tmp_path:
     assert v(m, "dnsfleet_consul_up") == 1
 
 
+@pytest.mark.integration
 def test_http_down(consul: ConsulDouble) -> None:
     consul.stop_http()
     m = collect(make_config(consul))
@@ -329,6 +339,7 @@ def test_http_down(consul: ConsulDouble) -> None:
     assert v(m, "dnsfleet_consul_dns_stale_answers", service="web") is None
 
 
+@pytest.mark.integration
 def test_dns_down(consul: ConsulDouble) -> None:
     consul.stop_dns()
     m = collect(make_config(consul))
@@ -340,6 +351,7 @@ def test_dns_down(consul: ConsulDouble) -> None:
     assert v(m, "dnsfleet_consul_dns_stale_answers", service="web") is None
 
 
+@pytest.mark.integration
 def test_garbage_dns_is_malformed(consul: ConsulDouble) -> None:
     def handler(q: bytes) -> list[bytes]:
         # Header of a valid response to the query, then an answer RR whose A rdata has
@@ -368,6 +380,7 @@ def test_garbage_dns_is_malformed(consul: ConsulDouble) -> None:
     assert v(m, "dnsfleet_consul_dns_probe_failure", query=q, reason="malformed") == 1
 
 
+@pytest.mark.integration
 def test_acl_token_from_file(tmp_path: Path) -> None:
     with consul_double(token="s3cret") as c:
         c.add_node("n1", "192.0.2.1")
@@ -397,6 +410,7 @@ def test_acl_token_from_file(tmp_path: Path) -> None:
         assert v(m, "dnsfleet_consul_up") == 0
 
 
+@pytest.mark.integration
 def test_token_never_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with consul_double(token="s3cret-token-value") as c:
         c.add_node("n1", "192.0.2.1")
@@ -409,6 +423,7 @@ def test_token_never_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) ->
     assert "token-value" not in caplog.text
 
 
+@pytest.mark.integration
 def test_deadline_bounds_a_silent_agent(blackhole: object) -> None:
     port = free_port()  # nothing listens for HTTP; DNS goes to a blackhole
     cfg = config_mod.parse(
@@ -434,6 +449,7 @@ def test_deadline_bounds_a_silent_agent(blackhole: object) -> None:
     assert v(m, "dnsfleet_consul_up") == 0
 
 
+@pytest.mark.integration
 def test_exporter_scrape_passes_promtool(consul: ConsulDouble, tmp_path: Path) -> None:
     p = tmp_path / "dnsfleet.yml"
     p.write_text(
@@ -457,11 +473,5 @@ def test_exporter_scrape_passes_promtool(consul: ConsulDouble, tmp_path: Path) -
     exp = Exporter(fs=HostFS(), config_file=str(p))
     text = asyncio.run(exp.scrape(5.0)).decode()
     assert 'dnsfleet_consul_up{agent="local"} 1' in text
-    out = subprocess.run(
-        [binary("promtool"), "check", "metrics"],
-        input=text,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = promtool_check(text)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -16,8 +16,6 @@ from dashboards import generate
 
 from tests.harness.tools import binary
 
-pytestmark = pytest.mark.integration
-
 JSON_DIR = generate.OUT
 
 
@@ -26,6 +24,7 @@ def load(name: str) -> dict[str, Any]:
     return doc
 
 
+@pytest.mark.unit
 def test_committed_json_is_fresh() -> None:
     stale = [
         n
@@ -38,6 +37,7 @@ def test_committed_json_is_fresh() -> None:
     assert on_disk == set(generate.DASHBOARDS), "JSON files without a generator"
 
 
+@pytest.mark.unit
 def test_check_mode_detects_drift(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for n in generate.DASHBOARDS:
         (tmp_path / f"{n}.json").write_text((JSON_DIR / f"{n}.json").read_text())
@@ -49,6 +49,7 @@ def test_check_mode_detects_drift(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert generate.main(["--check"]) == 1
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", list(generate.DASHBOARDS))
 def test_variables_and_panels(name: str) -> None:
     doc = load(name)
@@ -85,6 +86,7 @@ def test_variables_and_panels(name: str) -> None:
     assert len({p["title"] for p in doc["panels"]}) == len(doc["panels"]), "duplicate titles"
 
 
+@pytest.mark.unit
 def test_required_panels_exist() -> None:
     titles = {n: {p["title"] for p in load(n)["panels"]} for n in generate.DASHBOARDS}
     assert {
@@ -136,6 +138,7 @@ def test_required_panels_exist() -> None:
     assert "dnsfleet_resolver_start_time_seconds" in anns["Resolver restarts"]["expr"]
 
 
+@pytest.mark.integration
 def test_every_query_is_valid_promql(tmp_path: Path) -> None:
     """promtool parses each query (variables on "All") as a recording rule: a syntax
     error anywhere fails here, without a server."""

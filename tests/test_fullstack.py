@@ -88,7 +88,7 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[Stack]:
+def stack(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[Stack]:  # noqa: PLR0915 (one scenario, read top to bottom)
     work = tmp_path_factory.mktemp("fullstack")
     silent_addr, u2_addr = spare_loopback_pair()
     stubs = {"example.test.": f"127.0.0.1@{named.port}"}

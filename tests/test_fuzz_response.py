@@ -5,7 +5,7 @@ rewritten lengths).
 
 Bounded and reproducible in CI: each of the three fuzz tests runs ``max_examples`` = 3,000
 cases with ``derandomize=True`` (random bytes, mutations, mutations with a foreign ID):
-9,000 cases in all.
+9,000 cases in all (a tenth in the fast loop, ``pytest -m unit``).
 Raise FUZZ_EXAMPLES in the environment for a longer hand-run (e.g. 200000).
 
 Properties: nothing raises but :class:`Malformed`; a result is either None (not ours) or a
@@ -28,10 +28,9 @@ from hypothesis import strategies as st
 from dnsfleet.config import Module
 from dnsfleet.dnswire import Malformed, Response, answer_texts, build_query, parse_response
 from dnsfleet.probes.result import REASONS, Exchange, judge
+from tests.harness.tools import examples
 
-pytestmark = pytest.mark.integration
-
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "3000"))
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", examples(3000)))
 FUZZ = settings(
     max_examples=EXAMPLES,
     derandomize=True,
@@ -105,6 +104,7 @@ def check(data: bytes) -> None:
         assert v.rcode == resp.rcode
 
 
+@pytest.mark.unit
 @FUZZ
 @given(st.binary(min_size=0, max_size=600))
 def test_random_bytes(data: bytes) -> None:
@@ -157,12 +157,14 @@ def mutated(draw: st.DrawFn) -> bytes:
     return bytes(wire)
 
 
+@pytest.mark.unit
 @FUZZ
 @given(mutated())
 def test_mutated_valid_responses(data: bytes) -> None:
     check(data)
 
 
+@pytest.mark.unit
 def test_unmutated_valid_responses_are_read() -> None:
     """The baseline the mutations start from parses and succeeds: the fuzz cases are near
     real answers, not just noise."""
@@ -173,6 +175,7 @@ def test_unmutated_valid_responses_are_read() -> None:
     assert parse_response(wire, QUERY, QID ^ 1) is None
 
 
+@pytest.mark.unit
 @FUZZ
 @given(mutated())
 def test_foreign_id_never_succeeds(data: bytes) -> None:

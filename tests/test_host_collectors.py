@@ -20,10 +20,7 @@ from dnsfleet.exposition import Family, render
 from dnsfleet.hostfs import HostFS, HostReadError, StrPath
 from tests.harness import metrics
 from tests.harness.hosttree import FIXTURES, TREES, host_fs
-from tests.harness.metrics import of
-from tests.harness.tools import binary
-
-pytestmark = pytest.mark.integration
+from tests.harness.metrics import of, promtool_check
 
 GOLDEN = FIXTURES / "host" / "x86.golden.prom"
 HOST = ("bonding", "nic", "cpu_latency")
@@ -71,21 +68,17 @@ def copy_tree(name: str, dest: Path) -> Path:
 # ------------------------------------------------------------------ golden
 
 
+@pytest.mark.integration
 def test_golden_exposition_of_x86_tree(tmp_path: Path) -> None:
     text = deterministic(collect(host_fs(TREES / "x86")))
     if os.environ.get("UPDATE_GOLDEN"):
         GOLDEN.write_text(text)
     assert text == GOLDEN.read_text(), "rerun with UPDATE_GOLDEN=1 after an intended change"
-    out = subprocess.run(
-        [binary("promtool"), "check", "metrics"],
-        input=text,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = promtool_check(text)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+@pytest.mark.unit
 def test_x86_tree_values() -> None:
     fams = collect(host_fs(TREES / "x86"))
     assert success(fams) == {"bonding": 1, "nic": 1, "cpu_latency": 1}
@@ -147,6 +140,7 @@ def test_x86_tree_values() -> None:
     assert v("dnsfleet_intel_idle_max_cstate") == 9
 
 
+@pytest.mark.unit
 def test_cardinality_is_queues_plus_cpus() -> None:
     fams = collect(host_fs(TREES / "x86"))
     per_device: dict[str, int] = {}
@@ -158,6 +152,7 @@ def test_cardinality_is_queues_plus_cpus() -> None:
     assert all(n <= 4 * 2 + 8 + 2 + 4 for n in per_device.values()), per_device
 
 
+@pytest.mark.unit
 def test_acpi_virtio_tree() -> None:
     fams = collect(host_fs(TREES / "acpi-virtio"), resolver="named")
     assert success(fams) == {"bonding": 1, "nic": 1, "cpu_latency": 1}
@@ -190,6 +185,7 @@ def test_acpi_virtio_tree() -> None:
     assert v("dnsfleet_cpu_scaling_governor_cpus", governor="powersave") == 1
 
 
+@pytest.mark.unit
 def test_arm_ena_tree_maps_queues_by_name() -> None:
     fams = collect(host_fs(TREES / "arm-ena"), resolver=None)
     assert success(fams) == {"bonding": 1, "nic": 1, "cpu_latency": 1}
@@ -203,6 +199,7 @@ def test_arm_ena_tree_maps_queues_by_name() -> None:
     assert not [n for n, _ in of(fams) if n.startswith(("dnsfleet_cpu", "dnsfleet_pm"))]
 
 
+@pytest.mark.unit
 def test_wakeup_latency_with_deep_states_disabled_and_pm_qos(tmp_path: Path) -> None:
     root = copy_tree("acpi-virtio", tmp_path)
     cpu = root / "sys" / "devices" / "system" / "cpu"
@@ -231,6 +228,7 @@ def break_path(path: Path) -> None:
     path.mkdir(parents=True)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("collector", "rel"),
     [
@@ -256,6 +254,7 @@ def test_unreadable_file_fails_only_its_collector(tmp_path: Path, collector: str
     assert not [n for n, _ in of(fams) if n.startswith(prefix)]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("collector", "rel", "garbage"),
     [
@@ -277,6 +276,7 @@ def test_garbled_file_fails_only_its_collector(
     assert success(fams) == {c: 0 if c == collector else 1 for c in HOST}
 
 
+@pytest.mark.unit
 def test_permission_denied_via_hostfs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """EACCES as a non-root exporter would see it, simulated in HostFS (we run as root)."""
     root = copy_tree("x86", tmp_path)
@@ -298,6 +298,7 @@ def test_permission_denied_via_hostfs(tmp_path: Path, monkeypatch: pytest.Monkey
     assert value(fams, "dnsfleet_cpuidle_state_enabled_cpus", state="C6") == 0
 
 
+@pytest.mark.unit
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads mode 000 files")
 def test_permission_denied_chmod(tmp_path: Path) -> None:
     root = copy_tree("x86", tmp_path)
@@ -305,6 +306,7 @@ def test_permission_denied_chmod(tmp_path: Path) -> None:
     assert success(collect(host_fs(root)))["bonding"] == 0
 
 
+@pytest.mark.unit
 def test_missing_subsystems_are_no_data(tmp_path: Path) -> None:
     root = copy_tree("x86", tmp_path)
     shutil.rmtree(root / "proc" / "net")
@@ -328,6 +330,7 @@ def test_missing_subsystems_are_no_data(tmp_path: Path) -> None:
     assert success(collect(host_fs(empty))) == {"bonding": 1, "nic": 1, "cpu_latency": 1}
 
 
+@pytest.mark.unit
 def test_process_vanishing_mid_scan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = copy_tree("x86", tmp_path)
     real = HostFS.read_bytes
@@ -349,6 +352,7 @@ def test_process_vanishing_mid_scan(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 # ------------------------------------------------------------------ config and CLI
 
 
+@pytest.mark.unit
 def test_host_config_keys() -> None:
     cfg = parse(
         {
@@ -371,6 +375,7 @@ def test_host_config_keys() -> None:
         parse({"host": {"nic": 1}}, source="c.yml")
 
 
+@pytest.mark.unit
 def test_nic_include_exclude() -> None:
     cfg = parse(
         {"targets": [], "host": {"nic_include": "eth.*", "nic_exclude": "eth1"}}, source="t"
@@ -382,6 +387,7 @@ def test_nic_include_exclude() -> None:
     assert devices == {"eth0"}
 
 
+@pytest.mark.integration
 def test_cli_once_on_fixture_tree(tmp_path: Path) -> None:
     cfg = tmp_path / "dnsfleet.yml"
     cfg.write_text("targets: []\nhost:\n  resolver_process: unbound\n")
@@ -424,6 +430,7 @@ def test_cli_once_on_fixture_tree(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ this machine
 
 
+@pytest.mark.integration
 def test_smoke_on_this_machines_proc_and_sys() -> None:
     fams = collect(HostFS(), resolver="systemd")
     assert success(fams) == {"bonding": 1, "nic": 1, "cpu_latency": 1}
@@ -440,16 +447,11 @@ def test_smoke_on_this_machines_proc_and_sys() -> None:
             assert (value(fams, "dnsfleet_nic_queues", device=dev.name) or 0) >= 1, dev.name
     assert value(fams, "dnsfleet_irqbalance_running") in (0, 1)
     text = deterministic(fams)
-    out = subprocess.run(
-        [binary("promtool"), "check", "metrics"],
-        input=text,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = promtool_check(text)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+@pytest.mark.unit
 def test_cpuidle_multiple_drivers_read_per_cpu(tmp_path: Path) -> None:
     """big.LITTLE-style: one cpuidle driver per cluster (cpuN/cpuidle/driver exists); the
     second cluster's C1E is slower and must not be taken from CPU 0."""
@@ -469,6 +471,7 @@ def test_cpuidle_multiple_drivers_read_per_cpu(tmp_path: Path) -> None:
     assert value(fams, "dnsfleet_cpu_wakeup_latency_seconds") == 50e-6
 
 
+@pytest.mark.unit
 def test_cpu_without_cpuidle_device(tmp_path: Path) -> None:
     root = copy_tree("x86", tmp_path)
     shutil.rmtree(root / "sys" / "devices" / "system" / "cpu" / "cpu5" / "cpuidle")

@@ -11,12 +11,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dnsfleet.httpserver import (
+from dnsfleet.httprequest import (
+    MAX_BODY,
+    MAX_HEAD,
     MAX_QUERY_PARAMS,
-    _BadRequest,
+    BadRequest,
     _parse_head,
     _parse_query,
     _slow_parse_head,
+    frame,
+    keeps_alive,
+    split_target,
 )
 from dnsfleet.web import accepts_gzip
 
@@ -73,7 +78,7 @@ HEADS = [
 def outcome(parse: object, head: bytes) -> object:
     try:
         return parse(head)  # type: ignore[operator]
-    except _BadRequest as e:
+    except BadRequest as e:
         return ("refused", e.status)
 
 
@@ -142,3 +147,61 @@ def test_query_reader_agrees_with_parse_qsl(qs: str) -> None:
 )
 def test_query_reader_examples(qs: str) -> None:
     assert ours_query(qs) == reference_query(qs)
+
+
+# ------------------------------------------------ framing, without a connection (frame)
+
+
+@pytest.mark.parametrize(
+    ("buf", "refusal"),
+    [
+        (b"\x16\x03\x01\x02\x00", (400, "this port speaks plain HTTP, not TLS")),
+        (b"GET / HTTP/1.1\nHost: x\n\n", (400, "bare LF in the request head")),
+        (b"GET /" + b"a" * MAX_HEAD, (431, "request head too large")),
+        (
+            b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+            (501, "chunked request bodies are not supported"),
+        ),
+        (
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1x\r\n\r\n",
+            (400, "invalid Content-Length"),
+        ),
+        (
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (MAX_BODY + 1),
+            (413, "request body too large"),
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: x\r\nExpect: nothing\r\n\r\n",
+            (417, "only Expect: 100-continue is supported"),
+        ),
+        (b"GET ftp://x/ HTTP/1.1\r\nHost: x\r\n\r\n", (400, "malformed request target")),
+    ],
+)
+def test_frame_refuses(buf: bytes, refusal: tuple[int, str]) -> None:
+    with pytest.raises(BadRequest) as e:
+        frame(buf)
+    assert (e.value.status, str(e.value)) == refusal
+
+
+def test_frame_waits_for_a_head_and_finds_the_body() -> None:
+    assert frame(b"GET / HTTP/1.1\r\nHost: x\r\n") is None
+    buf = b"POST http://x/p%20q?a=1&a=2&b HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabcGET"
+    head = frame(buf)
+    assert head is not None
+    assert (head.method, head.target, head.expect_continue) == ("POST", "/p%20q?a=1&a=2&b", False)
+    assert buf[head.body_start : head.end] == b"abc"
+    assert split_target(head.target) == ("/p q", {"a": "1", "b": ""}, frozenset({"a"}))
+
+
+@pytest.mark.parametrize(
+    ("version", "connection", "keep"),
+    [
+        ("HTTP/1.1", None, True),
+        ("HTTP/1.1", "Keep-Alive, Close", False),
+        ("HTTP/1.0", None, False),
+        ("HTTP/1.0", "keep-alive", True),
+    ],
+)
+def test_keeps_alive(version: str, connection: str | None, keep: bool) -> None:
+    headers = {} if connection is None else {"connection": connection}
+    assert keeps_alive(version, headers) is keep

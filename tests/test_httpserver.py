@@ -11,7 +11,6 @@ import gzip
 import os
 import select
 import socket
-import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -27,8 +26,7 @@ from dnsfleet.app import Exporter
 from dnsfleet.hostfs import HostFS
 from dnsfleet.httpserver import Request, Response, Router, serve
 from dnsfleet.web import make_router
-from tests.harness.metrics import value
-from tests.harness.tools import binary
+from tests.harness.metrics import promtool_check, value
 
 pytestmark = pytest.mark.integration
 
@@ -310,13 +308,7 @@ def test_gzip_openmetrics_and_lifecycle(tmp_path: Path) -> None:
             assert om.endswith("# EOF\n")
             fams = {f.name: f for f in om_parse(om)}  # type: ignore[no-untyped-call]
             assert fams["dnsfleet_probe_failures"].type == "counter"
-            check = subprocess.run(
-                [binary("promtool"), "check", "metrics"],
-                input=om,
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
+            check = promtool_check(om)
             assert "error" not in (check.stdout + check.stderr).lower(), check.stderr
             raw = await exchange(
                 port,

@@ -33,8 +33,6 @@ from tests.harness.metrics import samples, value
 from tests.harness.servers import Unbound
 from tests.harness.tools import binary
 
-pytestmark = pytest.mark.integration
-
 ROOT = Path(__file__).resolve().parent.parent
 KDIR = ROOT / "deploy" / "kubernetes"
 K8S_VERSION = "1.30.0"  # the oldest Kubernetes release still supported upstream here
@@ -61,12 +59,14 @@ def one(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
     return doc
 
 
+@pytest.mark.unit
 def test_prometheusrule_is_generated_from_the_rule_files() -> None:
     assert (KDIR / "prometheusrule.yaml").read_text() == generate.render(), (
         "deploy/kubernetes/prometheusrule.yaml is stale: run `make k8s`"
     )
 
 
+@pytest.mark.integration
 def test_renders_the_expected_objects(rendered: list[dict[str, Any]]) -> None:
     kinds = sorted(
         (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]) for d in rendered
@@ -100,6 +100,7 @@ def config_map(docs: list[dict[str, Any]], namespace: str) -> dict[str, Any]:
     return cm
 
 
+@pytest.mark.integration
 def test_builtin_objects_valid_against_the_kubernetes_schemas(
     rendered: list[dict[str, Any]],
 ) -> None:
@@ -118,6 +119,7 @@ def test_builtin_objects_valid_against_the_kubernetes_schemas(
         kubernetes_validate.validate(bad, K8S_VERSION, strict=True)
 
 
+@pytest.mark.integration
 def test_prometheusrule_groups_pass_promtool(
     rendered: list[dict[str, Any]], tmp_path: Path
 ) -> None:
@@ -145,6 +147,7 @@ def _container(workload: dict[str, Any]) -> dict[str, Any]:
     return dict(c)
 
 
+@pytest.mark.integration
 def test_configs_load_and_args_parse(rendered: list[dict[str, Any]], tmp_path: Path) -> None:
     for kind, name, ns, key in (
         ("DaemonSet", "dnsfleet-node", NODE_NS, "node.yml"),
@@ -178,6 +181,7 @@ def test_configs_load_and_args_parse(rendered: list[dict[str, Any]], tmp_path: P
     assert (args.rootfs, args.procfs, args.sysfs) == ("/host", "/host/proc", "/host/sys")
 
 
+@pytest.mark.integration
 def test_least_privilege(rendered: list[dict[str, Any]]) -> None:
     """Both workloads run as uid 10001 with no capabilities; the DaemonSet shares only the
     node's network, and mounts only what its collectors read: /proc, /sys and
@@ -205,6 +209,7 @@ def test_least_privilege(rendered: list[dict[str, Any]]) -> None:
     assert not any("hostPath" in v for v in dep["volumes"])
 
 
+@pytest.mark.integration
 def test_monitors_select_what_exists(rendered: list[dict[str, Any]]) -> None:
     sm = one(rendered, "ServiceMonitor", "dnsfleet-fleet")
     svc = one(rendered, "Service", "dnsfleet-fleet")
@@ -247,6 +252,7 @@ def pod_security(docs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, 
     return {(r["kind"], r["name"]): r for r in reports}
 
 
+@pytest.mark.integration
 def test_pod_security_admission_admits_both_workloads(rendered: list[dict[str, Any]]) -> None:
     psa = pod_security(rendered)
     assert set(psa) == {("Deployment", "dnsfleet-fleet"), ("DaemonSet", "dnsfleet-node")}
@@ -283,6 +289,7 @@ def _workload_docs(rendered: list[dict[str, Any]], kind: str, name: str) -> list
     return [ns, w]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("change", "reason"),
     [
@@ -318,6 +325,7 @@ def test_the_checker_refuses_what_the_standards_forbid(
     assert reason in verdict["enforced"]["reasons"], verdict
 
 
+@pytest.mark.integration
 def test_node_namespace_refuses_more_than_it_needs_under_baseline(
     rendered: list[dict[str, Any]],
 ) -> None:
@@ -332,6 +340,7 @@ def test_node_namespace_refuses_more_than_it_needs_under_baseline(
 # ------------------------------------------------------------------ reachability
 
 
+@pytest.mark.integration
 def test_metrics_reachable_only_by_prometheus(rendered: list[dict[str, Any]]) -> None:
     """The fleet pods admit Prometheus only (NetworkPolicy); the node pods, on the host
     network where a NetworkPolicy does not apply, require basic auth from the Secret that
@@ -364,6 +373,7 @@ def test_metrics_reachable_only_by_prometheus(rendered: list[dict[str, Any]]) ->
     }
 
 
+@pytest.mark.unit
 def test_documented_web_config_secret_requires_auth(tmp_path: Path) -> None:
     """docs/deployment.md's web.yml for the Secret loads with the exporter's own loader and
     guards with basic auth."""
@@ -376,6 +386,7 @@ def test_documented_web_config_secret_requires_auth(tmp_path: Path) -> None:
     assert list(wc.basic_auth_users) == ["prometheus"]
 
 
+@pytest.mark.integration
 def test_image_is_the_published_one(rendered: list[dict[str, Any]]) -> None:
     version = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)
     assert version
@@ -387,6 +398,7 @@ def test_image_is_the_published_one(rendered: list[dict[str, Any]]) -> None:
 # ------------------------------------------------------------------ the node's mounts
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount and PID namespaces)")
 def test_node_mounts_suffice_without_host_pid(
     rendered: list[dict[str, Any]], tmp_path: Path

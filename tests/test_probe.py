@@ -15,8 +15,6 @@ from dnsfleet.probes import ProbeResult, Reason, probe, query_for
 from tests.harness.servers import Blackhole, Named, Unbound, answer, scripted
 from tests.harness.tools import free_port
 
-pytestmark = pytest.mark.integration
-
 
 def run_probe(address: str, **module: Any) -> ProbeResult:
     mod = Module(name="t", **module)
@@ -28,12 +26,14 @@ def run_probe(address: str, **module: Any) -> ProbeResult:
     )
 
 
+@pytest.mark.integration
 def test_success_through_unbound(unbound: Unbound) -> None:
     r = run_probe(unbound.address, query_name="www.example.test", query_type="A", min_answers=1)
     assert (r.success, r.reason, r.rcode, r.answer_rrs) == (True, None, 0, 1)
     assert 0 < r.duration < 2.0
 
 
+@pytest.mark.integration
 def test_success_over_tcp(unbound: Unbound, named: Named) -> None:
     for target in (unbound.address, named.address):
         r = run_probe(
@@ -42,12 +42,14 @@ def test_success_over_tcp(unbound: Unbound, named: Named) -> None:
         assert (r.success, r.rcode, r.answer_rrs) == (True, 0, 1), (target, r.detail)
 
 
+@pytest.mark.integration
 def test_servfail_when_upstream_is_dead(unbound: Unbound) -> None:
     r = run_probe(unbound.address, query_name="x.dead.test", query_type="A", timeout=5.0)
     assert (r.success, r.reason, r.rcode) == (False, Reason.RCODE, 2)
     assert "SERVFAIL" in r.detail
 
 
+@pytest.mark.integration
 def test_servfail_accepted_when_module_allows_it(unbound: Unbound) -> None:
     r = run_probe(
         unbound.address,
@@ -59,12 +61,14 @@ def test_servfail_accepted_when_module_allows_it(unbound: Unbound) -> None:
     assert r.success and r.rcode == 2
 
 
+@pytest.mark.integration
 def test_refused_rcode_from_authoritative(named: Named) -> None:
     # BIND with recursion off refuses names outside its zones: an rcode, not "refused".
     r = run_probe(named.address, query_name="www.elsewhere.test", query_type="A")
     assert (r.success, r.reason, r.rcode_text) == (False, Reason.RCODE, "REFUSED")
 
 
+@pytest.mark.integration
 def test_closed_port_is_refused_at_once() -> None:
     port = free_port()
     r = run_probe(f"127.0.0.1:{port}", timeout=5.0)
@@ -73,11 +77,13 @@ def test_closed_port_is_refused_at_once() -> None:
     assert r.duration < 2.5
 
 
+@pytest.mark.integration
 def test_closed_port_is_refused_over_tcp() -> None:
     r = run_probe(f"127.0.0.1:{free_port()}", transport="tcp", timeout=5.0)
     assert (r.success, r.reason) == (False, Reason.REFUSED)
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not socket.has_ipv6, reason="no IPv6 in this kernel")
 def test_ipv6_loopback_refused() -> None:
     try:
@@ -89,17 +95,20 @@ def test_ipv6_loopback_refused() -> None:
     assert r.reason == Reason.REFUSED
 
 
+@pytest.mark.integration
 def test_blackhole_times_out(blackhole: Blackhole) -> None:
     r = run_probe(blackhole.address, timeout=0.3)
     assert (r.success, r.reason, r.rcode) == (False, Reason.TIMEOUT, -1)
     assert r.duration >= 0.3
 
 
+@pytest.mark.integration
 def test_blackhole_times_out_over_tcp(blackhole: Blackhole) -> None:
     r = run_probe(blackhole.address, transport="tcp", timeout=0.3)
     assert (r.success, r.reason) == (False, Reason.TIMEOUT)
 
 
+@pytest.mark.integration
 def test_wrong_answer(unbound: Unbound) -> None:
     r = run_probe(
         unbound.address,
@@ -124,12 +133,14 @@ def test_wrong_answer(unbound: Unbound) -> None:
     assert bad.reason == Reason.ANSWER_MISMATCH
 
 
+@pytest.mark.integration
 def test_no_answer_is_mismatch_when_answers_required(unbound: Unbound) -> None:
     # NODATA: the name exists, no AAAA.
     r = run_probe(unbound.address, query_name="www.example.test", query_type="AAAA", min_answers=1)
     assert (r.reason, r.rcode, r.answer_rrs) == (Reason.ANSWER_MISMATCH, 0, 0)
 
 
+@pytest.mark.integration
 def test_truncated_over_udp_then_fine_over_tcp(named: Named) -> None:
     r = run_probe(named.address, query_name="big.example.test", query_type="TXT", edns=False)
     assert (r.success, r.reason) == (False, Reason.TRUNCATED)
@@ -143,6 +154,7 @@ def test_truncated_over_udp_then_fine_over_tcp(named: Named) -> None:
     assert r.success and r.answer_rrs == 6
 
 
+@pytest.mark.integration
 def test_garbage_bytes_are_malformed() -> None:
     with scripted(lambda q: [os.urandom(7), os.urandom(300)]) as s:
         r = run_probe(s.address, timeout=0.5)
@@ -150,6 +162,7 @@ def test_garbage_bytes_are_malformed() -> None:
     assert "not an answer" in r.detail
 
 
+@pytest.mark.integration
 def test_broken_answer_with_our_id_is_malformed_at_once() -> None:
     # Right ID and QR bit, then a question that runs off the end.
     with scripted(lambda q: [q[:2] + b"\x81\x80\x00\x01\x00\x00\x00\x00\x00\x00\x05ab"]) as s:
@@ -158,6 +171,7 @@ def test_broken_answer_with_our_id_is_malformed_at_once() -> None:
     assert r.duration < 2.5
 
 
+@pytest.mark.integration
 def test_wrong_id_then_right_answer_wins() -> None:
     def handler(q: bytes) -> list[bytes]:
         wrong = (int.from_bytes(q[:2], "big") ^ 0xFFFF).to_bytes(2, "big")
@@ -171,6 +185,7 @@ def test_wrong_id_then_right_answer_wins() -> None:
     assert r.success, r.detail
 
 
+@pytest.mark.integration
 def test_nsid_is_read(tmp_path: Any, named: Named) -> None:
     u = Unbound(
         tmp_path / "ub",
@@ -186,6 +201,7 @@ def test_nsid_is_read(tmp_path: Any, named: Named) -> None:
     assert nsid_text(r.response.nsid) == "backend-7"
 
 
+@pytest.mark.unit
 def test_query_is_built_once_with_nsid_and_rd() -> None:
     q = build_query("www.example.test", 1)
     assert q.wire[:2] == b"\x00\x00" and q.wire[2] & 0x01  # RD
@@ -193,6 +209,7 @@ def test_query_is_built_once_with_nsid_and_rd() -> None:
     assert b"\x00\x03\x00\x00" in q.wire  # EDNS option NSID, empty
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("name", "qtype", "rd", "edns", "nsid"),
     [
@@ -231,6 +248,7 @@ def test_hand_built_query_matches_dnspython(
     assert q.wire == ref.to_wire()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("name", "problem"),
     [
@@ -249,6 +267,7 @@ def test_encode_name_rejects(name: str, problem: str) -> None:
         encode_name(name)
 
 
+@pytest.mark.integration
 def test_batch_exchange_matches_single_exchanges(unbound: Unbound, blackhole: Blackhole) -> None:
     """A /metrics cycle sends plain UDP probes as one batch (udp.exchange_many); each item
     must come out as udp.exchange would have it: an answer, ICMP refused at once, a

@@ -1,4 +1,4 @@
-"""/probe rules without HTTP: probes.handler.ProbeHandler decides what may be probed before
+"""/probe rules without HTTP: probehandler.ProbeHandler decides what may be probed before
 any packet is sent (the end-to-end paths are in test_probe_guard.py)."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 from dnsfleet.app import Exporter
 from dnsfleet.config import Config, Module, Target, parse
 from dnsfleet.exposition import render
-from dnsfleet.prober import probe_result_families
+from dnsfleet.probehandler import ProbeHandler, Refusal, Refused
 from dnsfleet.probes import REASONS, ProbeResult, Reason
-from dnsfleet.probes.handler import ProbeHandler, Refusal, Refused, probe_exposition
+from dnsfleet.probes.families import probe_exposition, probe_result_families
 
 pytestmark = pytest.mark.unit
 

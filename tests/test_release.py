@@ -24,8 +24,6 @@ from tests.harness import gotools
 from tests.harness.hostmounts import run_in_pod
 from tests.harness.metrics import samples, value
 
-pytestmark = pytest.mark.integration
-
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
 DOCKERFILE = ROOT / "exporter" / "Dockerfile"
@@ -47,12 +45,14 @@ def actionlint(path: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.integration
 def test_release_workflow_passes_actionlint() -> None:
     assert shutil.which("shellcheck"), "shellcheck (TEST_DEBS) checks the run: scripts"
     out = actionlint(WORKFLOW)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+@pytest.mark.integration
 def test_actionlint_refuses_a_broken_workflow(tmp_path: Path) -> None:
     text = WORKFLOW.read_text()
     bad = tmp_path / ".github" / "workflows" / "bad.yml"
@@ -72,6 +72,7 @@ def _workflow() -> dict[Any, Any]:
     return wf
 
 
+@pytest.mark.unit
 def test_release_builds_multi_arch_images_with_sbom_and_provenance_on_a_tag() -> None:
     wf = _workflow()
     assert wf[True] == {"push": {"tags": ["v*.*.*"]}}  # YAML 1.1: `on` is True
@@ -93,6 +94,7 @@ def test_release_builds_multi_arch_images_with_sbom_and_provenance_on_a_tag() ->
     assert "pyproject.toml" in check["run"] and "debian/changelog" in check["run"]
 
 
+@pytest.mark.integration
 def test_dockerfile_passes_hadolint() -> None:
     hadolint = Path(sys.executable).parent / "hadolint"
     out = subprocess.run(
@@ -109,6 +111,7 @@ def test_dockerfile_passes_hadolint() -> None:
     assert bad.returncode == 1 and "DL3007" in bad.stdout and "DL3003" in bad.stdout, bad.stdout
 
 
+@pytest.mark.unit
 def test_dockerfile_copies_what_exists_in_the_context() -> None:
     text = DOCKERFILE.read_text().replace("\\\n", " ")
     stages = re.findall(r"^FROM \S+(?: AS (\S+))?", text, re.MULTILINE)
@@ -125,6 +128,7 @@ def test_dockerfile_copies_what_exists_in_the_context() -> None:
     assert all(f.startswith("FROM python:3.11-slim-") for f in re.findall(r"^FROM \S+", text, re.M))
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount and PID namespaces)")
 def test_image_entrypoint_runs_natively_as_its_user(tmp_path: Path) -> None:
     """ENTRYPOINT and CMD of the image, run with the native interpreter as the image's
@@ -167,6 +171,7 @@ def test_image_entrypoint_runs_natively_as_its_user(tmp_path: Path) -> None:
         assert value(got, "dnsfleet_collector_success", collector=c) == 1, c
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("script", SHELL_SCRIPTS, ids=lambda p: p.name)
 def test_shell_scripts_pass_shellcheck(script: Path) -> None:
     text = script.read_text().replace("#DEBHELPER#", "")

@@ -27,8 +27,6 @@ from tests.harness.servers import Named, Unbound
 from tests.harness.tools import num
 from tests.test_resolver_real import scrape
 
-pytestmark = pytest.mark.integration
-
 FIXTURES = Path(__file__).parent / "fixtures" / "resolver"
 
 
@@ -73,6 +71,7 @@ def pdns(tmp_path: Path, named: Named) -> Iterator[PdnsRecursor]:
     p.stop()
 
 
+@pytest.mark.integration
 def test_pdns_recursor(pdns: PdnsRecursor, tmp_path: Path) -> None:
     exp = exporter(
         tmp_path,
@@ -106,6 +105,7 @@ def test_pdns_recursor(pdns: PdnsRecursor, tmp_path: Path) -> None:
     assert pdns.api_key not in to_yaml(exp.config)
 
 
+@pytest.mark.integration
 def test_pdns_recursor_wrong_url_is_unreadable(pdns: PdnsRecursor, tmp_path: Path) -> None:
     exp = exporter(
         tmp_path,
@@ -138,6 +138,7 @@ def pool(tmp_path: Path, named: Named) -> Iterator[tuple[Dnsdist, Unbound, Unbou
         b2.stop()
 
 
+@pytest.mark.integration
 def test_dnsdist_pool(pool: tuple[Dnsdist, Unbound, Unbound], tmp_path: Path) -> None:
     """dnsdist round-robin over two unbound with NSID: per-backend statistics from dnsdist;
     answering from either backend is no flapping on a `backends: pool` target; the canary
@@ -188,6 +189,7 @@ def test_dnsdist_pool(pool: tuple[Dnsdist, Unbound, Unbound], tmp_path: Path) ->
     capture("dnsdist-1.7.metrics.txt", d.metrics_url)
 
 
+@pytest.mark.integration
 def test_knot_resolver(tmp_path: Path, named: Named) -> None:
     k = Kresd(tmp_path / "kresd", upstream=f"127.0.0.1@{named.port}")
     k.start()
@@ -216,6 +218,7 @@ def test_knot_resolver(tmp_path: Path, named: Named) -> None:
 # ------------------------------------------------------------------ parsers on captures
 
 
+@pytest.mark.unit
 def test_parsers_on_captured_expositions() -> None:
     pd = parse_resolver_metrics(
         "pdns-recursor", (FIXTURES / "pdns-recursor-4.8.metrics.txt").read_text()
@@ -232,6 +235,7 @@ def test_parsers_on_captured_expositions() -> None:
     assert kr.start_time is None and kr.queries >= 6
 
 
+@pytest.mark.unit
 def test_coredns_parser() -> None:
     """Written from CoreDNS's documented names (plugin/metrics and plugin/cache READMEs);
     not captured from a running CoreDNS, which Debian does not package."""
@@ -244,17 +248,20 @@ def test_coredns_parser() -> None:
     assert dict(st.responses or ())["NXDOMAIN"] == 40
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("text", ["bad line\n", 'x{a="1"} notanumber\n'])
 def test_garbled_exposition_is_an_error(text: str) -> None:
     with pytest.raises(ValueError, match="line 1"):
         parse_prometheus_text(text)
 
 
+@pytest.mark.unit
 def test_missing_required_counter_is_an_error() -> None:
     with pytest.raises(ValueError, match="no pdns_recursor_uptime"):
         parse_resolver_metrics("pdns-recursor", "pdns_recursor_questions 3\n")
 
 
+@pytest.mark.unit
 def test_rcode_names_match_dnspython() -> None:
     text = (FIXTURES / "coredns-documented.metrics.txt").read_text()
     for rcode, _ in parse_resolver_metrics("coredns", text).responses or ():

@@ -108,7 +108,7 @@ def fleet(named: Named, unbound: Unbound, tmp_path: Path, *, canary: str) -> dic
     }
 
 
-def test_flush_restart_and_backend_change(pair: tuple[Named, Unbound], tmp_path: Path) -> None:
+def test_flush_restart_and_backend_change(pair: tuple[Named, Unbound], tmp_path: Path) -> None:  # noqa: PLR0915 (one scenario, read top to bottom)
     named, unbound = pair
     exp = exporter(tmp_path, fleet(named, unbound, tmp_path, canary="canary.example.test"))
     u, b = unbound.address, named.address

@@ -18,8 +18,6 @@ from alerts import generate
 
 from tests.harness.tools import binary
 
-pytestmark = pytest.mark.integration
-
 CONFIG = generate.CONFIG
 RULES = generate.RULES
 
@@ -29,6 +27,7 @@ def config_doc() -> dict[str, Any]:
     return doc
 
 
+@pytest.mark.unit
 def test_committed_rules_are_what_the_config_generates() -> None:
     assert generate.main(["--check"]) == 0, "run `make alerts`"
     files = generate.generate(generate.load_config(CONFIG), RULES, RULES)
@@ -36,6 +35,7 @@ def test_committed_rules_are_what_the_config_generates() -> None:
     assert set(files) == on_disk
 
 
+@pytest.mark.unit
 def test_check_mode_detects_drift(tmp_path: Path) -> None:
     for p in RULES.glob("*.yml"):
         (tmp_path / p.name).write_text(p.read_text())
@@ -47,6 +47,7 @@ def test_check_mode_detects_drift(tmp_path: Path) -> None:
     assert generate.main(["--check", "--rules", str(tmp_path)]) == 0
 
 
+@pytest.mark.unit
 def test_runbook_base_url_reaches_every_alert_of_every_file(tmp_path: Path) -> None:
     doc = config_doc()
     doc["runbook_base_url"] = "https://wiki.example.net/dns/runbooks/"
@@ -72,6 +73,7 @@ def test_runbook_base_url_reaches_every_alert_of_every_file(tmp_path: Path) -> N
     assert seen >= 40
 
 
+@pytest.mark.unit
 def test_set_runbook_urls_is_line_exact() -> None:
     text = (
         "groups:\n  - name: g\n    rules:\n      # a comment\n      - alert: A\n"
@@ -84,6 +86,7 @@ def test_set_runbook_urls_is_line_exact() -> None:
         generate.set_runbook_urls("      - alert: B\n        expr: x\n", "https://new/")
 
 
+@pytest.mark.integration
 def test_a_new_sli_source_is_one_entry(tmp_path: Path) -> None:
     """An event-based source (as passive dnstap SLIs will be): one entry under the SLO
     gets its ratios over every window, the fleet mean, the budget and the burn-rate
@@ -112,6 +115,7 @@ def test_a_new_sli_source_is_one_entry(tmp_path: Path) -> None:
     assert check.returncode == 0, check.stdout + check.stderr
 
 
+@pytest.mark.unit
 def test_generated_rules_follow_the_workbook() -> None:
     text = (RULES / generate.SLO_FILE).read_text()
     for long, short, rate in (
@@ -128,6 +132,7 @@ def test_generated_rules_follow_the_workbook() -> None:
         ), (long, short)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("change", "message"),
     [

@@ -27,28 +27,28 @@ from dnsfleet.exposition import Family, labelset
 from dnsfleet.prober import Prober
 from dnsfleet.probes import Reason, failed
 from dnsfleet.probes.result import ProbeResult
+from dnsfleet.selfmetrics import ReloadStatus
+from dnsfleet.status import History, Snapshot, parse_labels
+from dnsfleet.status import Sample as StatusSample
 from dnsfleet.statuspage import (
     RUNBOOK_BASE_URL,
-    History,
-    Snapshot,
+    StatusView,
     _headroom,
     ago,
     failing_alert,
-    parse_labels,
+    render,
     when,
 )
-from dnsfleet.statuspage import Sample as StatusSample
 from tests.harness.exporter import ExporterProcess
 from tests.harness.metrics import value
 from tests.harness.servers import Blackhole, Named, Unbound
 from tests.harness.tools import binary
 from tests.test_fullstack import spare_loopback_pair
 
-pytestmark = pytest.mark.integration
-
 # ------------------------------------------------------------------------------ pure
 
 
+@pytest.mark.unit
 @given(
     st.dictionaries(
         st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True), st.text(max_size=20), max_size=5
@@ -58,6 +58,7 @@ def test_parse_labels_inverts_labelset(labels: dict[str, str]) -> None:
     assert parse_labels(labelset(labels)) == labels
 
 
+@pytest.mark.unit
 def test_ago() -> None:
     assert [ago(s) for s in (-3, 5, 89, 600, 7200, 200000)] == [
         "0s",
@@ -69,6 +70,7 @@ def test_ago() -> None:
     ]
 
 
+@pytest.mark.unit
 def test_when_and_the_alert_a_failing_target_raises() -> None:
     assert when(1_800_000_000, 1_800_000_180) == "3m ago (2027-01-15 08:00:00 UTC)"
     assert failing_alert("ams", site_failing=True) == "DNSSiteDown"
@@ -76,6 +78,7 @@ def test_when_and_the_alert_a_failing_target_raises() -> None:
     assert failing_alert(None, site_failing=True) == "DNSResolverDown"
 
 
+@pytest.mark.unit
 def test_failing_since_is_kept_across_reloads_that_keep_the_target() -> None:
     def cfg(labels: dict[str, str]) -> Config:
         return parse(
@@ -104,6 +107,51 @@ def test_failing_since_is_kept_across_reloads_that_keep_the_target() -> None:
     assert st.failing_since is None
 
 
+@pytest.mark.unit
+def test_failing_column_says_since_when_even_with_readable_statistics() -> None:
+    """The page's "failing" cell of a failing target whose statistics are readable says
+    since when it fails (it once showed the uptime there instead), and a healthy target's
+    is empty; the uptime stays in the statistics cell."""
+    cfg = parse(
+        {
+            "modules": {"m": {}},
+            "targets": [
+                {"address": a, "module": "m", "stats": {"type": "unbound", "control": "unix:///x"}}
+                for a in ("192.0.2.1", "192.0.2.2")
+            ],
+        },
+        source="t.yml",
+    )
+    p = Prober()
+    p.configure(cfg)
+    ok = ProbeResult(success=True, reason=None, duration=0.01, rcode=0, answer_rrs=1, detail="")
+    p.states[("192.0.2.1", "m")].observe(failed(Reason.RCODE, 0.01, "SERVFAIL"), 1000)
+    p.states[("192.0.2.2", "m")].observe(ok, 1000)
+    up = Family("dnsfleet_resolver_stats_up", "")
+    start = Family("dnsfleet_resolver_start_time_seconds", "")
+    for a in ("192.0.2.1", "192.0.2.2"):
+        up.add(1, {"target": a})
+        start.add(400, {"target": a})
+    view = StatusView(
+        config=cfg,
+        reload_status=ReloadStatus(True, 900),
+        targets=list(p.states.values()),
+        snapshot=Snapshot.of([up, start], wall=1000, duration=0.1),
+        history=History(),
+        runbook_base_url=RUNBOOK_BASE_URL,
+    )
+    page = render(view, metrics_path="/metrics", now=1060)
+    rows = {
+        r.split('data-target="', 1)[1].split('"', 1)[0]: r.split("<td>")
+        for r in page.split("<tr ")[1:]
+    }
+    failing_cell = rows["192.0.2.1"][6]
+    assert failing_cell.startswith('<span class="bad">since 60s ago (')
+    assert rows["192.0.2.2"][6] == "</td>"
+    assert "readable, up 11m" in "".join(rows["192.0.2.2"])
+
+
+@pytest.mark.unit
 def test_runbook_base_url_default_is_the_rules_default() -> None:
     from alerts.generate import CONFIG, load_config
 
@@ -142,6 +190,7 @@ def snap(
     return Snapshot.of(fams, wall=wall, duration=0.1)
 
 
+@pytest.mark.unit
 def test_history_remembers_restarts_resets_and_load() -> None:
     h = History()
     targets = ["192.0.2.1:53"]
@@ -159,6 +208,7 @@ def test_history_remembers_restarts_resets_and_load() -> None:
     assert not h.events and not h.qps  # target removed from the config
 
 
+@pytest.mark.unit
 def test_history_keeps_the_cache_hit_ratio_between_scrapes() -> None:
     h = History()
     targets = ["192.0.2.1:53"]
@@ -179,6 +229,7 @@ def cap(kind: str, v: float) -> StatusSample:
     return StatusSample({"target": "t", "kind": kind}, v)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "caps,lower,qps,h,want",
     [
@@ -239,6 +290,7 @@ def test_status_page_capacity_cell(
         assert ('class="bad"' in cell) == want.startswith("20%")
 
 
+@pytest.mark.unit
 def test_snapshot_keeps_only_the_page_families() -> None:
     kept = Family("dnsfleet_collector_success", "").add(1, {"collector": "nic"})
     other = Family("dnsfleet_nic_queue_interrupts_total", "").add(5, {"device": "eth0"})
@@ -434,12 +486,14 @@ def unbound_queries(u: Unbound) -> int:
     raise AssertionError("no total.num.queries")
 
 
+@pytest.mark.integration
 def test_page_before_any_scrape_says_so(page: Page) -> None:
     body = page.exporter.get("/")  # runs first: the module's exporter was never scraped
     assert "No scrape yet" in body and "not probed yet" in body
     assert "<script" not in body and "http://" not in body.replace(page.exporter.base, "")
 
 
+@pytest.mark.integration
 def test_incident_view_in_chromium(page: Page, tmp_path: Path) -> None:
     exp, u = page.exporter, page.unbound
     first = exp.get("/metrics")
@@ -498,6 +552,7 @@ def test_incident_view_in_chromium(page: Page, tmp_path: Path) -> None:
     assert order == [page.dead, u.address]
 
 
+@pytest.mark.integration
 def test_failed_reload_shows_latest_error_only(page: Page) -> None:
     good = page.config.read_text()
     try:
@@ -520,6 +575,7 @@ def test_failed_reload_shows_latest_error_only(page: Page) -> None:
     assert "Last reload FAILED" not in page.exporter.get("/")
 
 
+@pytest.mark.integration
 def test_failing_since_survives_a_reload_that_keeps_the_target(page: Page) -> None:
     """A reload that keeps the failing target (here with a label changed) keeps its
     "failing since"; the page shows the same time after the reload."""

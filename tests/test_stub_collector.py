@@ -23,8 +23,6 @@ from dnsfleet.stubmodel import ServerState
 from tests.harness.servers import Blackhole, ScriptedServer, Unbound, answer, scripted
 from tests.harness.tools import free_port
 
-pytestmark = pytest.mark.integration
-
 
 def value(fams: list[Family], name: str, **labels: str) -> float | None:
     fam = next(f for f in fams if f.name == name)
@@ -37,6 +35,7 @@ def servfail() -> Iterator[ScriptedServer]:
         yield s
 
 
+@pytest.mark.integration
 def test_collector_classifies_and_models(
     tmp_path: Path, unbound: Unbound, blackhole: Blackhole, servfail: ScriptedServer
 ) -> None:
@@ -147,6 +146,7 @@ def test_collector_classifies_and_models(
     assert "dnsfleet_stub_expected_delay_seconds" in render(fams)
 
 
+@pytest.mark.unit
 def test_classify_network_failures() -> None:
     assert classify(failed(Reason.TIMEOUT, 1.0, ""), transport="udp").state is ServerState.SILENT
     assert classify(failed(Reason.MALFORMED, 0.1, ""), transport="udp").state is ServerState.SILENT
@@ -155,6 +155,7 @@ def test_classify_network_failures() -> None:
     assert (out.state, out.duration) == (ServerState.UNREACHABLE, 0.2)
 
 
+@pytest.mark.unit
 def test_config_resolv_conf_section() -> None:
     assert [w.path for w in builtin_default([]).resolv_conf] == ["/etc/resolv.conf"]
     assert [w.path for w in parse({"targets": []}, source="t.yml").resolv_conf] == [
@@ -179,6 +180,7 @@ def test_config_resolv_conf_section() -> None:
     assert cfg.resolv_conf[1].probe_timeout == 0.5
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("doc", "message"),
     [

@@ -137,6 +137,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetLab]:
 # measured now, instead of assuming an idle machine (it once failed with 3.46 s against
 # the model's 3.0 when other suites were running).
 CALIBRATION_RUNS = 3
+# A case measured slower than allowed runs again, up to this many times (see the test).
+RETRIES = 2
 NO_WAIT = conf(U)
 ONE_WAIT = conf(S, U, options="timeout:1 attempts:1")
 
@@ -172,13 +174,30 @@ def test_model_agrees_with_real_glibc(lab: NetLab, tmp_path: Path) -> None:
         f"{'case':34} {'glibc s':>8} {'model s':>8} {'fails':>10}  resolv.conf",
     ]
     bad = []
-    for r in runs:
+    for first in runs:
+        r = first
         v = r.verdict
         candidates = v.delays_by_start or (v.delay,)
         nearest = min(candidates, key=lambda c: abs(c - r.measured))
         glibc_failed = r.rc != 0
         allowed = TOLERANCE + overhead + nearest * per_second
         ok = nearest - TOLERANCE <= r.measured <= nearest + allowed and glibc_failed == v.failing
+        for retry in range(RETRIES):
+            # Too slow only: a busy machine can wake glibc late once, beyond what the
+            # calibration saw; a model that is wrong is wrong again. Too fast, or a different
+            # verdict, is never the machine's doing.
+            if ok or r.measured < nearest or glibc_failed != v.failing:
+                break
+            again = _start(lab, tmp_path, r.case, r.text, 100 + retry)
+            _finish(again)
+            table.append(f"{r.case:34} {r.measured:8.3f} (too slow: run again)")
+            r = again
+            nearest = min(candidates, key=lambda c: abs(c - r.measured))
+            glibc_failed = r.rc != 0
+            allowed = TOLERANCE + overhead + nearest * per_second
+            ok = (
+                nearest - TOLERANCE <= r.measured <= nearest + allowed and glibc_failed == v.failing
+            )
         model_txt = f"{nearest:.2f}" if not v.delays_by_start else f"{nearest:.2f}*"
         table.append(
             f"{r.case:34} {r.measured:8.3f} {model_txt:>8} "

@@ -12,9 +12,9 @@ import pytest
 
 from dnsfleet import config as config_mod
 from tests.harness.exporter import ExporterProcess
-from tests.harness.metrics import value
+from tests.harness.metrics import promtool_check, value
 from tests.harness.servers import Blackhole, Named, Unbound
-from tests.harness.tools import binary, free_port
+from tests.harness.tools import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -110,13 +110,7 @@ def test_counters_accumulate_across_scrapes(
 
 def test_exposition_passes_promtool(exporter: ExporterProcess, tmp_path: Path) -> None:
     text = exporter.get("/metrics", headers={"X-Prometheus-Scrape-Timeout-Seconds": "1"})
-    out = subprocess.run(
-        [binary("promtool"), "check", "metrics"],
-        input=text,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    out = promtool_check(text)
     assert out.returncode == 0, out.stdout + out.stderr
 
 

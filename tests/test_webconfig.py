@@ -17,13 +17,11 @@ import pytest
 import trustme
 import yaml
 
-from dnsfleet import webconfig
+from dnsfleet import webconfig, webguard
 from dnsfleet.config import ConfigError
-from tests.harness.exporter import EXPORTER, ExporterProc, running_exporter
+from tests.harness.exporter import EXPORTER, ExporterProcess, running_exporter
 from tests.harness.messages import without_position
 from tests.harness.tools import binary
-
-pytestmark = pytest.mark.integration
 
 # Cost 4 keeps the suite fast; cost is read from the hash, so this exercises the same code.
 ALICE_PW = "correct horse"
@@ -107,7 +105,7 @@ def curl_status(*args: str) -> str:
 
 
 @pytest.fixture
-def auth_exporter(tmp_path: Path, exporter_config: Path) -> Iterator[ExporterProc]:
+def auth_exporter(tmp_path: Path, exporter_config: Path) -> Iterator[ExporterProcess]:
     wc = write(tmp_path, "web.yml", {"basic_auth_users": {"alice": ALICE_HASH, "bob": BOB_HASH}})
     with running_exporter(
         tmp_path, "--config.file", str(exporter_config), "--web.config.file", str(wc)
@@ -118,7 +116,8 @@ def auth_exporter(tmp_path: Path, exporter_config: Path) -> Iterator[ExporterPro
 # ------------------------------------------------------------------------ basic auth
 
 
-def test_basic_auth_with_curl(auth_exporter: ExporterProc) -> None:
+@pytest.mark.integration
+def test_basic_auth_with_curl(auth_exporter: ExporterProcess) -> None:
     url = auth_exporter.url + "/metrics"
     no_creds = curl("-i", url)
     assert no_creds.stdout.startswith("HTTP/1.1 401")
@@ -136,6 +135,7 @@ def test_basic_auth_with_curl(auth_exporter: ExporterProc) -> None:
     assert curl_status("-X", "POST", auth_exporter.url + "/-/reload") == "401"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "header",
     [
@@ -147,7 +147,7 @@ def test_basic_auth_with_curl(auth_exporter: ExporterProc) -> None:
         "Basic " + base64.b64encode(b"alice:" + b"x" * 100_000).decode()[:7000],
     ],
 )
-def test_malformed_authorization_is_401(auth_exporter: ExporterProc, header: str) -> None:
+def test_malformed_authorization_is_401(auth_exporter: ExporterProcess, header: str) -> None:
     async def go() -> tuple[int, str]:
         async with (
             aiohttp.ClientSession() as s,
@@ -158,8 +158,9 @@ def test_malformed_authorization_is_401(auth_exporter: ExporterProc, header: str
     assert asyncio.run(go()) == (401, "Basic")
 
 
+@pytest.mark.unit
 def test_verifications_are_cached_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    auth = webconfig.BasicAuth({"alice": ALICE_HASH.encode()})
+    auth = webguard.BasicAuth({"alice": ALICE_HASH.encode()})
 
     async def go() -> None:
         for _ in range(20):  # a scrape every 15s must not pay bcrypt each time
@@ -173,7 +174,7 @@ def test_verifications_are_cached_and_bounded(monkeypatch: pytest.MonkeyPatch) -
         assert not await auth.check("mallory", ALICE_PW.encode())
         assert auth.bcrypt_calls == 3
         # Many distinct passwords: the cache stays bounded, oldest entries go first.
-        monkeypatch.setattr(webconfig, "AUTH_CACHE_SIZE", 4)
+        monkeypatch.setattr(webguard, "AUTH_CACHE_SIZE", 4)
         for i in range(10):
             assert not await auth.check("alice", f"guess {i}".encode())
         assert len(auth._cache) == 4
@@ -183,8 +184,9 @@ def test_verifications_are_cached_and_bounded(monkeypatch: pytest.MonkeyPatch) -
     asyncio.run(go())
 
 
+@pytest.mark.unit
 def test_cache_holds_no_plaintext_password() -> None:
-    auth = webconfig.BasicAuth({"alice": ALICE_HASH.encode()})
+    auth = webguard.BasicAuth({"alice": ALICE_HASH.encode()})
     asyncio.run(auth.check("alice", ALICE_PW.encode()))
     (key,) = auth._cache
     assert ALICE_PW.encode() not in key and len(key) == 32
@@ -194,7 +196,7 @@ def test_cache_holds_no_plaintext_password() -> None:
 
 
 @pytest.fixture
-def tls_exporter(tmp_path: Path, exporter_config: Path, pki: Pki) -> Iterator[ExporterProc]:
+def tls_exporter(tmp_path: Path, exporter_config: Path, pki: Pki) -> Iterator[ExporterProcess]:
     wc = write(
         tmp_path,
         "web.yml",
@@ -218,7 +220,8 @@ def tls_exporter(tmp_path: Path, exporter_config: Path, pki: Pki) -> Iterator[Ex
         yield e
 
 
-def test_tls_and_basic_auth_with_curl(tls_exporter: ExporterProc, pki: Pki) -> None:
+@pytest.mark.integration
+def test_tls_and_basic_auth_with_curl(tls_exporter: ExporterProcess, pki: Pki) -> None:
     url = tls_exporter.https_url + "/metrics"
     r = curl("-i", "--cacert", str(pki.ca_file), "-u", f"alice:{ALICE_PW}", url)
     assert r.returncode == 0, r.stderr
@@ -231,7 +234,8 @@ def test_tls_and_basic_auth_with_curl(tls_exporter: ExporterProc, pki: Pki) -> N
     assert curl("-u", f"alice:{ALICE_PW}", url).returncode == 60
 
 
-def test_plain_http_to_tls_listener_fails_cleanly(tls_exporter: ExporterProc, pki: Pki) -> None:
+@pytest.mark.integration
+def test_plain_http_to_tls_listener_fails_cleanly(tls_exporter: ExporterProcess, pki: Pki) -> None:
     for _ in range(3):
         plain = curl("-u", f"alice:{ALICE_PW}", tls_exporter.url + "/metrics")
         assert plain.returncode in (52, 56), plain  # empty reply / connection reset
@@ -257,7 +261,8 @@ def test_plain_http_to_tls_listener_fails_cleanly(tls_exporter: ExporterProc, pk
     assert "Traceback" not in tls_exporter.stderr()
 
 
-def test_aiohttp_client_over_tls(tls_exporter: ExporterProc, pki: Pki) -> None:
+@pytest.mark.integration
+def test_aiohttp_client_over_tls(tls_exporter: ExporterProcess, pki: Pki) -> None:
     ctx = ssl.create_default_context(cafile=str(pki.ca_file))
 
     async def go() -> tuple[int, str]:
@@ -279,7 +284,7 @@ def test_aiohttp_client_over_tls(tls_exporter: ExporterProc, pki: Pki) -> None:
 
 
 @pytest.fixture
-def mtls_exporter(tmp_path: Path, exporter_config: Path, pki: Pki) -> Iterator[ExporterProc]:
+def mtls_exporter(tmp_path: Path, exporter_config: Path, pki: Pki) -> Iterator[ExporterProcess]:
     wc = write(
         tmp_path,
         "web.yml",
@@ -300,7 +305,8 @@ def mtls_exporter(tmp_path: Path, exporter_config: Path, pki: Pki) -> Iterator[E
         yield e
 
 
-def test_client_certificates(mtls_exporter: ExporterProc, pki: Pki) -> None:
+@pytest.mark.integration
+def test_client_certificates(mtls_exporter: ExporterProcess, pki: Pki) -> None:
     url = mtls_exporter.https_url + "/metrics"
     ca = ("--cacert", str(pki.ca_file))
     assert curl_status(*ca, "--cert", str(pki.client_pem), url) == "200"
@@ -310,6 +316,7 @@ def test_client_certificates(mtls_exporter: ExporterProc, pki: Pki) -> None:
     assert mtls_exporter.proc.poll() is None
 
 
+@pytest.mark.integration
 def test_client_allowed_sans(tmp_path: Path, exporter_config: Path, pki: Pki) -> None:
     other = pki.client_ca.issue_cert("grafana.example.test")
     other.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "other.pem"))
@@ -335,6 +342,7 @@ def test_client_allowed_sans(tmp_path: Path, exporter_config: Path, pki: Pki) ->
         assert curl_status(*ca, "--cert", str(pki.client_pem), url) == "200"
 
 
+@pytest.mark.integration
 def test_min_version_enforced(tmp_path: Path, exporter_config: Path, pki: Pki) -> None:
     wc = write(
         tmp_path,
@@ -356,6 +364,7 @@ def test_min_version_enforced(tmp_path: Path, exporter_config: Path, pki: Pki) -
         assert curl(*ca, "--tlsv1.3", url).stdout == "OK\n"
 
 
+@pytest.mark.unit
 def test_inline_certificate_and_key(tmp_path: Path, pki: Pki) -> None:
     wc = write(
         tmp_path,
@@ -370,6 +379,7 @@ def test_inline_certificate_and_key(tmp_path: Path, pki: Pki) -> None:
     assert webconfig.load(wc).ssl_context is not None
 
 
+@pytest.mark.integration
 def test_rate_limit(tmp_path: Path, exporter_config: Path) -> None:
     wc = write(tmp_path, "web.yml", {"rate_limit": {"interval": "1m", "burst": 2}})
     with running_exporter(
@@ -431,6 +441,7 @@ INVALID: list[tuple[str, object, str]] = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("doc", "message"), [(d, m) for _, d, m in INVALID], ids=[i for i, _, _ in INVALID]
 )
@@ -441,6 +452,7 @@ def test_invalid_web_config(tmp_path: Path, doc: object, message: str) -> None:
     assert without_position(str(e.value), p) == message.replace("web.yml", str(p))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
@@ -490,6 +502,7 @@ def test_invalid_tls(tmp_path: Path, pki: Pki, extra: dict[str, object], message
     assert without_position(str(e.value), p).startswith(f"{p}: {message}")
 
 
+@pytest.mark.unit
 def test_unreadable_certificate_names_the_file(tmp_path: Path, pki: Pki) -> None:
     garbage = write(tmp_path, "garbage.crt", "not a certificate\n")
     p = write(
@@ -505,6 +518,7 @@ def test_unreadable_certificate_names_the_file(tmp_path: Path, pki: Pki) -> None
     )
 
 
+@pytest.mark.integration
 def test_cli_refuses_to_start_on_invalid_web_config(tmp_path: Path, exporter_config: Path) -> None:
     p = write(tmp_path, "web.yml", {"basic_auth_users": {"alice": "plain"}})
     r = subprocess.run(
@@ -526,6 +540,7 @@ def test_cli_refuses_to_start_on_invalid_web_config(tmp_path: Path, exporter_con
     )
 
 
+@pytest.mark.integration
 def test_empty_web_config_serves_plain_http(tmp_path: Path, exporter_config: Path) -> None:
     p = write(tmp_path, "web.yml", "")
     wc = webconfig.load(p)
@@ -543,6 +558,7 @@ def _hash(password: bytes, cost: int = 4) -> str:
     return bcrypt.hashpw(password[:72], bcrypt.gensalt(cost)).decode()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("doc", "message"),
     [
@@ -589,6 +605,7 @@ async def _get(port: int, user: str, password: bytes, *, ctx: ssl.SSLContext | N
     return int(data.split(b" ", 2)[1])
 
 
+@pytest.mark.integration
 def test_password_rotation_and_long_passwords_without_restart(tmp_path: Path) -> None:
     """The file is re-read when it changes: a rotated password works at once, the old one
     stops working. A password over 72 bytes is compared on its first 72, as Go's
@@ -605,7 +622,7 @@ def test_password_rotation_and_long_passwords_without_restart(tmp_path: Path) ->
     async def go() -> None:
         r = Router()
         r.add("GET", "/", ok)
-        live = webconfig.install(r, webconfig.load(p))
+        live = webguard.install(r, webconfig.load(p))
         srv = await serve(r, "127.0.0.1", 0)
         port = srv.sockets[0].getsockname()[1]
         try:
@@ -625,6 +642,7 @@ def test_password_rotation_and_long_passwords_without_restart(tmp_path: Path) ->
     asyncio.run(go())
 
 
+@pytest.mark.integration
 def test_tls_certificate_rotation_and_no_log_line_per_connection(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -665,7 +683,7 @@ def test_tls_certificate_rotation_and_no_log_line_per_connection(
     async def go() -> None:
         r = Router()
         r.add("GET", "/", ok)
-        live = webconfig.install(r, webconfig.load(p))
+        live = webguard.install(r, webconfig.load(p))
         srv = await serve(r, "127.0.0.1", 0, tls=live)
         port = srv.sockets[0].getsockname()[1]
         try:

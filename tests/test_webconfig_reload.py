@@ -20,13 +20,11 @@ import bcrypt
 import pytest
 import yaml
 
-from dnsfleet import webconfig
+from dnsfleet import webconfig, webguard
 from dnsfleet.httpserver import Request, Response, Router, serve
-from tests.harness.exporter import ExporterProc, running_exporter
+from tests.harness.exporter import ExporterProcess, running_exporter
 from tests.harness.metrics import value
 from tests.harness.tools import binary
-
-pytestmark = pytest.mark.integration
 
 EXPORTER_CONFIG = "resolv_conf: []\ntargets: []\n"
 
@@ -128,7 +126,7 @@ def write_web(path: Path, pki: Pki, **tls: object) -> None:
     tmp.replace(path)
 
 
-def scrape(e: ExporterProc, pki: Pki, cert: Path | None) -> str:
+def scrape(e: ExporterProcess, pki: Pki, cert: Path | None) -> str:
     args = [binary("curl"), "-sS", "--max-time", "10", "--cacert", str(pki.server_ca.cert)]
     if cert is not None:
         args += ["--cert", str(cert)]
@@ -170,6 +168,7 @@ class KeptAlive:
         self.sock.close()
 
 
+@pytest.mark.integration
 def test_reload_replaces_tls_trust_whole(tmp_path: Path, pki: Pki) -> None:
     """N1: after rotating client_ca_file, certificates of the old CA still got 200; after
     switching to NoClientCert, clients without a certificate were still refused; both times
@@ -247,6 +246,7 @@ def http_code(url: str, headers: dict[str, str] | None = None) -> int:
         return err.code
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("what", "text"),
     [
@@ -293,6 +293,7 @@ async def _ok(req: Request) -> Response:
     return Response.text(200, "ok\n")
 
 
+@pytest.mark.integration
 def test_tls_handshake_is_inside_the_head_deadline(tmp_path: Path, pki: Pki) -> None:
     """N8: 100 silent TLS connections were held ~60 s (asyncio's handshake timeout), outside
     the 15 s head deadline. Here the deadline is 0.5 s; connections that never start, or
@@ -335,6 +336,7 @@ def test_tls_handshake_is_inside_the_head_deadline(tmp_path: Path, pki: Pki) -> 
     asyncio.run(go())
 
 
+@pytest.mark.unit
 def test_bcrypt_verdicts_survive_reloads_and_checks_run_side_by_side(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -344,7 +346,7 @@ def test_bcrypt_verdicts_survive_reloads_and_checks_run_side_by_side(
     different key), and two checks run at once (a barrier both must reach proves it)."""
     web = tmp_path / "web.yml"
     web.write_text(yaml.safe_dump({"basic_auth_users": {"alice": ALICE, "bob": BOB}}))
-    live = webconfig.install(Router(), webconfig.load(web))
+    live = webguard.install(Router(), webconfig.load(web))
 
     async def go() -> None:
         assert live.auth is not None
@@ -375,19 +377,19 @@ def test_bcrypt_verdicts_survive_reloads_and_checks_run_side_by_side(
 
         # Two uncached checks at once: each waits at a barrier for the other.
         barrier = threading.Barrier(2, timeout=10)
-        real = webconfig._checkpw
+        real = webguard._checkpw
 
         def meeting(password: bytes, hashed: bytes) -> bool:
             barrier.wait()
             return real(password, hashed)
 
-        monkeypatch.setattr(webconfig, "_checkpw", meeting)
+        monkeypatch.setattr(webguard, "_checkpw", meeting)
         results = await asyncio.gather(
             live.auth.check("bob", b"guess-1"), live.auth.check("bob", b"guess-2")
         )
         assert list(results) == [False, False]
         # The same wrong password asked four times at once costs one bcrypt.
-        monkeypatch.setattr(webconfig, "_checkpw", real)
+        monkeypatch.setattr(webguard, "_checkpw", real)
         before = live.auth.bcrypt_calls
         same = await asyncio.gather(*(live.auth.check("bob", b"guess-3") for _ in range(4)))
         assert same == [False] * 4

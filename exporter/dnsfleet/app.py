@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -16,7 +15,7 @@ from dnsfleet.exposition import Family, TextFamily, merge, render_bytes
 from dnsfleet.hostfs import HostFS
 from dnsfleet.parsers.resolvconf import parse_resolv_conf
 from dnsfleet.prober import Prepared, Prober, ProbeRecord
-from dnsfleet.probes import ProbeResult, probe, query_for
+from dnsfleet.probes import ProbeResult
 from dnsfleet.selfmetrics import (
     ReloadStatus,
     cycle_end_family,
@@ -26,7 +25,8 @@ from dnsfleet.selfmetrics import (
     process_families,
     scrape_duration_family,
 )
-from dnsfleet.statuspage import RUNBOOK_BASE_URL, History, Snapshot
+from dnsfleet.status import History, Snapshot
+from dnsfleet.statuspage import RUNBOOK_BASE_URL, StatusView
 
 log = logging.getLogger(__name__)
 
@@ -231,6 +231,17 @@ class Exporter:
         self.status_history.update(self.last_snapshot, (t.address for t in cfg.targets))
         return fams
 
+    def status_view(self) -> StatusView:
+        """What the status page renders: the state the last scrape left, never a probe."""
+        return StatusView(
+            config=self.config,
+            reload_status=self.reload_status,
+            targets=list(self.prober.states.values()),
+            snapshot=self.last_snapshot,
+            history=self.status_history,
+            runbook_base_url=self.runbook_base_url,
+        )
+
     @property
     def last_cycle(self) -> list[Family | TextFamily] | None:
         """The families of the last cycle that completed, rendered again from its record."""
@@ -248,19 +259,4 @@ class Exporter:
         qname: str | None = None,
         qtype: str | None = None,
     ) -> ProbeResult:
-        if qname is not None or qtype is not None:
-            module = dataclasses.replace(
-                module,
-                query_name=qname or module.query_name,
-                query_type=qtype or module.query_type,
-            )
-            query = query_for(module)
-        else:
-            query = self.prober.queries.get(module.name) or query_for(module)
-        return await probe(
-            sockaddr=target.sockaddr,
-            family=target.family,
-            module=module,
-            query=query,
-            timeout=min(module.timeout, timeout),
-        )
+        return await self.prober.probe_one(target, module, timeout, qname=qname, qtype=qtype)

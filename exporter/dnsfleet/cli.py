@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
-from dnsfleet import __version__, failover, logs, malloc, webconfig
+from dnsfleet import __version__, failover, logs, malloc, webconfig, webguard
 from dnsfleet.app import Exporter
 from dnsfleet.capacityruns import MIN_CLIENT_CPU_SHARE
 from dnsfleet.config import DEFAULT_CAPACITY_FILE, ConfigError, parse_address
@@ -24,7 +24,7 @@ from dnsfleet.hostfs import HostFS
 from dnsfleet.httpserver import serve as http_serve
 from dnsfleet.statuspage import RUNBOOK_BASE_URL
 from dnsfleet.stubmodel import LIBCS
-from dnsfleet.web import make_router
+from dnsfleet.web import DEFAULT_MAX_REQUESTS, make_router
 
 DEFAULT_PORT = 9853
 log = logging.getLogger("dnsfleet")
@@ -85,7 +85,7 @@ def exporter_parser() -> argparse.ArgumentParser:
         "--web.max-requests",
         dest="max_requests",
         type=int,
-        default=40,
+        default=DEFAULT_MAX_REQUESTS,
         help="concurrent /metrics requests before 503 (0: no limit)",
     )
     p.add_argument(
@@ -178,7 +178,7 @@ async def serve(exp: Exporter, args: argparse.Namespace) -> int:
     wc: webconfig.WebConfig | None = getattr(args, "web_config", None)
     live = None
     if wc is not None:
-        live = webconfig.install(router, wc)
+        live = webguard.install(router, wc)
         exp.web_config_status = lambda: live.status
     tls = live if live is not None and wc is not None and wc.tls is not None else None
     host, port = args.listen

@@ -192,7 +192,7 @@ def header_id(data: bytes) -> int | None:
     return int.from_bytes(data[:2], "big") if len(data) >= 2 else None
 
 
-def parse_response(data: bytes, query: Query, qid: int) -> Response | None:
+def parse_response(data: bytes, query: Query, qid: int) -> Response | None:  # noqa: C901, PLR0912 (the hot response walker: one pass, no calls)
     """Read a response to ``query`` sent with ID ``qid``.
 
     Returns None for a datagram that is not an answer to this query (too short to carry a

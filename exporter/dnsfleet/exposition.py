@@ -153,13 +153,29 @@ def render_openmetrics_bytes(families: Iterable[Family | TextFamily]) -> bytes:
     return b"".join(out)
 
 
+class FamilyConflict(ValueError):
+    """Two producers emit one family name with different types or help, or the same series:
+    the exposition would be wrong, so the programming error is raised (client_python's
+    registry raises on a duplicated name in the same way)."""
+
+
 def merge(families: Iterable[Family]) -> list[Family]:
-    """Merge families of the same name (several sources may emit one family)."""
+    """Merge families of the same name (several sources may emit one family); refuse two of
+    one name whose type or help differ, or that carry the same series."""
     by_name: dict[str, Family] = {}
     for fam in families:
         have = by_name.get(fam.name)
         if have is None:
             by_name[fam.name] = Family(fam.name, fam.help, fam.type, list(fam.samples))
-        else:
-            have.samples.extend(fam.samples)
+            continue
+        if (have.type, have.help) != (fam.type, fam.help):
+            raise FamilyConflict(
+                f"family {fam.name} emitted as {have.type} ({have.help!r}) and as "
+                f"{fam.type} ({fam.help!r})"
+            )
+        seen = {(suffix, labels) for suffix, labels, _ in have.samples}
+        for suffix, labels, _ in fam.samples:
+            if (suffix, labels) in seen:
+                raise FamilyConflict(f"duplicated series {fam.name}{suffix}{{{labels}}}")
+        have.samples.extend(fam.samples)
     return list(by_name.values())

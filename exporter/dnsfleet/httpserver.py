@@ -14,13 +14,14 @@ at most 80 KiB of them is buffered (then reading pauses), and none is started wh
 connection's output is above its high-water mark. A connection whose queued output makes no
 progress for 15 s is aborted (not closed: a close would wait for the peer to read).
 
-Parsing is as strict as RFC 9112 asks of a server and as h11 and Go's net/http are: lines
-end in CRLF (a bare LF is a 400 at once, not a wait for a CRLF that never comes), header
-names are tokens, values carry no control bytes, HTTP/1.1 needs exactly one Host, only
-HTTP/1.0 and 1.1 are spoken, one Content-Length at most, ``Expect: 100-continue`` is
-answered, the absolute form of the request target is accepted (RFC 9112 §3.2.2), and a TLS
-ClientHello on a plain port gets a 400 at once. Any exception while answering ends in a 500
-and a closed connection, never a hung one.
+Parsing (httprequest.py, apart from this protocol class, as h11 and aiohttp keep theirs) is
+as strict as RFC 9112 asks of a server and as h11 and Go's net/http are: lines end in CRLF
+(a bare LF is a 400 at once, not a wait for a CRLF that never comes), header names are
+tokens, values carry no control bytes, HTTP/1.1 needs exactly one Host, only HTTP/1.0 and
+1.1 are spoken, one Content-Length at most, ``Expect: 100-continue`` is answered, the
+absolute form of the request target is accepted (RFC 9112 §3.2.2), and a TLS ClientHello on
+a plain port gets a 400 at once. Any exception while answering ends in a 500 and a closed
+connection, never a hung one.
 
 TLS: the listening socket is plain and each accepted connection is upgraded with
 ``loop.start_tls`` using the context its :class:`TLSSource` gives at that moment, so a
@@ -38,7 +39,6 @@ import asyncio
 import contextlib
 import inspect
 import logging
-import re
 import socket
 import ssl
 import struct
@@ -46,18 +46,16 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, Protocol
-from urllib.parse import unquote
+
+from dnsfleet.httprequest import MAX_BODY, MAX_HEAD, BadRequest, frame, keeps_alive, split_target
 
 log = logging.getLogger(__name__)
 
-MAX_HEAD = 16 * 1024
-MAX_BODY = 64 * 1024
 # Pipelined input kept while a request is handled; beyond it reading pauses.
 MAX_PENDING = MAX_HEAD + MAX_BODY
 HEAD_TIMEOUT = 15.0
 IDLE_TIMEOUT = 75.0
 WRITE_TIMEOUT = 15.0  # queued output must make progress within this
-MAX_QUERY_PARAMS = 32
 # asyncio's own default: above it the transport asks us to stop producing (pause_writing).
 WRITE_HIGH_WATER = 64 * 1024
 # Bodies up to this size go out with their head in one write (one send(), one TCP segment).
@@ -183,137 +181,6 @@ class Router:
         except Exception:
             log.exception("handler for %s %s failed", req.method, req.path)
             return Response(500, b"internal error\n", close=True)
-
-
-class _BadRequest(Exception):
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-
-
-# RFC 9110 5.1 token; 5.5 field values: visible characters, SP and HTAB, obs-text.
-_TOKEN_CLASS = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]"
-_TOKEN = re.compile(_TOKEN_CLASS + rb"+")
-_BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
-_VERSIONS = ("HTTP/1.0", "HTTP/1.1")
-# A well-formed head (with its last CRLF), matched in one pass: request line, then header
-# lines. Anything it does not match goes through _slow_parse_head for the precise refusal.
-# Values are greedy up to the CRLF (no backtracking: the class excludes CR and LF).
-_WELL_FORMED = re.compile(
-    rb"([A-Z]+) ([^\x00-\x20\x7f]+) (HTTP/1\.[01])\r\n"
-    rb"((?:" + _TOKEN_CLASS + rb"+:[^\x00-\x08\x0a-\x1f\x7f]*\r\n)*)"
-)
-_HEADER_LINE = re.compile(rb"(" + _TOKEN_CLASS + rb"+):([^\r]*)\r\n")
-
-
-def _parse_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:
-    """``head``: the request head without its final CRLFCRLF. Returns method, target,
-    version and the headers (lower-cased names, repeated ones joined with ", ")."""
-    m = _WELL_FORMED.fullmatch(head + b"\r\n")
-    if m is None:
-        return _slow_parse_head(head)
-    method_b, target_b, version_b, block = m.groups()
-    headers: dict[str, str] = {}
-    hosts = 0
-    for name_b, value_b in _HEADER_LINE.findall(block):
-        key = name_b.decode("ascii").lower()
-        text = value_b.strip(b" \t").decode("latin-1")
-        if key in headers:
-            if key == "content-length":
-                raise _BadRequest(400, "more than one Content-Length")
-            headers[key] = f"{headers[key]}, {text}"
-        else:
-            headers[key] = text
-        if key == "host":
-            hosts += 1
-    version = version_b.decode("ascii")
-    if hosts != 1 and version == "HTTP/1.1":
-        raise _BadRequest(400, "HTTP/1.1 needs exactly one Host header")
-    return method_b.decode("ascii"), target_b.decode("latin-1"), version, headers
-
-
-def _slow_parse_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:
-    """Line by line, for the precise reason a head is refused."""
-    lines = head.split(b"\r\n")
-    if any(b"\n" in line or b"\r" in line for line in lines):
-        raise _BadRequest(400, "bare CR or LF in the request head")
-    parts = lines[0].split(b" ")
-    if len(parts) != 3:
-        raise _BadRequest(400, "malformed request line")
-    method_b, target_b, version_b = parts
-    if not method_b.isalpha() or not method_b.isupper():
-        raise _BadRequest(400, "malformed method")
-    version = version_b.decode("latin-1")
-    if version not in _VERSIONS:
-        raise _BadRequest(400, f"unsupported protocol version {version[:16]!r}")
-    if not target_b or _BAD_VALUE.search(target_b) or b" " in target_b:
-        raise _BadRequest(400, "malformed request target")
-    headers: dict[str, str] = {}
-    hosts = 0
-    for line in lines[1:]:
-        if not line:
-            continue
-        name, sep, value = line.partition(b":")
-        if not sep or not _TOKEN.fullmatch(name):
-            raise _BadRequest(400, "malformed header name")
-        value = value.strip(b" \t")
-        if _BAD_VALUE.search(value):
-            raise _BadRequest(400, "control character in a header value")
-        key = name.decode("ascii").lower()
-        text = value.decode("latin-1")
-        if key == "host":
-            hosts += 1
-        if key == "content-length" and key in headers:
-            raise _BadRequest(400, "more than one Content-Length")
-        headers[key] = f"{headers[key]}, {text}" if key in headers else text
-    if version == "HTTP/1.1" and hosts != 1:
-        raise _BadRequest(400, "HTTP/1.1 needs exactly one Host header")
-    return method_b.decode("ascii"), target_b.decode("latin-1"), version, headers
-
-
-def _origin_form(target: str) -> str:
-    """The path and query of a request target. RFC 9112 §3.2.2: a server must accept the
-    absolute form (``http://host/path?q``) although clients send it only to proxies."""
-    if target[0] == "/":
-        return target
-    scheme, sep, rest = target.partition("://")
-    if not sep or scheme.lower() not in ("http", "https"):
-        raise _BadRequest(400, "malformed request target")
-    slash = rest.find("/")
-    query = rest.find("?")
-    if slash < 0 or 0 <= query < slash:
-        # No path: "http://host" or "http://host?q" asks for "/".
-        return "/" + (rest[query:] if query >= 0 else "")
-    return rest[slash:]
-
-
-def _parse_query(qs: str) -> tuple[dict[str, str], frozenset[str]]:
-    """As urllib.parse.parse_qsl(keep_blank_values=True, max_num_fields=32) reads a query
-    (``+`` is a space, ``%XX`` decoded, the first value of a repeated name kept), without
-    its per-call overhead on the /probe path. ValueError past MAX_QUERY_PARAMS."""
-    query: dict[str, str] = {}
-    if not qs:
-        return query, frozenset()
-    parts = qs.split("&")
-    if len(parts) > MAX_QUERY_PARAMS:
-        raise ValueError("too many query parameters")
-    repeated: set[str] = set()
-    for part in parts:
-        if not part:
-            continue
-        k, _, v = part.partition("=")
-        if "%" in part or "+" in part:
-            k = unquote(k.replace("+", " "))
-            v = unquote(v.replace("+", " "))
-        if k in query:
-            repeated.add(k)
-        else:
-            query[k] = v
-    return query, frozenset(repeated) if repeated else frozenset()
-
-
-def _tokens(value: str) -> set[str]:
-    return {t.strip().lower() for t in value.split(",") if t.strip()}
 
 
 def _reason(status: int) -> str:
@@ -534,68 +401,34 @@ class HTTPProtocol(asyncio.Protocol):
         if self.closing or transport is None:
             return
         buf = self.buf
-        if buf[:2] == b"\x16\x03":
-            # A TLS ClientHello (handshake record, version 3.x) on the plain port.
-            self._fail(400, "this port speaks plain HTTP, not TLS")
-            return
-        end = buf.find(b"\r\n\r\n")
-        if end < 0:
-            if len(buf) > MAX_HEAD:
-                self._fail(431, "request head too large")
-            elif buf.find(b"\n\n") >= 0 or buf.find(b"\r\n\n") >= 0:
-                self._fail(400, "bare LF in the request head")
-            return
-        if end > MAX_HEAD:
-            self._fail(431, "request head too large")
-            return
         try:
-            method, target, version, headers = _parse_head(buf[:end])
-            if "transfer-encoding" in headers:
-                raise _BadRequest(501, "chunked request bodies are not supported")
-            clen = 0
-            clen_raw = headers.get("content-length")
-            if clen_raw is not None:
-                if not (clen_raw.isascii() and clen_raw.isdigit()):
-                    raise _BadRequest(400, "invalid Content-Length")
-                clen = int(clen_raw)
-                if clen > MAX_BODY:
-                    raise _BadRequest(413, "request body too large")
-            expect = headers.get("expect")
-            if expect is not None and expect.lower() != "100-continue":
-                raise _BadRequest(417, "only Expect: 100-continue is supported")
-            target = _origin_form(target)
-        except _BadRequest as e:
+            head = frame(buf)
+            if head is None:
+                return  # the head is not complete yet
+        except BadRequest as e:
             self._fail(e.status, str(e))
             return
-        total = end + 4 + clen
-        if len(buf) < total:
-            if expect is not None and not self.continued:
+        if len(buf) < head.end:
+            if head.expect_continue and not self.continued:
                 self.continued = True
                 transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             return  # wait for the body
         self.continued = False
-        body = buf[end + 4 : total] if clen else b""
-        self.buf = buf[total:]
+        body = buf[head.body_start : head.end] if head.end > head.body_start else b""
+        self.buf = buf[head.end :]
         if self.buf:
             self.started = self.loop.time()
-        path, _, qs = target.partition("?")
         try:
-            query, repeated = _parse_query(qs)
-        except ValueError:
-            self._fail(400, "too many query parameters")
+            path, query, repeated = split_target(head.target)
+        except BadRequest as e:
+            self._fail(e.status, str(e))
             return
-        conn = headers.get("connection")
-        if version == "HTTP/1.1":
-            keep = conn is None or "close" not in _tokens(conn)
-        else:
-            tokens = _tokens(conn or "")
-            keep = "keep-alive" in tokens and "close" not in tokens
-        self.keep_alive = self.keep_alive and keep
+        self.keep_alive = self.keep_alive and keeps_alive(head.version, head.headers)
         req = Request(
-            method=method,
-            path=unquote(path) if "%" in path else path,
+            method=head.method,
+            path=path,
             query=query,
-            headers=headers,
+            headers=head.headers,
             body=body,
             peer=self.peer,
             repeated=repeated,

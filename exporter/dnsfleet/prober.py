@@ -9,21 +9,21 @@ Later stages (restart and cache-reset detection) keep their own state beside it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import socket
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import accumulate
 
-from dnsfleet.collectors.resolver import canary_families
 from dnsfleet.config import Config, Module, Target
 from dnsfleet.dnswire import Query
 from dnsfleet.exposition import Family, TextFamily, format_value, labelset
 from dnsfleet.probes import REASONS, Exchange, ProbeResult, Reason, failed, judge, probe, query_for
+from dnsfleet.probes.families import compile_template, label_prefix, probe_result_families
 from dnsfleet.probes.udp import exchange_many
-from dnsfleet.restarts import ResolverWatch
+from dnsfleet.restarts import ResolverWatch, canary_families
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +165,34 @@ class Prober:
             self._probe_each(cfg, each, deadline, max(1, limit - batch_limit)),
         )
 
+    async def probe_one(
+        self,
+        target: Target,
+        module: Module,
+        timeout: float,
+        *,
+        qname: str | None = None,
+        qtype: str | None = None,
+    ) -> ProbeResult:
+        """One probe outside the fleet's cycle (``/probe``): the module's query, or the
+        module with the query name and type overridden; no state is kept."""
+        if qname is not None or qtype is not None:
+            module = dataclasses.replace(
+                module,
+                query_name=qname or module.query_name,
+                query_type=qtype or module.query_type,
+            )
+            query = query_for(module)
+        else:
+            query = self.queries.get(module.name) or query_for(module)
+        return await probe(
+            sockaddr=target.sockaddr,
+            family=target.family,
+            module=module,
+            query=query,
+            timeout=min(module.timeout, timeout),
+        )
+
     def _batchable(self, module: Module) -> bool:
         # The watch's canary and identity queries ride in the probe's concurrency slot.
         return (
@@ -280,12 +308,12 @@ class ProbeRecord:
         fams = probe_result_families([(row[0], row[1]) for row in rows])
         attempts = "".join([_ATTEMPTS.format(labels, probes) for labels, _, probes, *_ in rows])
         failures = "".join(
-            [_failures_block(_prefix(labels), *fails) for labels, _, _, fails, _, _ in rows]
+            [_failures_block(label_prefix(labels), *fails) for labels, _, _, fails, _, _ in rows]
         )
         hist = "".join(
             [
                 _histogram_block(
-                    _prefix(labels), labels, format_value(latency_sum), *accumulate(buckets)
+                    label_prefix(labels), labels, format_value(latency_sum), *accumulate(buckets)
                 )
                 for labels, _, _, _, buckets, latency_sum in rows
             ]
@@ -318,30 +346,13 @@ class ProbeRecord:
         ]
 
 
-def _prefix(labels: str) -> str:
-    """Labels ahead of one more label (``reason``, ``le``): with their comma, if any."""
-    return labels + "," if labels else ""
-
-
-def _compile(name: str, params: str, text: str) -> Callable[..., str]:
-    """A function that returns ``text`` as an f-string over ``params``. CPython builds an
-    f-string in one step, where str.format parses its template on every call: the 16-line
-    histogram block of a target renders 2.5 times faster so. ``text`` is made of constants
-    (metric names, bucket bounds, reason names); labels and values come in as arguments,
-    never as code."""
-    namespace: dict[str, Callable[..., str]] = {}
-    exec(f"def {name}({params}):\n    return f{text!r}\n", namespace)
-    return namespace[name]
-
-
-# Each block's {p} is the labels prefix (see _prefix), {l} the labels alone; doubled braces
+# Each block's {p} is the labels prefix (see label_prefix), {l} the labels alone; doubled braces
 # are the exposition's own.
 _FAILURES_NAME = "dnsfleet_probe_failures_total"
 _ATTEMPTS_NAME = "dnsfleet_probe_attempts_total"
 _LATENCY_NAME = "dnsfleet_probe_latency_seconds"
-_FAILURE_GAUGE = "dnsfleet_probe_failure"
 _ATTEMPTS = _ATTEMPTS_NAME + "{{{}}} {}\n"
-_failures_block = _compile(
+_failures_block = compile_template(
     "failures",
     "p, " + ", ".join(f"f{i}" for i in range(len(REASONS))),
     "".join(
@@ -349,7 +360,7 @@ _failures_block = _compile(
     ),
 )
 _LE_TEXT = (*(format_value(b) for b in LATENCY_BUCKETS), "+Inf")
-_histogram_block = _compile(
+_histogram_block = compile_template(
     "histogram",
     "p, l, s, " + ", ".join(f"a{i}" for i in range(len(_LE_TEXT))),
     "".join(
@@ -358,76 +369,3 @@ _histogram_block = _compile(
     + f"{_LATENCY_NAME}_sum{{{{{{l}}}}}} {{s}}\n"
     + f"{_LATENCY_NAME}_count{{{{{{l}}}}}} {{a{len(_LE_TEXT) - 1}}}\n",
 )
-# The failure gauges of one result, by the index of its reason (-1: none).
-_FAILURE_ONE_HOT = {
-    current: _compile(
-        "one_hot",
-        "p",
-        "".join(
-            f'{_FAILURE_GAUGE}{{{{{{p}}reason="{r.value}"}}}} {1 if i == current else 0}\n'
-            for i, r in enumerate(REASONS)
-        ),
-    )
-    for current in range(-1, len(REASONS))
-}
-_REASON_INDEX: dict[Reason | None, int] = {None: -1, **{r: i for i, r in enumerate(REASONS)}}
-
-
-def probe_result_families(rows: Iterable[tuple[str, ProbeResult | None]]) -> list[TextFamily]:
-    """Pure: the per-probe gauges for (labels, result) rows. /metrics and /probe share it;
-    /probe passes empty labels."""
-    braced: list[str] = []
-    prefixes: list[str] = []
-    success: list[int] = []
-    duration: list[str] = []
-    rcode: list[int] = []
-    answers: list[int] = []
-    current: list[int] = []
-    for labels, r in rows:
-        if r is None:
-            continue
-        braced.append(f"{{{labels}}}" if labels else "")
-        prefixes.append(_prefix(labels))
-        success.append(1 if r.success else 0)
-        duration.append(format_value(r.duration))
-        rcode.append(r.rcode)
-        answers.append(r.answer_rrs)
-        current.append(_REASON_INDEX[r.reason])
-
-    def column(name: str, values: list[int] | list[str]) -> str:
-        return "".join(map((name + "{} {}\n").format, braced, values))
-
-    one_hot = "".join([_FAILURE_ONE_HOT[c](p) for c, p in zip(current, prefixes, strict=True)])
-
-    return [
-        TextFamily(
-            "dnsfleet_probe_success",
-            "1 if the last probe succeeded.",
-            "gauge",
-            column("dnsfleet_probe_success", success),
-        ),
-        TextFamily(
-            "dnsfleet_probe_duration_seconds",
-            "Duration of the last probe, answer or not.",
-            "gauge",
-            column("dnsfleet_probe_duration_seconds", duration),
-        ),
-        TextFamily(
-            _FAILURE_GAUGE,
-            "1 for the reason the last probe failed, 0 for every other reason.",
-            "gauge",
-            one_hot,
-        ),
-        TextFamily(
-            "dnsfleet_probe_dns_rcode",
-            "Response code of the last answer (numeric), -1 when there was none.",
-            "gauge",
-            column("dnsfleet_probe_dns_rcode", rcode),
-        ),
-        TextFamily(
-            "dnsfleet_probe_answer_rrs",
-            "Resource records in the answer section of the last answer.",
-            "gauge",
-            column("dnsfleet_probe_answer_rrs", answers),
-        ),
-    ]

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 
 from dnsfleet.config import Config, Module, Target
 from dnsfleet.dnswire import Malformed, Query, decode_message, nsid_text
-from dnsfleet.exposition import labelset
+from dnsfleet.exposition import Family, join_labels, labelset
 from dnsfleet.probes import ProbeResult, probe, query_for
 
 log = logging.getLogger(__name__)
@@ -249,7 +249,7 @@ class CanaryTracker:
     resets: int = 0
     last_reset: float | None = None  # epoch seconds
 
-    def observe(
+    def observe(  # noqa: C901, PLR0912, PLR0915 (not split yet (issue 25 note))
         self,
         ttl: int | None,
         *,
@@ -531,3 +531,66 @@ async def _ask(
         query=mq[1],
         timeout=min(mq[0].timeout, budget),
     )
+
+
+def canary_families(watch: ResolverWatch) -> list[Family]:
+    """Pure: the canary and backend-identity families of :class:`ResolverWatch`'s state
+    (cache resets, restarts and backend changes seen from outside)."""
+    ttl = Family(
+        "dnsfleet_resolver_canary_ttl_seconds",
+        "TTL of the canary name in the last answer (counts down while cached).",
+    )
+    resets = Family(
+        "dnsfleet_resolver_cache_resets_total",
+        "Cache resets (flush or restart) seen from outside: the canary TTL went "
+        "up before the cached record could have expired.",
+        "counter",
+    )
+    last = Family(
+        "dnsfleet_resolver_last_cache_reset_timestamp_seconds",
+        "When the last cache reset was seen, seconds since the epoch.",
+    )
+    info = Family(
+        "dnsfleet_resolver_backend_info",
+        "Backend that answered the last probe (EDNS NSID or CHAOS TXT); always 1.",
+    )
+    cached = Family(
+        "dnsfleet_resolver_canary_cached",
+        "1 if the last canary answer came from the resolver's cache, 0 if it "
+        "was authoritative (then its TTL cannot show cache resets).",
+    )
+    usable = Family(
+        "dnsfleet_resolver_canary_usable",
+        "1 if the canary can show cache resets, 0 if not (the reason is in "
+        "dnsfleet_resolver_canary_unusable_reason); nothing is counted while 0.",
+    )
+    why = Family(
+        "dnsfleet_resolver_canary_unusable_reason",
+        "1 for the reason the canary cannot show cache resets; present only "
+        "while dnsfleet_resolver_canary_usable is 0.",
+    )
+    changes = Family(
+        "dnsfleet_resolver_backend_changes_total",
+        "Times the backend identity answering at this address changed "
+        "(not counted on a `backends: pool` target).",
+        "counter",
+    )
+    for st in watch.states.values():
+        c = st.canary
+        has_canary = st.target.module in watch.canary_queries
+        if has_canary:
+            resets.add_raw(st.labels, c.resets)
+            if st.canary_cached is not None:
+                cached.add_raw(st.labels, 1.0 if st.canary_cached else 0.0)
+            if c.ttl is not None:
+                ttl.add_raw(st.labels, c.ttl)
+            if c.last_reset is not None:
+                last.add_raw(st.labels, c.last_reset)
+            if c.baselines or c.unusable is not None:
+                usable.add_raw(st.labels, 0.0 if c.unusable else 1.0)
+            if c.unusable is not None:
+                why.add_raw(join_labels(st.labels, labelset([("reason", c.unusable.value)])), 1.0)
+        if st.backend is not None:
+            info.add_raw(join_labels(st.labels, labelset([("backend", st.backend)])), 1.0)
+            changes.add_raw(st.labels, st.backend_changes)
+    return [ttl, cached, usable, why, resets, last, info, changes]

@@ -1,35 +1,33 @@
 """The status page at ``/``: an incident view for someone paged at night.
 
-It never probes. Each ``/metrics`` scrape leaves a :class:`Snapshot` of the families the page
-shows (resolver internals, canary and backend, stub failover, collector health); the page
-renders the last one, the prober's per-target results, and the reload state, and says how
-old they are. Restarts and cache resets are remembered as events by comparing one snapshot
-with the next (:class:`History`), so the page can say *when* they happened, not only that a
-counter moved. A failing target says since when it fails (the prober keeps that across
-reloads that keep the target) and links the runbook of the alert it would raise, under the
-same base URL as the alerting rules (``--web.runbook-base-url``; alerts/config.yml's
-``runbook_base_url``). Everything is inline (no scripts, styles or fonts from elsewhere); the
-page reloads itself with a meta refresh.
+It never probes. Each ``/metrics`` scrape leaves a snapshot of the families the page
+shows (resolver internals, canary and backend, stub failover, collector health; status.py);
+the page renders a :class:`StatusView` that ``app`` builds: the last snapshot, the prober's
+per-target results, and the reload state, and says how old they are. Restarts and cache
+resets are remembered as events by comparing one snapshot with the next (status.History),
+so the page can say *when* they happened, not only that a counter moved. A failing target
+says since when it fails (the prober keeps that across reloads that keep the target) and
+links the runbook of the alert it would raise, under the same base URL as the alerting
+rules (``--web.runbook-base-url``; alerts/config.yml's ``runbook_base_url``). Everything is
+inline (no scripts, styles or fonts from elsewhere); the page reloads itself with a meta
+refresh.
 """
 
 from __future__ import annotations
 
 import html
 import time
-from collections import deque
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from dnsfleet import __version__
 from dnsfleet.capacity import effective_capacity
-from dnsfleet.exposition import Family
-
-if TYPE_CHECKING:
-    from dnsfleet.app import Exporter
+from dnsfleet.config import Config
+from dnsfleet.prober import TargetState
+from dnsfleet.selfmetrics import ReloadStatus
+from dnsfleet.status import History, Kept, Sample, Snapshot
 
 REFRESH_SECONDS = 15
-EVENTS_PER_TARGET = 5
 # Where the runbooks are: the default of alerts/config.yml's runbook_base_url (a test keeps
 # the two equal); --web.runbook-base-url points it at your own copy or wiki.
 RUNBOOK_BASE_URL = "https://github.com/dnsfleet/dnsfleet/blob/main/alerts/runbooks/"
@@ -38,183 +36,17 @@ RUNBOOK_BASE_URL = "https://github.com/dnsfleet/dnsfleet/blob/main/alerts/runboo
 DEGRADED_DELAY_SECONDS = 0.1
 STUB_DELAY_ALERT_SECONDS = 1.0
 
-# The families a snapshot keeps, by name; the page reads nothing else from a scrape.
-# Names another part of the exporter may not emit (a collector that is off, a resolver
-# family without the counter) are simply absent.
-KEPT = frozenset(
-    {
-        "dnsfleet_resolver_stats_up",
-        "dnsfleet_resolver_start_time_seconds",
-        "dnsfleet_resolver_info",
-        "dnsfleet_resolver_queries_total",
-        "dnsfleet_resolver_cache_hits_total",
-        "dnsfleet_resolver_cache_misses_total",
-        "dnsfleet_resolver_capacity_qps",
-        "dnsfleet_resolver_capacity_lower_bound",
-        "dnsfleet_resolver_backend_info",
-        "dnsfleet_resolver_cache_resets_total",
-        "dnsfleet_resolver_last_cache_reset_timestamp_seconds",
-        "dnsfleet_resolver_canary_cached",
-        "dnsfleet_resolver_canary_usable",
-        "dnsfleet_resolver_canary_unusable_reason",
-        "dnsfleet_resolver_canary_ttl_seconds",
-        "dnsfleet_stub_expected_delay_seconds",
-        "dnsfleet_stub_resolution_failing",
-        "dnsfleet_stub_nameservers",
-        "dnsfleet_stub_nameserver_up",
-        "dnsfleet_stub_resolv_conf_readable",
-        "dnsfleet_collector_success",
-        "dnsfleet_collector_duration_seconds",
-    }
-)
 
-Labels = dict[str, str]
+@dataclass(frozen=True, slots=True)
+class StatusView:
+    """Everything the page renders, built by ``app.Exporter.status_view``."""
 
-
-def parse_labels(text: str) -> Labels:
-    """Pure: ``a="1",b="x\\"y"`` (as :func:`dnsfleet.exposition.labelset` renders) -> dict."""
-    out: Labels = {}
-    i, n = 0, len(text)
-    while i < n:
-        eq = text.index("=", i)
-        key = text[i:eq]
-        j = eq + 2  # past ="
-        buf: list[str] = []
-        while text[j] != '"':
-            if text[j] == "\\":
-                j += 1
-                buf.append("\n" if text[j] == "n" else text[j])
-            else:
-                buf.append(text[j])
-            j += 1
-        out[key] = "".join(buf)
-        i = j + 2  # past ",
-    return out
-
-
-@dataclass(frozen=True)
-class Sample:
-    labels: Labels
-    value: float
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """What one scrape left for the page: when, how long, and the kept families."""
-
-    wall: float
-    duration: float
-    families: Mapping[str, tuple[Sample, ...]]
-
-    @classmethod
-    def of(cls, families: Iterable[object], *, wall: float, duration: float) -> Snapshot:
-        kept: dict[str, list[Sample]] = {}
-        for fam in families:
-            if isinstance(fam, Family) and fam.name in KEPT:
-                kept.setdefault(fam.name, []).extend(
-                    Sample(parse_labels(lab), v) for suffix, lab, v in fam.samples if not suffix
-                )
-        return cls(wall, duration, {k: tuple(v) for k, v in kept.items()})
-
-    def get(self, name: str) -> tuple[Sample, ...]:
-        return tuple(self.families.get(name, ()))
-
-    def by_target(self, name: str) -> dict[str, list[Sample]]:
-        out: dict[str, list[Sample]] = {}
-        for s in self.get(name):
-            out.setdefault(s.labels.get("target", ""), []).append(s)
-        return out
-
-
-@dataclass(frozen=True)
-class Event:
-    wall: float
-    what: str
-
-
-@dataclass
-class History:
-    """Restarts and cache resets per target, found by comparing consecutive snapshots."""
-
-    events: dict[str, deque[Event]] = field(default_factory=dict)
-    qps: dict[str, float] = field(default_factory=dict)
-    hit_ratio: dict[str, float] = field(default_factory=dict)
-    previous: Snapshot | None = None
-
-    def update(self, snap: Snapshot, targets: Iterable[str]) -> None:
-        prev = self.previous
-        if prev is not None:
-            self._compare(prev, snap)
-        self.previous = snap
-        keep = set(targets)
-        for gone in [t for t in self.events if t not in keep]:
-            del self.events[gone]
-        for gone in [t for t in self.qps if t not in keep]:
-            del self.qps[gone]
-        for gone in [t for t in self.hit_ratio if t not in keep]:
-            del self.hit_ratio[gone]
-
-    def _compare(self, prev: Snapshot, snap: Snapshot) -> None:
-        before = {
-            t: s[0].value for t, s in prev.by_target("dnsfleet_resolver_start_time_seconds").items()
-        }
-        for t, samples in snap.by_target("dnsfleet_resolver_start_time_seconds").items():
-            old = before.get(t)
-            if old is not None and samples[0].value != old:
-                self._add(t, Event(samples[0].value, "restarted (start time changed)"))
-        resets_before = {
-            (s.labels.get("target", ""), s.labels.get("module", "")): s.value
-            for s in prev.get("dnsfleet_resolver_cache_resets_total")
-        }
-        last_reset = {
-            (s.labels.get("target", ""), s.labels.get("module", "")): s.value
-            for s in snap.get("dnsfleet_resolver_last_cache_reset_timestamp_seconds")
-        }
-        for s in snap.get("dnsfleet_resolver_cache_resets_total"):
-            key = (s.labels.get("target", ""), s.labels.get("module", ""))
-            old = resets_before.get(key)
-            if old is not None and s.value > old:
-                self._add(
-                    key[0],
-                    Event(
-                        last_reset.get(key, snap.wall),
-                        f"cache reset seen by the canary (module {key[1]})",
-                    ),
-                )
-        queries_before = {
-            t: s[0].value for t, s in prev.by_target("dnsfleet_resolver_queries_total").items()
-        }
-        dt = snap.wall - prev.wall
-        for t, samples in snap.by_target("dnsfleet_resolver_queries_total").items():
-            old = queries_before.get(t)
-            if old is not None and dt > 0 and samples[0].value >= old:
-                self.qps[t] = (samples[0].value - old) / dt
-            else:
-                self.qps.pop(t, None)  # a counter reset: no rate across it
-
-        # Cache-hit ratio between the two scrapes, as target:..._cache_hit:ratio_rate5m
-        # computes it (hits / (hits + misses)); absent without traffic or across a reset.
-        def delta(name: str) -> dict[str, float]:
-            old = {t: s[0].value for t, s in prev.by_target(name).items()}
-            return {
-                t: s[0].value - old[t]
-                for t, s in snap.by_target(name).items()
-                if t in old and s[0].value >= old[t]
-            }
-
-        hits, misses = (
-            delta("dnsfleet_resolver_cache_hits_total"),
-            delta("dnsfleet_resolver_cache_misses_total"),
-        )
-        self.hit_ratio = {
-            t: hits[t] / (hits[t] + misses[t])
-            for t in hits
-            if t in misses and hits[t] + misses[t] > 0
-        }
-
-    def _add(self, target: str, event: Event) -> None:
-        q = self.events.setdefault(target, deque(maxlen=EVENTS_PER_TARGET))
-        q.append(event)
+    config: Config
+    reload_status: ReloadStatus
+    targets: Sequence[TargetState]
+    snapshot: Snapshot | None
+    history: History
+    runbook_base_url: str
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -268,59 +100,84 @@ def failing_alert(site: str | None, site_failing: bool) -> str:
     return "DNSSiteDown" if site and site_failing else "DNSResolverDown"
 
 
-def render(exp: Exporter, *, metrics_path: str, now: float | None = None) -> str:
+def render(view: StatusView, *, metrics_path: str, now: float | None = None) -> str:
     now = time.time() if now is None else now
     e = html.escape
-    snap = exp.last_snapshot
-    hist = exp.status_history
-    cfg = exp.config
-    parts: list[str] = []
+    snap = view.snapshot
+    failing = sum(1 for st in view.targets if st.last is not None and not st.last.success)
+    parts = [
+        *_banners(view, metrics_path=metrics_path, now=now),
+        _summary(view, failing, metrics_path=metrics_path),
+        _targets_table(view, snap, view.history, now),
+    ]
+    if snap is not None:
+        parts.append(_stub_table(snap, runbooks=view.runbook_base_url))
+        parts.append(_collector_table(snap))
 
-    # Reload state and the age of what is shown: the first things to trust or not.
-    rs = exp.reload_status
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="refresh" content="{REFRESH_SECONDS}">
+<meta name="viewport" content="width=device-width">
+<title>dnsfleet{" - " + str(failing) + " failing" if failing else ""}</title>
+<style>{CSS}</style></head><body>
+<h1>dnsfleet exporter {e(__version__)}</h1>
+{"".join(parts)}
+<p><small>Reloads every {REFRESH_SECONDS}s from the state the last scrape left; viewing it
+sends no query to any resolver.</small></p>
+</body></html>
+"""
+
+
+def _banners(view: StatusView, *, metrics_path: str, now: float) -> list[str]:
+    """Reload state and the age of what is shown: the first things to trust or not."""
+    e = html.escape
+    rs, snap = view.reload_status, view.snapshot
     if rs.successful:
-        parts.append(
-            f'<p class="banner ok" id="reload">Configuration {e(cfg.source)} loaded '
+        reload = (
+            f'<p class="banner ok" id="reload">Configuration {e(view.config.source)} loaded '
             f"{ago(now - rs.timestamp)} ago.</p>"
         )
     else:
-        parts.append(
+        reload = (
             f'<p class="banner bad" id="reload">Last reload FAILED '
             f"{ago(now - rs.failed_at)} ago; still running the configuration loaded "
             f"{ago(now - rs.timestamp)} ago. Error: <code>{e(rs.error)}</code></p>"
         )
     if snap is None:
-        parts.append(
+        return [
+            reload,
             '<p class="banner warn" id="age">No scrape yet: this page shows what the '
             f"last <code>{e(metrics_path)}</code> scrape found, and it never probes "
-            "by itself.</p>"
-        )
-    else:
-        age = now - snap.wall
-        stale = age > 5 * 60
-        parts.append(
-            f'<p class="banner {"warn" if stale else "ok"}" id="age">Last scrape '
-            f"<b>{ago(age)} ago</b> (took {snap.duration:.2f}s)"
-            + (": is Prometheus still scraping this exporter?" if stale else "")
-            + "</p>"
-        )
+            "by itself.</p>",
+        ]
+    age = now - snap.wall
+    stale = age > 5 * 60
+    return [
+        reload,
+        f'<p class="banner {"warn" if stale else "ok"}" id="age">Last scrape '
+        f"<b>{ago(age)} ago</b> (took {snap.duration:.2f}s)"
+        + (": is Prometheus still scraping this exporter?" if stale else "")
+        + "</p>",
+    ]
 
-    states = list(exp.prober.states.values())
-    failing = [st for st in states if st.last is not None and not st.last.success]
-    delays = snap.get("dnsfleet_stub_expected_delay_seconds") if snap else ()
+
+def _summary(view: StatusView, failing: int, *, metrics_path: str) -> str:
+    e = html.escape
+    snap = view.snapshot
+    delays = snap.get(Kept.STUB_DELAY) if snap else ()
     stub_failing = {
         s.labels.get("resolv_conf")
-        for s in (snap.get("dnsfleet_stub_resolution_failing") if snap else ())
+        for s in (snap.get(Kept.STUB_FAILING) if snap else ())
         if s.value == 1
     }
     degraded = {
         s.labels.get("resolv_conf") for s in delays if s.value >= DEGRADED_DELAY_SECONDS
     } - stub_failing
-    collectors = snap.get("dnsfleet_collector_success") if snap else ()
+    collectors = snap.get(Kept.COLLECTOR_SUCCESS) if snap else ()
     bad_collectors = [s for s in collectors if s.value != 1]
     summary = [
-        f"{len(states)} targets",
-        _span("bad" if failing else "ok", f"{len(failing)} failing"),
+        f"{len(view.targets)} targets",
+        _span("bad" if failing else "ok", f"{failing} failing"),
     ]
     if stub_failing:
         summary.append(_span("bad", f"{len(stub_failing)} resolv.conf failing"))
@@ -333,151 +190,79 @@ def render(exp: Exporter, *, metrics_path: str, now: float | None = None) -> str
                 f"{len(bad_collectors)} of {len(collectors)} collectors failing",
             )
         )
-    parts.append(
+    return (
         f'<p id="summary">{" &middot; ".join(summary)} &middot; '
         f'<a href="{e(metrics_path)}">metrics</a> &middot; '
         '<a href="/config">effective config</a></p>'
     )
 
-    parts.append(_targets_table(exp, snap, hist, now))
-    if snap is not None:
-        parts.append(_stub_table(snap, runbooks=exp.runbook_base_url))
-        parts.append(_collector_table(snap))
 
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="refresh" content="{REFRESH_SECONDS}">
-<meta name="viewport" content="width=device-width">
-<title>dnsfleet{" - " + str(len(failing)) + " failing" if failing else ""}</title>
-<style>{CSS}</style></head><body>
-<h1>dnsfleet exporter {e(__version__)}</h1>
-{"".join(parts)}
-<p><small>Reloads every {REFRESH_SECONDS}s from the state the last scrape left; viewing it
-sends no query to any resolver.</small></p>
-</body></html>
-"""
+TargetModule = tuple[str | None, str | None]
 
 
-def _targets_table(exp: Exporter, snap: Snapshot | None, hist: History, now: float) -> str:
-    e = html.escape
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """What the last snapshot says of each target (by target, or by target and module)."""
 
-    def by(name: str) -> dict[str, list[Sample]]:
-        return snap.by_target(name) if snap else {}
+    stats_up: dict[str, list[Sample]]
+    start: dict[str, list[Sample]]
+    info: dict[str, list[Sample]]
+    capacity: dict[str, list[Sample]]
+    lower: dict[str, list[Sample]]
+    backend: dict[TargetModule, str]
+    usable: dict[TargetModule, float]
+    reason: dict[TargetModule, str]
+    cached: dict[TargetModule, float]
+    last_reset: dict[str, float]
 
-    stats_up = by("dnsfleet_resolver_stats_up")
-    start = by("dnsfleet_resolver_start_time_seconds")
-    info = by("dnsfleet_resolver_info")
-    capacity = by("dnsfleet_resolver_capacity_qps")
-    lower = by("dnsfleet_resolver_capacity_lower_bound")
-    backend = {
-        (s.labels.get("target"), s.labels.get("module")): s.labels.get("backend", "")
-        for s in (snap.get("dnsfleet_resolver_backend_info") if snap else ())
-    }
-    usable = {
-        (s.labels.get("target"), s.labels.get("module")): s.value
-        for s in (snap.get("dnsfleet_resolver_canary_usable") if snap else ())
-    }
-    reason = {
-        (s.labels.get("target"), s.labels.get("module")): s.labels.get("reason", "")
-        for s in (snap.get("dnsfleet_resolver_canary_unusable_reason") if snap else ())
-        if s.value == 1
-    }
-    cached = {
-        (s.labels.get("target"), s.labels.get("module")): s.value
-        for s in (snap.get("dnsfleet_resolver_canary_cached") if snap else ())
-    }
-    last_reset: dict[str, float] = {}
-    for s in snap.get("dnsfleet_resolver_last_cache_reset_timestamp_seconds") if snap else ():
-        tgt = s.labels.get("target", "")
-        last_reset[tgt] = max(last_reset.get(tgt, 0.0), s.value)
+    @classmethod
+    def of(cls, snap: Snapshot | None) -> _Facts:
+        def by(name: str) -> dict[str, list[Sample]]:
+            return snap.by_target(name) if snap else {}
+
+        def get(name: str) -> tuple[Sample, ...]:
+            return snap.get(name) if snap else ()
+
+        def key(s: Sample) -> TargetModule:
+            return (s.labels.get("target"), s.labels.get("module"))
+
+        last_reset: dict[str, float] = {}
+        for s in get(Kept.LAST_CACHE_RESET):
+            tgt = s.labels.get("target", "")
+            last_reset[tgt] = max(last_reset.get(tgt, 0.0), s.value)
+        return cls(
+            stats_up=by(Kept.STATS_UP),
+            start=by(Kept.START_TIME),
+            info=by(Kept.INFO),
+            capacity=by(Kept.CAPACITY),
+            lower=by(Kept.CAPACITY_LOWER_BOUND),
+            backend={key(s): s.labels.get("backend", "") for s in get(Kept.BACKEND)},
+            usable={key(s): s.value for s in get(Kept.CANARY_USABLE)},
+            reason={
+                key(s): s.labels.get("reason", "")
+                for s in get(Kept.CANARY_UNUSABLE_REASON)
+                if s.value == 1
+            },
+            cached={key(s): s.value for s in get(Kept.CANARY_CACHED)},
+            last_reset=last_reset,
+        )
+
+
+def _targets_table(view: StatusView, snap: Snapshot | None, hist: History, now: float) -> str:
+    facts = _Facts.of(snap)
     # A site fails when none of its targets answered its last probe (DNSSiteDown's rule).
     site_ok: dict[str, bool] = {}
-    for st in exp.prober.states.values():
+    for st in view.targets:
         site = dict(st.target.labels).get("site")
         if site and st.last is not None:
             site_ok[site] = site_ok.get(site, False) or st.last.success
     states = sorted(
-        exp.prober.states.values(),
+        view.targets,
         key=lambda s: (s.last is None or s.last.success, s.target.address, s.target.module),
     )
-    rows = []
-    for st in states:
-        t, r = st.target, st.last
-        key = (t.address, t.module)
-        labels = " ".join(f"{k}={v}" for k, v in t.labels)
-        site = dict(t.labels).get("site")
-        since = ""
-        if r is None:
-            result = '<td class="unk">not probed yet</td><td></td><td></td>'
-        else:
-            verdict = "OK" if r.success else f"FAIL: {r.reason.value if r.reason else '?'}"
-            detail = r.rcode_text if r.success else (r.detail or r.rcode_text)
-            runbook = ""
-            if not r.success:
-                alert = failing_alert(site, site is not None and not site_ok.get(site, True))
-                runbook = f"<br>runbook: {runbook_link(exp.runbook_base_url, alert)}"
-                if st.failing_since is not None:
-                    since = f'<span class="bad">since {e(when(st.failing_since, now))}</span>'
-            result = (
-                f'<td class="{"ok" if r.success else "bad"}">{e(verdict)}{runbook}</td>'
-                f"<td>{r.duration * 1000:.1f} ms</td><td>{e(detail)}</td>"
-            )
-        probed = f"{ago(now - st.last_wall)} ago" if r is not None else ""
-        # the resolver's own statistics
-        if t.stats is None:
-            stats = '<span class="unk">not configured</span>'
-        elif t.address not in stats_up:
-            stats = '<span class="unk">not read yet</span>'
-        elif stats_up[t.address][0].value == 1:
-            soft = info.get(t.address)
-            sw = (
-                f"{soft[0].labels.get('software', '')} {soft[0].labels.get('version', '')}"
-                if soft
-                else ""
-            )
-            up = start.get(t.address)
-            since = f", up {ago(now - up[0].value)}" if up else ""
-            stats = _span("ok", f"readable{': ' + sw.strip() if sw.strip() else ''}{since}")
-        else:
-            stats = _span("bad", "UNREADABLE (restarts seen only by the canary)")
-        # the canary
-        if key in usable:
-            canary = (
-                _span("ok", "usable")
-                if usable[key] == 1
-                else _span("warn", f"unusable: {reason.get(key, 'unknown')}")
-            )
-        elif key in cached:
-            canary = (
-                _span("ok", "cached")
-                if cached[key] == 1
-                else _span("warn", "authoritative: cannot see resets")
-            )
-        else:
-            canary = '<span class="unk">none</span>'
-        events = hist.events.get(t.address, ())
-        ev = "<br>".join(f"{e(ev.what)} {ago(now - ev.wall)} ago" for ev in reversed(events))
-        # The last restart (the process start the resolver states) and the last cache reset
-        # the canary saw, whichever is known.
-        last = []
-        if t.address in start:
-            last.append(f"restart {when(start[t.address][0].value, now)}")
-        if t.address in last_reset:
-            last.append(f"cache reset {when(last_reset[t.address], now)}")
-        latest = "<br>".join(e(x) for x in last) or '<span class="unk">none seen</span>'
-        headroom = _headroom(
-            capacity.get(t.address, []),
-            lower.get(t.address, []),
-            hist.qps.get(t.address),
-            hist.hit_ratio.get(t.address),
-        )
-        rows.append(
-            f'<tr data-target="{e(t.address)}" data-module="{e(t.module)}">'
-            f"<td>{e(t.address)}</td><td>{e(t.module)}</td><td>{e(labels)}</td>{result}"
-            f"<td>{since}</td><td>{probed}</td><td>{e(backend.get(key, ''))}</td>"
-            f"<td>{stats}</td><td>{canary}</td><td>{latest}</td><td>{ev}</td>"
-            f"<td>{headroom}</td></tr>"
-        )
+    rows = [
+        _target_row(st, view, facts=facts, hist=hist, site_ok=site_ok, now=now) for st in states
+    ]
     body = "\n".join(rows) or '<tr><td colspan="14">No targets configured.</td></tr>'
     return (
         "<h2>Resolvers</h2><p><small>Failing targets first, with the runbook of the alert "
@@ -489,6 +274,102 @@ def _targets_table(exp: Exporter, snap: Snapshot | None, hist: History, now: flo
         "<th>capacity headroom</th></tr>\n"
         f"{body}</table>"
     )
+
+
+def _target_row(
+    st: TargetState,
+    view: StatusView,
+    *,
+    facts: _Facts,
+    hist: History,
+    site_ok: dict[str, bool],
+    now: float,
+) -> str:
+    e = html.escape
+    t = st.target
+    key = (t.address, t.module)
+    labels = " ".join(f"{k}={v}" for k, v in t.labels)
+    result, since = _result_cells(st, view.runbook_base_url, site_ok, now)
+    probed = f"{ago(now - st.last_wall)} ago" if st.last is not None else ""
+    events = hist.events.get(t.address, ())
+    ev = "<br>".join(f"{e(ev.what)} {ago(now - ev.wall)} ago" for ev in reversed(events))
+    headroom = _headroom(
+        facts.capacity.get(t.address, []),
+        facts.lower.get(t.address, []),
+        hist.qps.get(t.address),
+        hist.hit_ratio.get(t.address),
+    )
+    return (
+        f'<tr data-target="{e(t.address)}" data-module="{e(t.module)}">'
+        f"<td>{e(t.address)}</td><td>{e(t.module)}</td><td>{e(labels)}</td>{result}"
+        f"<td>{since}</td><td>{probed}</td><td>{e(facts.backend.get(key, ''))}</td>"
+        f"<td>{_stats_cell(st, facts, now)}</td><td>{_canary_cell(key, facts)}</td>"
+        f"<td>{_latest_cell(t.address, facts, now)}</td><td>{ev}</td>"
+        f"<td>{headroom}</td></tr>"
+    )
+
+
+def _result_cells(
+    st: TargetState, runbooks: str, site_ok: dict[str, bool], now: float
+) -> tuple[str, str]:
+    """The result, latency and reason cells of a target; and since when it fails."""
+    e = html.escape
+    r = st.last
+    if r is None:
+        return '<td class="unk">not probed yet</td><td></td><td></td>', ""
+    verdict = "OK" if r.success else f"FAIL: {r.reason.value if r.reason else '?'}"
+    detail = r.rcode_text if r.success else (r.detail or r.rcode_text)
+    runbook = since = ""
+    if not r.success:
+        site = dict(st.target.labels).get("site")
+        alert = failing_alert(site, site is not None and not site_ok.get(site, True))
+        runbook = f"<br>runbook: {runbook_link(runbooks, alert)}"
+        if st.failing_since is not None:
+            since = f'<span class="bad">since {e(when(st.failing_since, now))}</span>'
+    result = (
+        f'<td class="{"ok" if r.success else "bad"}">{e(verdict)}{runbook}</td>'
+        f"<td>{r.duration * 1000:.1f} ms</td><td>{e(detail)}</td>"
+    )
+    return result, since
+
+
+def _stats_cell(st: TargetState, facts: _Facts, now: float) -> str:
+    """The resolver's own statistics: readable (software, uptime), unreadable, or not."""
+    t = st.target
+    if t.stats is None:
+        return '<span class="unk">not configured</span>'
+    if t.address not in facts.stats_up:
+        return '<span class="unk">not read yet</span>'
+    if facts.stats_up[t.address][0].value != 1:
+        return _span("bad", "UNREADABLE (restarts seen only by the canary)")
+    soft = facts.info.get(t.address)
+    sw = f"{soft[0].labels.get('software', '')} {soft[0].labels.get('version', '')}" if soft else ""
+    up = facts.start.get(t.address)
+    uptime = f", up {ago(now - up[0].value)}" if up else ""
+    return _span("ok", f"readable{': ' + sw.strip() if sw.strip() else ''}{uptime}")
+
+
+def _canary_cell(key: TargetModule, facts: _Facts) -> str:
+    if key in facts.usable:
+        if facts.usable[key] == 1:
+            return _span("ok", "usable")
+        return _span("warn", f"unusable: {facts.reason.get(key, 'unknown')}")
+    if key in facts.cached:
+        if facts.cached[key] == 1:
+            return _span("ok", "cached")
+        return _span("warn", "authoritative: cannot see resets")
+    return '<span class="unk">none</span>'
+
+
+def _latest_cell(address: str, facts: _Facts, now: float) -> str:
+    """The last restart (the process start the resolver states) and the last cache reset
+    the canary saw, whichever is known."""
+    last = []
+    if address in facts.start:
+        last.append(f"restart {when(facts.start[address][0].value, now)}")
+    if address in facts.last_reset:
+        last.append(f"cache reset {when(facts.last_reset[address], now)}")
+    return "<br>".join(html.escape(x) for x in last) or '<span class="unk">none seen</span>'
 
 
 def _headroom(
@@ -526,16 +407,16 @@ def _headroom(
 
 def _stub_table(snap: Snapshot, *, runbooks: str) -> str:
     e = html.escape
-    delays = snap.get("dnsfleet_stub_expected_delay_seconds")
-    if not delays and not snap.get("dnsfleet_stub_resolv_conf_readable"):
+    delays = snap.get(Kept.STUB_DELAY)
+    if not delays and not snap.get(Kept.STUB_READABLE):
         return ""
     failing = {
         (s.labels.get("resolv_conf"), s.labels.get("libc")): s.value
-        for s in snap.get("dnsfleet_stub_resolution_failing")
+        for s in snap.get(Kept.STUB_FAILING)
     }
-    total = {s.labels.get("resolv_conf"): s.value for s in snap.get("dnsfleet_stub_nameservers")}
+    total = {s.labels.get("resolv_conf"): s.value for s in snap.get(Kept.STUB_NAMESERVERS)}
     up: dict[str | None, float] = {}
-    for s in snap.get("dnsfleet_stub_nameserver_up"):
+    for s in snap.get(Kept.STUB_NAMESERVER_UP):
         up[s.labels.get("resolv_conf")] = up.get(s.labels.get("resolv_conf"), 0) + s.value
     rows = []
     for s in sorted(delays, key=lambda s: (-s.value, s.labels.get("resolv_conf", ""))):
@@ -560,7 +441,7 @@ def _stub_table(snap: Snapshot, *, runbooks: str) -> str:
             f"<tr><td>{e(path)}</td><td>{e(s.labels.get('libc', ''))}</td>"
             f"<td>{delay}</td><td>{servers}</td><td>{fails}</td></tr>"
         )
-    for s in snap.get("dnsfleet_stub_resolv_conf_readable"):
+    for s in snap.get(Kept.STUB_READABLE):
         if s.value == 0:
             rows.append(
                 f"<tr><td>{e(s.labels.get('resolv_conf', ''))}</td><td></td>"
@@ -576,12 +457,10 @@ def _stub_table(snap: Snapshot, *, runbooks: str) -> str:
 
 def _collector_table(snap: Snapshot) -> str:
     e = html.escape
-    durations = {
-        s.labels.get("collector"): s.value for s in snap.get("dnsfleet_collector_duration_seconds")
-    }
+    durations = {s.labels.get("collector"): s.value for s in snap.get(Kept.COLLECTOR_DURATION)}
     rows = []
     for s in sorted(
-        snap.get("dnsfleet_collector_success"),
+        snap.get(Kept.COLLECTOR_SUCCESS),
         key=lambda s: (s.value == 1, s.labels.get("collector", "")),
     ):
         name = s.labels.get("collector", "")

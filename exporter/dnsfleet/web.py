@@ -18,12 +18,16 @@ from dnsfleet.exposition import (
     render_openmetrics_bytes,
 )
 from dnsfleet.httpserver import Request, Response, Router
-from dnsfleet.probes.handler import ProbeHandler, Refusal, Refused, probe_exposition
+from dnsfleet.probehandler import ProbeHandler, Refusal, Refused
+from dnsfleet.probes.families import probe_exposition
 
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 REFUSAL_STATUS = {Refusal.INVALID: 400, Refusal.FORBIDDEN: 403, Refusal.BUSY: 503}
+# Concurrent /metrics requests before a 503 (--web.max-requests; 0: no limit), as
+# node_exporter's --web.max-requests.
+DEFAULT_MAX_REQUESTS = 40
 
 
 def scrape_timeout_header(request: Request) -> float | None:
@@ -83,7 +87,7 @@ class Handlers:
         metrics_path: str,
         *,
         enable_lifecycle: bool = False,
-        max_requests: int = 40,
+        max_requests: int = DEFAULT_MAX_REQUESTS,
     ) -> None:
         self.exp = exp
         self.metrics_path = metrics_path
@@ -157,7 +161,7 @@ class Handlers:
 
     async def index(self, request: Request) -> Response:
         return Response(
-            body=statuspage.render(self.exp, metrics_path=self.metrics_path).encode(),
+            body=statuspage.render(self.exp.status_view(), metrics_path=self.metrics_path).encode(),
             content_type="text/html; charset=utf-8",
         )
 
@@ -171,7 +175,7 @@ def make_router(
     *,
     metrics_path: str = "/metrics",
     enable_lifecycle: bool = False,
-    max_requests: int = 40,
+    max_requests: int = DEFAULT_MAX_REQUESTS,
 ) -> Router:
     h = Handlers(exp, metrics_path, enable_lifecycle=enable_lifecycle, max_requests=max_requests)
     router = Router()

@@ -46,6 +46,7 @@ import dns.rdatatype
 import dns.rrset
 from aiohttp import web
 
+from tests.harness.servers import ScriptedServer
 from tests.harness.tools import free_port
 
 DOMAIN = dns.name.from_text("consul.")
@@ -115,10 +116,7 @@ class ConsulDouble:
         self.dns_queries = 0
         self.dns_port = free_port()
         self.http_port = free_port(socket.SOCK_STREAM)
-        self._dns_threads: list[threading.Thread] = []
-        self._dns_stop = threading.Event()
-        self._udp: socket.socket | None = None
-        self._tcp: socket.socket | None = None
+        self._dns: ScriptedServer | None = None
         self._http_loop: asyncio.AbstractEventLoop | None = None
         self._http_thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
@@ -455,65 +453,22 @@ class ConsulDouble:
     # ------------------------------------------------------------------ DNS server
 
     def start_dns(self) -> None:
-        self._dns_stop.clear()
-        self._udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self._udp.bind(("127.0.0.1", self.dns_port))
-        self._udp.settimeout(0.1)
-        self._tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._tcp.bind(("127.0.0.1", self.dns_port))
-        self._tcp.listen(16)
-        self._tcp.settimeout(0.1)
-        self._dns_threads = [
-            threading.Thread(target=self._serve_udp, daemon=True),
-            threading.Thread(target=self._serve_tcp, daemon=True),
-        ]
-        for t in self._dns_threads:
-            t.start()
+        # The one DNS test server (harness/servers.py), on this double's port; over TCP
+        # the answer may be larger (see _fit).
+        self._dns = ScriptedServer(
+            lambda wire: self._replies(wire, tcp=False),
+            tcp_handler=lambda wire: self._replies(wire, tcp=True),
+            port=self.dns_port,
+        )
 
     def stop_dns(self) -> None:
-        self._dns_stop.set()
-        for t in self._dns_threads:
-            t.join(timeout=2)
-        for s in (self._udp, self._tcp):
-            if s is not None:
-                s.close()
-        self._udp = self._tcp = None
-        self._dns_threads = []
+        if self._dns is not None:
+            self._dns.close()
+            self._dns = None
 
-    def _serve_udp(self) -> None:
-        assert self._udp is not None
-        sock = self._udp
-        while not self._dns_stop.is_set():
-            try:
-                data, peer = sock.recvfrom(65535)
-            except (TimeoutError, OSError):
-                continue
-            reply = self.respond(data, tcp=False)
-            if reply is not None:
-                with contextlib.suppress(OSError):
-                    sock.sendto(reply, peer)
-
-    def _serve_tcp(self) -> None:
-        assert self._tcp is not None
-        sock = self._tcp
-        while not self._dns_stop.is_set():
-            try:
-                conn, _ = sock.accept()
-            except (TimeoutError, OSError):
-                continue
-            threading.Thread(target=self._tcp_conn, args=(conn,), daemon=True).start()
-
-    def _tcp_conn(self, conn: socket.socket) -> None:
-        with conn:
-            conn.settimeout(5)
-            try:
-                n = int.from_bytes(_recv_exact(conn, 2), "big")
-                reply = self.respond(_recv_exact(conn, n), tcp=True)
-                if reply is not None:
-                    conn.sendall(len(reply).to_bytes(2, "big") + reply)
-            except OSError:
-                return
+    def _replies(self, wire: bytes, *, tcp: bool) -> list[bytes]:
+        reply = self.respond(wire, tcp=tcp)
+        return [] if reply is None else [reply]
 
     # ------------------------------------------------------------------ HTTP
 
@@ -715,16 +670,6 @@ class ConsulDouble:
     def stop(self) -> None:
         self.stop_dns()
         self.stop_http()
-
-
-def _recv_exact(conn: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = conn.recv(n - len(buf))
-        if not chunk:
-            raise OSError("eof")
-        buf += chunk
-    return buf
 
 
 @contextlib.contextmanager

@@ -1,7 +1,7 @@
 """The real ``dnsfleet-exporter`` as a child process on a free loopback port, on the
-managed-process helper: :class:`ExporterProcess` waits for ``/-/healthy``; the
-:func:`running_exporter` context waits for the port only, so it works behind TLS and basic
-auth too."""
+managed-process helper: one class, :class:`ExporterProcess`, which waits for ``/-/healthy``
+or (``wait="port"``, as the :func:`running_exporter` context does) for the port only, so it
+works behind TLS and basic auth too."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 from tests.harness.process import HttpOk, Listening, ManagedProcess
 from tests.harness.tools import free_port
@@ -21,14 +22,40 @@ EXPORTER = [sys.executable, "-m", "dnsfleet"]
 
 
 class ExporterProcess:
-    def __init__(self, *args: str, cwd: Path | None = None) -> None:
+    """The exporter on a free loopback port. Ready when ``/-/healthy`` answers, or, with
+    ``wait="port"``, when the port accepts connections (behind TLS or basic auth)."""
+
+    def __init__(
+        self,
+        *args: str,
+        cwd: Path | None = None,
+        log_dir: Path | None = None,
+        wait: Literal["healthy", "port"] = "healthy",
+    ) -> None:
         self.port = free_port()
         self.args = [*EXPORTER, f"--web.listen-address=127.0.0.1:{self.port}", *args]
         self.base = f"http://127.0.0.1:{self.port}"
-        log = Path(os.devnull) if cwd is None else cwd / "exporter.log"
+        if log_dir is not None:
+            log = log_dir / f"exporter-{self.port}.log"
+        else:
+            log = Path(os.devnull) if cwd is None else cwd / "exporter.log"
+        self.log = log
         self.managed = ManagedProcess(self.args, log, what="exporter")
         self.proc = self.managed.proc
-        self.managed.wait_until(HttpOk(self.base + "/-/healthy"), timeout=20)
+        ready = HttpOk(self.base + "/-/healthy") if wait == "healthy" else Listening(self.port)
+        try:
+            self.managed.wait_until(ready, timeout=20)
+        except BaseException:
+            self.managed.stop(timeout=10)
+            raise
+
+    @property
+    def url(self) -> str:
+        return self.base
+
+    @property
+    def https_url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
 
     def request(
         self, path: str, *, method: str = "GET", headers: dict[str, str] | None = None
@@ -46,6 +73,12 @@ class ExporterProcess:
             raise AssertionError(f"GET {path}: {status} {body}")
         return body
 
+    def stderr(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def signal(self, sig: int) -> None:
+        self.managed.signal(sig)
+
     def hup(self) -> None:
         self.managed.signal(signal.SIGHUP)
 
@@ -53,38 +86,12 @@ class ExporterProcess:
         self.managed.stop(timeout=10)
 
 
-class ExporterProc:
-    def __init__(self, managed: ManagedProcess, port: int) -> None:
-        self.managed = managed
-        self.proc = managed.proc
-        self.port = port
-        self.log = managed.log
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def https_url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
-
-    def stderr(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def signal(self, sig: int) -> None:
-        self.managed.signal(sig)
-
-
 @contextlib.contextmanager
-def running_exporter(tmp: Path, *args: str) -> Iterator[ExporterProc]:
-    port = free_port()
-    managed = ManagedProcess(
-        [*EXPORTER, "--web.listen-address", f"127.0.0.1:{port}", *args],
-        tmp / f"exporter-{port}.log",
-        what="exporter",
-    )
+def running_exporter(tmp: Path, *args: str) -> Iterator[ExporterProcess]:
+    """The exporter, ready once its port accepts connections (so behind TLS and basic auth
+    too), logging to a file in ``tmp``; stopped on leaving."""
+    exp = ExporterProcess(*args, log_dir=tmp, wait="port")
     try:
-        managed.wait_until(Listening(port), timeout=20)
-        yield ExporterProc(managed, port)
+        yield exp
     finally:
-        managed.stop(timeout=10)
+        exp.stop()

@@ -207,7 +207,7 @@ X86_STATES = [
 ]
 
 
-def build_x86(root: Path) -> None:
+def build_x86(root: Path) -> None:  # noqa: PLR0915 (builds one fixture tree top to bottom)
     """8-CPU x86 resolver host: two ixgbe ports (eth0 balanced by affinity but with one hot
     queue, eth1 with every queue on CPU 0), a mlx5 port mapped by msi_irqs and a second mlx5
     port without msi_irqs (name fallback by PCI address), an active-backup bond and an

@@ -1,13 +1,16 @@
 """One reader of the Prometheus text exposition format for every test: text in, samples
-keyed by name and label set out (prometheus_client's parser, not ours)."""
+keyed by name and label set out (prometheus_client's parser, not ours); and the one
+``promtool check metrics`` call."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterable
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from dnsfleet.exposition import Family, TextFamily, render
+from tests.harness.tools import binary
 
 Labels = frozenset[tuple[str, str]]
 Samples = dict[tuple[str, Labels], float]
@@ -41,3 +44,15 @@ def matching(got: Samples, name: str, **labels: str) -> float | None:
     hits = [v for (n, lab), v in got.items() if n == name and want <= lab]
     assert len(hits) <= 1, f"{name} {labels}: {len(hits)} series"
     return hits[0] if hits else None
+
+
+def promtool_check(text: str) -> subprocess.CompletedProcess[str]:
+    """``promtool check metrics`` on an exposition (text or OpenMetrics): the one lint of
+    what the exporter emits, as Prometheus's own tool judges it."""
+    return subprocess.run(
+        [binary("promtool"), "check", "metrics"],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )

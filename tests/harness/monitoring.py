@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import threading
 import time
 import urllib.parse
@@ -19,7 +18,7 @@ from typing import Any, ClassVar, Self
 
 import yaml
 
-from tests.harness.process import HttpOk, ManagedProcess
+from tests.harness.process import Daemon, HttpOk, ManagedProcess
 from tests.harness.tools import binary, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,19 +44,14 @@ def http_post(url: str, body: Any, timeout: float = 10) -> int:
 
 
 @dataclass
-class _Daemon:
+class _Daemon(Daemon):
     """A Prometheus-family daemon on loopback: its YAML config written to ``workdir``,
     started on one managed process, ready when ``/-/ready`` answers."""
 
-    workdir: Path
-    config: dict[str, Any]
+    config: dict[str, Any] = field(default_factory=dict)
     port: int = 0
-    managed: ManagedProcess | None = None
     name: ClassVar[str] = ""  # the config and log file stem
-
-    @property
-    def proc(self) -> subprocess.Popen[bytes] | None:
-        return None if self.managed is None else self.managed.proc
+    stop_timeout: ClassVar[float] = 15
 
     @property
     def url(self) -> str:
@@ -75,11 +69,6 @@ class _Daemon:
         )
         self.managed.wait_until(HttpOk(self.url + "/-/ready"), timeout=30)
         return self
-
-    def stop(self) -> None:
-        if self.managed is not None:
-            self.managed.stop()
-        self.managed = None
 
 
 @dataclass

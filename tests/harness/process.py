@@ -1,7 +1,7 @@
 """One managed child process for every test that runs a real daemon: started with its log
 in a given file, ready once a TCP port accepts connections or an HTTP path answers (a
 bounded wait that gives up early if the process exits), stopped with SIGTERM then SIGKILL,
-its log file closed."""
+its log file closed; and :class:`Daemon`, the one base of the daemons built on it."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from signal import SIGTERM
-from typing import IO
+from typing import IO, ClassVar, Self
 
 
 class NotReady(RuntimeError):
@@ -72,6 +73,33 @@ class ManagedProcess:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+
+
+@dataclass
+class Daemon:
+    """The one base of the daemons the tests run (BIND, unbound, PowerDNS Recursor,
+    dnsdist, Knot Resolver, Prometheus, Alertmanager): its files in ``workdir``, one
+    managed process, ``stop`` and ``restart``; a subclass writes its config and starts."""
+
+    workdir: Path
+    managed: ManagedProcess | None = field(default=None, kw_only=True)
+    stop_timeout: ClassVar[float] = 10
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return None if self.managed is None else self.managed.proc
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        if self.managed is not None:
+            self.managed.stop(timeout=self.stop_timeout)
+        self.managed = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
 
 
 def terminate(proc: subprocess.Popen[bytes], sig: int = SIGTERM, timeout: float = 15) -> None:

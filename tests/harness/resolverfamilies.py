@@ -6,14 +6,12 @@ everything (policy.STUB) to a loopback server."""
 
 from __future__ import annotations
 
-import subprocess
 import time
 import urllib.request
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from tests.harness.process import ManagedProcess
-from tests.harness.servers import _stop, wait_dns
+from tests.harness.process import Daemon, ManagedProcess
+from tests.harness.servers import wait_dns
 from tests.harness.tools import binary, free_port
 
 
@@ -32,15 +30,11 @@ def wait_http(url: str, *, headers: dict[str, str] | None = None, timeout: float
 
 
 @dataclass
-class Daemon:
-    workdir: Path
+class ResolverDaemon(Daemon):
+    """A resolver with a DNS port and a web port (statistics)."""
+
     port: int = 0
     web_port: int = 0
-    managed: ManagedProcess | None = None
-
-    @property
-    def proc(self) -> subprocess.Popen[bytes] | None:
-        return None if self.managed is None else self.managed.proc
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -54,13 +48,9 @@ class Daemon:
     def _spawn(self, args: list[str]) -> None:
         self.managed = ManagedProcess(args, self.workdir / "daemon.log")
 
-    def stop(self) -> None:
-        _stop(self.managed)
-        self.managed = None
-
 
 @dataclass
-class PdnsRecursor(Daemon):
+class PdnsRecursor(ResolverDaemon):
     forwards: dict[str, str] = field(default_factory=dict)  # zone -> "127.0.0.1:port"
     api_key: str = "dnsfleet-test"
     extra: str = ""  # more recursor.conf lines
@@ -98,7 +88,7 @@ api-key={self.api_key}
 
 
 @dataclass
-class Dnsdist(Daemon):
+class Dnsdist(ResolverDaemon):
     backends: dict[str, str] = field(default_factory=dict)  # name -> "127.0.0.1:port"
     check_name: str = "local.test."  # health checks: a name the backends serve
     extra: str = ""  # more Lua configuration (rules, actions)
@@ -143,7 +133,7 @@ end
 
 
 @dataclass
-class Kresd(Daemon):
+class Kresd(ResolverDaemon):
     upstream: str = ""  # "127.0.0.1@port": every query is forwarded there (STUB)
     start_time_metric: bool = False  # add process_start_time_seconds (KRESD_START_TIME_LUA)
 

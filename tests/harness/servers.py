@@ -20,7 +20,7 @@ import dns.rcode
 import dns.rdatatype
 import dns.rrset
 
-from tests.harness.process import ManagedProcess
+from tests.harness.process import Daemon, ManagedProcess
 from tests.harness.tools import binary, free_port
 
 
@@ -50,11 +50,6 @@ def wait_dns(
     raise RuntimeError(f"DNS server {host}:{port} did not answer within {timeout}s: {last}")
 
 
-def _stop(managed: ManagedProcess | None) -> None:
-    if managed is not None:
-        managed.stop(timeout=10)
-
-
 ZONE_TEMPLATE = """$TTL {ttl}
 @   IN SOA ns1.{zone}. hostmaster.{zone}. ( {serial} 3600 600 86400 {ttl} )
     IN NS  ns1.{zone}.
@@ -64,7 +59,7 @@ ns1 IN A   127.0.0.1
 
 
 @dataclass
-class Named:
+class Named(Daemon):
     """BIND 9, authoritative for test zones, with the statistics channel on."""
 
     workdir: Path
@@ -75,11 +70,6 @@ class Named:
     stats_port: int = 0
     extra_options: str = ""
     recursion: bool = False  # a resolver (with `forwarders` in extra_options) when True
-    managed: ManagedProcess | None = None
-
-    @property
-    def proc(self) -> subprocess.Popen[bytes] | None:
-        return None if self.managed is None else self.managed.proc
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -135,23 +125,15 @@ statistics-channels {{ inet 127.0.0.1 port {self.stats_port} allow {{ 127.0.0.1;
         try:
             wait_dns(self.host, self.port, first_zone, "SOA" if self.zones else "TXT")
         except RuntimeError:
-            _stop(self.managed)
+            self.stop()
             raise RuntimeError(
                 "named did not start:\n" + (self.workdir / "named.log").read_text()[-3000:]
             ) from None
         return self
 
-    def stop(self) -> None:
-        _stop(self.managed)
-        self.managed = None
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
 
 @dataclass
-class Unbound:
+class Unbound(Daemon):
     """unbound on loopback, remote control on a unix socket, extended statistics on."""
 
     workdir: Path
@@ -162,11 +144,6 @@ class Unbound:
     local_data: list[str] = field(default_factory=list)
     extra_server: str = ""
     extended_statistics: bool = True
-    managed: ManagedProcess | None = None
-
-    @property
-    def proc(self) -> subprocess.Popen[bytes] | None:
-        return None if self.managed is None else self.managed.proc
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -229,21 +206,13 @@ remote-control:
         try:
             wait_dns(self.host, self.port, "local.test.", "SOA")
         except RuntimeError:
-            _stop(self.managed)
+            self.stop()
             text = ""
             for f in ("unbound.stderr", "unbound.log"):
                 with contextlib.suppress(OSError):
                     text += (self.workdir / f).read_text()[-2000:]
             raise RuntimeError(f"unbound did not start:\n{text}") from None
         return self
-
-    def stop(self) -> None:
-        _stop(self.managed)
-        self.managed = None
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
 
     def control(self, *args: str) -> str:
         out = subprocess.run(
@@ -293,14 +262,24 @@ Handler = Callable[[bytes], list[bytes]]
 
 
 class ScriptedServer:
-    """UDP and TCP DNS peer whose replies are computed by ``handler(query_wire)``: each
-    returned bytes object is sent as is (over TCP ``tcp_raw`` decides whether the handler
-    writes its own framing). For garbage, wrong IDs, truncation, wrong answers."""
+    """The one hand-written DNS test server: UDP and TCP on one loopback port, replies
+    computed by ``handler(query_wire)`` (``tcp_handler`` over TCP, if given): each returned
+    bytes object is sent as is (over TCP ``tcp_raw`` decides whether the handler writes its
+    own framing). For garbage, wrong IDs, truncation, wrong answers, and the Consul double."""
 
-    def __init__(self, handler: Handler, *, host: str = "127.0.0.1", tcp_raw: bool = False) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        host: str = "127.0.0.1",
+        tcp_raw: bool = False,
+        tcp_handler: Handler | None = None,
+        port: int | None = None,
+    ) -> None:
         self.handler = handler
+        self.tcp_handler = tcp_handler or handler
         self.tcp_raw = tcp_raw
-        self.port = free_port()
+        self.port = free_port() if port is None else port
         self.host = host
         self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.udp.bind((host, self.port))
@@ -351,7 +330,7 @@ class ScriptedServer:
             except OSError:
                 return
             self.received += 1
-            for reply in self.handler(data):
+            for reply in self.tcp_handler(data):
                 framed = reply if self.tcp_raw else len(reply).to_bytes(2, "big") + reply
                 with contextlib.suppress(OSError):
                     conn.sendall(framed)

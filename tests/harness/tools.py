@@ -43,3 +43,10 @@ def free_port(kind: int = socket.SOCK_DGRAM, host: str = "127.0.0.1") -> int:
                     continue
             return port
     raise RuntimeError("no free port")
+
+
+def examples(n: int) -> int:
+    """A fuzz test's hypothesis ``max_examples``: ``n`` under `make test`; a tenth (at least
+    50) in the fast loop, `pytest -m unit`, where conftest.py sets DNSFLEET_FUZZ_FRACTION."""
+    fraction = float(os.environ.get("DNSFLEET_FUZZ_FRACTION", "1"))
+    return n if fraction >= 1 else max(50, int(n * fraction))

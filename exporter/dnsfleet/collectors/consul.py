@@ -263,7 +263,7 @@ def raft_db_size(fs: HostFS, data_dir: str) -> int | None:
         return None
 
 
-async def check_agent(
+async def check_agent(  # noqa: C901 (not split yet (issue 25 note))
     agent: ConsulAgent, cc: ConsulConfig, *, fs: HostFS, deadline: float
 ) -> AgentReport:
     loop = asyncio.get_running_loop()
@@ -424,6 +424,13 @@ def families(reports: list[AgentReport], cc: ConsulConfig) -> list[Family]:
     up = Family(
         "dnsfleet_consul_up", "1 if the agent's HTTP API answered /v1/status/leader in this scrape."
     )
+    for rep in reports:
+        up.add(1.0 if rep.up else 0.0, {"agent": rep.agent.name})
+    return [up, *_dns_families(reports), *_service_families(reports, cc), *_raft_families(reports)]
+
+
+def _dns_families(reports: list[AgentReport]) -> list[Family]:
+    """The lookups of each agent's DNS interface."""
     success = Family(
         "dnsfleet_consul_dns_probe_success",
         "1 if the agent's DNS answered the lookup (NOERROR or NXDOMAIN).",
@@ -439,6 +446,23 @@ def families(reports: list[AgentReport], cc: ConsulConfig) -> list[Family]:
         "dnsfleet_consul_dns_query_answers",
         "Answer records of the asked type in the last DNS lookup.",
     )
+    for rep in reports:
+        for lk in rep.lookups:
+            labels = {"agent": rep.agent.name, "query": lk.query}
+            r = lk.result
+            success.add(1.0 if r.success else 0.0, labels)
+            latency.add(r.duration, labels)
+            query_answers.add(lk.answers, labels)
+            base = labelset(labels)
+            for reason in REASONS:
+                failure.add_raw(
+                    f'{base},reason="{reason.value}"', 1.0 if r.reason is reason else 0.0
+                )
+    return [success, latency, failure, query_answers]
+
+
+def _service_families(reports: list[AgentReport], cc: ConsulConfig) -> list[Family]:
+    """Each watched service: its DNS answer against the catalog's healthy instances."""
     answers = Family(
         "dnsfleet_consul_dns_answers", "Distinct addresses in the service's DNS A answer."
     )
@@ -454,37 +478,8 @@ def families(reports: list[AgentReport], cc: ConsulConfig) -> list[Family]:
         "dnsfleet_consul_dns_missing_instances",
         "Instances DNS should serve (per the catalog) that its answer lacks.",
     )
-    prepared = Family(
-        "dnsfleet_consul_prepared_queries",
-        "Prepared queries defined (readable with the configured token).",
-    )
-    leader = Family(
-        "dnsfleet_consul_leader_present", "1 if /v1/status/leader names a leader, 0 if it is empty."
-    )
-    peers = Family("dnsfleet_consul_raft_peers", "Raft peers from /v1/status/peers.")
-    raft_db = Family(
-        "dnsfleet_consul_raft_db_bytes",
-        "Size of <data_dir>/raft/raft.db; the BoltDB file never shrinks.",
-    )
-    info = Family(
-        "dnsfleet_consul_agent_info",
-        "The agent's version, datacenter and node as labels; always 1.",
-    )
     for rep in reports:
         a = rep.agent
-        agent_l = {"agent": a.name}
-        up.add(1.0 if rep.up else 0.0, agent_l)
-        for lk in rep.lookups:
-            labels = {"agent": a.name, "query": lk.query}
-            r = lk.result
-            success.add(1.0 if r.success else 0.0, labels)
-            latency.add(r.duration, labels)
-            query_answers.add(lk.answers, labels)
-            base = labelset(labels)
-            for reason in REASONS:
-                failure.add_raw(
-                    f'{base},reason="{reason.value}"', 1.0 if r.reason is reason else 0.0
-                )
         for svc in cc.services:
             sl = {"agent": a.name, "service": svc.label}
             lk_a = rep.service_dns.get(svc.label)
@@ -502,6 +497,33 @@ def families(reports: list[AgentReport], cc: ConsulConfig) -> list[Family]:
                 )
                 stale.add(c.stale, sl)
                 missing.add(c.missing, sl)
+    return [answers, healthy, stale, missing]
+
+
+def _raft_families(reports: list[AgentReport]) -> list[Family]:
+    """Prepared queries, Raft leader and peers, the Raft database and the agent itself."""
+    prepared = Family(
+        "dnsfleet_consul_prepared_queries",
+        "Prepared queries defined (readable with the configured token).",
+    )
+    leader = Family(
+        "dnsfleet_consul_leader_present", "1 if /v1/status/leader names a leader, 0 if it is empty."
+    )
+    peers = Family("dnsfleet_consul_raft_peers", "Raft peers from /v1/status/peers.")
+    raft_db = Family(
+        "dnsfleet_consul_raft_db_bytes",
+        "Size of <data_dir>/raft/raft.db; the BoltDB file never shrinks.",
+    )
+    raft_db = Family(
+        "dnsfleet_consul_raft_db_bytes",
+        "Size of <data_dir>/raft/raft.db; the BoltDB file never shrinks.",
+    )
+    info = Family(
+        "dnsfleet_consul_agent_info",
+        "The agent's version, datacenter and node as labels; always 1.",
+    )
+    for rep in reports:
+        agent_l = {"agent": rep.agent.name}
         if rep.prepared_queries is not None:
             prepared.add(rep.prepared_queries, agent_l)
         if rep.leader is not None:
@@ -514,29 +536,14 @@ def families(reports: list[AgentReport], cc: ConsulConfig) -> list[Family]:
             info.add(
                 1,
                 {
-                    "agent": a.name,
+                    "agent": rep.agent.name,
                     "version": rep.info.version,
                     "datacenter": rep.info.datacenter,
                     "node": rep.info.node,
                     "server": "true" if rep.info.server else "false",
                 },
             )
-    return [
-        up,
-        success,
-        latency,
-        failure,
-        query_answers,
-        answers,
-        healthy,
-        stale,
-        missing,
-        prepared,
-        leader,
-        peers,
-        raft_db,
-        info,
-    ]
+    return [prepared, leader, peers, raft_db, info]
 
 
 async def collect(ctx: CollectContext) -> list[Family]:

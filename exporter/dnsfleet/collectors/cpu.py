@@ -152,10 +152,22 @@ def collect(fs: HostFS, config: Config) -> list[Family]:
 
 
 def _collect(fs: HostFS) -> list[Family]:
-    fams: list[Family] = []
     cpus = online_cpus(fs)
     idle = read_cpuidle(fs, cpus)
+    pm_qos = _pm_qos_families(fs, idle)
+    driver = fs.read_optional(fs.sys("devices", "system", "cpu", "cpuidle") / "current_driver")
+    return [
+        *pm_qos,
+        *_idle_state_families(idle),
+        *_driver_families(fs, driver),
+        *_governor_families(fs, cpus),
+        *_tuned_families(fs),
+        *_intel_idle_families(fs, driver),
+    ]
 
+
+def _pm_qos_families(fs: HostFS, idle: list[CpuIdle]) -> list[Family]:
+    fams: list[Family] = []
     pm_qos = read_pm_qos(fs)
     if fs.exists(fs.dev("cpu_dma_latency")) or pm_qos is not None:
         fams.append(
@@ -181,43 +193,51 @@ def _collect(fs: HostFS) -> list[Family]:
                     "idle state the PM QoS limits allow, over all CPUs.",
                 ).add(wakeup_latency_us(idle, pm_qos) / US)
             )
+    return fams
 
-    if idle:
-        exit_lat = Family(
-            "dnsfleet_cpuidle_state_exit_latency_seconds",
-            "Exit latency of the idle state (the largest over CPUs).",
-        )
-        enabled = Family(
-            "dnsfleet_cpuidle_state_enabled_cpus", "CPUs on which the idle state is enabled."
-        )
-        residency = Family(
-            "dnsfleet_cpuidle_state_residency_seconds_total",
-            "Time CPUs spent in the idle state, summed over CPUs.",
-            "counter",
-        )
-        entries = Family(
-            "dnsfleet_cpuidle_state_entries_total",
-            "Times CPUs entered the idle state, summed over CPUs.",
-            "counter",
-        )
-        agg: dict[str, list[int]] = {}  # name -> [latency, enabled, time, usage]
-        for c in idle:
-            for s in c.states:
-                a = agg.setdefault(s.name, [0, 0, 0, 0])
-                a[0] = max(a[0], s.latency_us)
-                a[1] += 0 if s.disabled else 1
-                a[2] += s.time_us
-                a[3] += s.usage
-        for name, (lat, en, t, usage) in agg.items():
-            sl = {"state": name}
-            exit_lat.add(lat / US, sl)
-            enabled.add(en, sl)
-            residency.add(t / US, sl)
-            entries.add(usage, sl)
-        fams += [exit_lat, enabled, residency, entries]
 
+def _idle_state_families(idle: list[CpuIdle]) -> list[Family]:
+    fams: list[Family] = []
+    if not idle:
+        return fams
+    exit_lat = Family(
+        "dnsfleet_cpuidle_state_exit_latency_seconds",
+        "Exit latency of the idle state (the largest over CPUs).",
+    )
+    enabled = Family(
+        "dnsfleet_cpuidle_state_enabled_cpus", "CPUs on which the idle state is enabled."
+    )
+    residency = Family(
+        "dnsfleet_cpuidle_state_residency_seconds_total",
+        "Time CPUs spent in the idle state, summed over CPUs.",
+        "counter",
+    )
+    entries = Family(
+        "dnsfleet_cpuidle_state_entries_total",
+        "Times CPUs entered the idle state, summed over CPUs.",
+        "counter",
+    )
+    agg: dict[str, list[int]] = {}  # name -> [latency, enabled, time, usage]
+    for c in idle:
+        for s in c.states:
+            a = agg.setdefault(s.name, [0, 0, 0, 0])
+            a[0] = max(a[0], s.latency_us)
+            a[1] += 0 if s.disabled else 1
+            a[2] += s.time_us
+            a[3] += s.usage
+    for name, (lat, en, t, usage) in agg.items():
+        sl = {"state": name}
+        exit_lat.add(lat / US, sl)
+        enabled.add(en, sl)
+        residency.add(t / US, sl)
+        entries.add(usage, sl)
+    fams += [exit_lat, enabled, residency, entries]
+    return fams
+
+
+def _driver_families(fs: HostFS, driver: str | None) -> list[Family]:
+    fams: list[Family] = []
     cpuidle_dir = fs.sys("devices", "system", "cpu", "cpuidle")
-    driver = fs.read_optional(cpuidle_dir / "current_driver")
     if driver is not None:
         governor = (
             fs.read_optional(cpuidle_dir / "current_governor")
@@ -231,7 +251,11 @@ def _collect(fs: HostFS) -> list[Family]:
                 "idle, no cpuidle states); always 1.",
             ).add(1, {"driver": driver.strip(), "governor": governor.strip()})
         )
+    return fams
 
+
+def _governor_families(fs: HostFS, cpus: list[int]) -> list[Family]:
+    fams: list[Family] = []
     governors: dict[str, int] = {}
     base = str(fs.sys("devices", "system", "cpu"))
     for cpu in cpus:
@@ -243,7 +267,11 @@ def _collect(fs: HostFS) -> list[Family]:
         for g, n in sorted(governors.items()):
             fam.add(n, {"governor": g})
         fams.append(fam)
+    return fams
 
+
+def _tuned_families(fs: HostFS) -> list[Family]:
+    fams: list[Family] = []
     profile = fs.read_optional(fs.root("etc", "tuned", "active_profile"))
     if profile is not None and profile.strip():
         fams.append(
@@ -251,7 +279,11 @@ def _collect(fs: HostFS) -> list[Family]:
                 1, {"profile": profile.strip()}
             )
         )
+    return fams
 
+
+def _intel_idle_families(fs: HostFS, driver: str | None) -> list[Family]:
+    fams: list[Family] = []
     # The module parameter exists whenever intel_idle is built in, also where another
     # driver (acpi_idle, haltpoll) does the work and the parameter means nothing.
     max_cstate = (

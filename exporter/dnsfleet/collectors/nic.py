@@ -20,7 +20,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from dnsfleet.collectors.base import CollectorError, host_collector
-from dnsfleet.collectors.resolver import process_families
 from dnsfleet.config import Config
 from dnsfleet.exposition import Family
 from dnsfleet.hostfs import HostFS, HostReadError, StrPath
@@ -333,3 +332,28 @@ def locality_families(
 
 
 COLLECTOR = host_collector("nic", collect)
+
+
+def process_families(process: str, *, processes: int, cpus: list[int]) -> list[Family]:
+    """Pure: the configured resolver process on this host. ``processes`` carry its name;
+    ``cpus`` are the CPUs the threads of the one with the most threads last ran on."""
+    pl = {"process": process}
+    fams = [
+        Family(
+            "dnsfleet_resolver_processes",
+            "Processes named like the configured resolver process; the thread and "
+            "locality metrics describe the one with the most threads.",
+        ).add(processes, pl),
+        Family(
+            "dnsfleet_resolver_threads",
+            "Threads of the configured resolver process (0: not running); of the one "
+            "with the most threads when several share the name.",
+        ).add(len(cpus), pl),
+    ]
+    if cpus:
+        fams.append(
+            Family(
+                "dnsfleet_resolver_cpus", "Distinct CPUs the resolver's threads last ran on."
+            ).add(len(frozenset(cpus)), pl)
+        )
+    return fams

@@ -1,6 +1,4 @@
-"""Every ``dnsfleet_resolver_*`` family, whichever run produces it (one file per prefix).
-
-- Statistics (the ``resolver_stats`` collector): each target's own counters (unbound
+"""The ``resolver_stats`` collector and its families: each target's own counters (unbound
   remote control, BIND statistics channel, ...), normalised to one set of families whatever
   the software. A resolver whose statistics cannot be read is ``dnsfleet_resolver_stats_up
   0`` with the reason logged; that is the resolver's problem, not the collector's, so the
@@ -8,12 +6,11 @@
   time.up``, BIND ``boot-time``, or its uptime), never from this exporter's process, and
   moves only when :func:`dnsfleet.restarts.judge_start` judges a restart: the judgement of
   each target is kept in the collector state between scrapes.
-- Canary and backend identity (probed with /metrics probes; the model is restarts.py):
-  :func:`canary_families`.
-- The resolver process on this host (the ``nic`` host collector reads it):
-  :func:`process_families`.
 
-``dnsfleet_resolver_capacity_*`` is still emitted by collectors/resolver_capacity.py.
+The other ``dnsfleet_resolver_*`` families sit beside their own producers: the canary and
+backend identity in restarts.py (``canary_families``), the resolver process on this host
+in collectors/nic.py (``process_families``), the recorded capacity in
+collectors/resolver_capacity.py.
 """
 
 from __future__ import annotations
@@ -33,8 +30,6 @@ from dnsfleet.restarts import StartJudgement, StartReading, judge_start
 
 if TYPE_CHECKING:
     import aiohttp
-
-    from dnsfleet.restarts import ResolverWatch
 
 log = logging.getLogger(__name__)
 
@@ -238,91 +233,3 @@ COLLECTOR = Collector(
     run=collect,
     enabled=lambda cfg: any(t.stats is not None for t in cfg.targets),
 )
-
-
-def canary_families(watch: ResolverWatch) -> list[Family]:
-    """Pure: the canary and backend-identity families of :class:`ResolverWatch`'s state
-    (cache resets, restarts and backend changes seen from outside; model in restarts.py)."""
-    ttl = Family(
-        "dnsfleet_resolver_canary_ttl_seconds",
-        "TTL of the canary name in the last answer (counts down while cached).",
-    )
-    resets = Family(
-        "dnsfleet_resolver_cache_resets_total",
-        "Cache resets (flush or restart) seen from outside: the canary TTL went "
-        "up before the cached record could have expired.",
-        "counter",
-    )
-    last = Family(
-        "dnsfleet_resolver_last_cache_reset_timestamp_seconds",
-        "When the last cache reset was seen, seconds since the epoch.",
-    )
-    info = Family(
-        "dnsfleet_resolver_backend_info",
-        "Backend that answered the last probe (EDNS NSID or CHAOS TXT); always 1.",
-    )
-    cached = Family(
-        "dnsfleet_resolver_canary_cached",
-        "1 if the last canary answer came from the resolver's cache, 0 if it "
-        "was authoritative (then its TTL cannot show cache resets).",
-    )
-    usable = Family(
-        "dnsfleet_resolver_canary_usable",
-        "1 if the canary can show cache resets, 0 if not (the reason is in "
-        "dnsfleet_resolver_canary_unusable_reason); nothing is counted while 0.",
-    )
-    why = Family(
-        "dnsfleet_resolver_canary_unusable_reason",
-        "1 for the reason the canary cannot show cache resets; present only "
-        "while dnsfleet_resolver_canary_usable is 0.",
-    )
-    changes = Family(
-        "dnsfleet_resolver_backend_changes_total",
-        "Times the backend identity answering at this address changed "
-        "(not counted on a `backends: pool` target).",
-        "counter",
-    )
-    for st in watch.states.values():
-        c = st.canary
-        has_canary = st.target.module in watch.canary_queries
-        if has_canary:
-            resets.add_raw(st.labels, c.resets)
-            if st.canary_cached is not None:
-                cached.add_raw(st.labels, 1.0 if st.canary_cached else 0.0)
-            if c.ttl is not None:
-                ttl.add_raw(st.labels, c.ttl)
-            if c.last_reset is not None:
-                last.add_raw(st.labels, c.last_reset)
-            if c.baselines or c.unusable is not None:
-                usable.add_raw(st.labels, 0.0 if c.unusable else 1.0)
-            if c.unusable is not None:
-                why.add_raw(join_labels(st.labels, labelset([("reason", c.unusable.value)])), 1.0)
-        if st.backend is not None:
-            info.add_raw(join_labels(st.labels, labelset([("backend", st.backend)])), 1.0)
-            changes.add_raw(st.labels, st.backend_changes)
-    return [ttl, cached, usable, why, resets, last, info, changes]
-
-
-def process_families(process: str, *, processes: int, cpus: list[int]) -> list[Family]:
-    """Pure: the configured resolver process on this host. ``processes`` carry its name;
-    ``cpus`` are the CPUs the threads of the one with the most threads last ran on."""
-    pl = {"process": process}
-    fams = [
-        Family(
-            "dnsfleet_resolver_processes",
-            "Processes named like the configured resolver process; the thread and "
-            "locality metrics describe the one with the most threads.",
-        ).add(processes, pl),
-        Family(
-            "dnsfleet_resolver_threads",
-            "Threads of the configured resolver process (0: not running); of the one "
-            "with the most threads when several share the name.",
-        ).add(len(cpus), pl),
-    ]
-    if cpus:
-        fams.append(
-            Family(
-                "dnsfleet_resolver_cpus", "Distinct CPUs the resolver's threads last ran on."
-            ).add(len(frozenset(cpus)), pl)
-        )
-    return fams

@@ -12,7 +12,7 @@ from dnsfleet.config.reader import Node, quote
 DEFAULT_DNS_PORT = 53
 
 
-def parse_address(text: str, *, default_port: int = DEFAULT_DNS_PORT) -> tuple[str, int, int]:
+def parse_address(text: str, *, default_port: int = DEFAULT_DNS_PORT) -> tuple[str, int, int]:  # noqa: C901 (one address grammar, read in one pass)
     """``127.0.0.1``, ``127.0.0.1:5353``, ``::1``, ``[::1]:5353``, ``[fe80::1%eth0]:53`` ->
     (ip, port, scope_id). Raises ValueError with a reason. Names are not resolved: a monitor
     that depends on DNS to find its DNS servers fails exactly when it is needed."""

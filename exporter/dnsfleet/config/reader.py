@@ -421,7 +421,7 @@ def compose_yaml(text: str) -> yaml.Node | None:
         loader.dispose()
 
 
-def _compose(loader: Any) -> yaml.Node | None:
+def _compose(loader: Any) -> yaml.Node | None:  # noqa: C901, PLR0912, PLR0915 (the bounded composer: one loop over parser events)
     ev = yaml.events
     scalar_event, alias_event = ev.ScalarEvent, ev.AliasEvent
     mapping_start, sequence_start = ev.MappingStartEvent, ev.SequenceStartEvent

@@ -89,7 +89,7 @@ def mode_from_proc(text: str) -> str:
     raise ValueError(f"unknown bonding mode {text[:60]!r}")
 
 
-def parse_bond_proc(name: str, text: str) -> Bond:
+def parse_bond_proc(name: str, text: str) -> Bond:  # noqa: C901, PLR0912, PLR0915 (one pass over the file's line grammar)
     what = f"bonding/{name}"
     mode: str | None = None
     active: str | None = None

@@ -148,7 +148,7 @@ def _words(text: str) -> list[str]:
     return [w for w in re.split(r"[ \t]+", text) if w]
 
 
-def parse_resolv_conf(text: str) -> ResolvConf:
+def parse_resolv_conf(text: str) -> ResolvConf:  # noqa: C901, PLR0912, PLR0915 (one pass, as glibc's res_init reads the file)
     servers: list[Nameserver] = []
     search: tuple[str, ...] = ()
     problems: list[Problem] = []

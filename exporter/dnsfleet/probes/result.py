@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
@@ -27,6 +28,20 @@ class Reason(StrEnum):
 
 
 REASONS: tuple[Reason, ...] = tuple(Reason)
+
+
+UNREACHABLE_ERRNOS = frozenset(
+    {errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN, errno.EHOSTDOWN, errno.EADDRNOTAVAIL}
+)
+
+
+def classify_oserror(e: OSError) -> Reason:
+    """The reason a socket error gives a probe, whichever transport raised it."""
+    if isinstance(e, ConnectionRefusedError) or e.errno == errno.ECONNREFUSED:
+        return Reason.REFUSED
+    if e.errno in UNREACHABLE_ERRNOS:
+        return Reason.UNREACHABLE
+    return Reason.NETWORK_ERROR
 
 
 @dataclass(frozen=True, slots=True)

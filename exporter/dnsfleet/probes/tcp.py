@@ -8,8 +8,7 @@ import socket
 import time
 
 from dnsfleet.dnswire import Malformed, Query, header_id, parse_response
-from dnsfleet.probes.result import Exchange, Reason
-from dnsfleet.probes.udp import classify_oserror
+from dnsfleet.probes.result import Exchange, Reason, classify_oserror
 
 
 async def _read_exactly(

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import _socket
 import asyncio
-import errno
 import heapq
 import os
 import select
@@ -30,13 +29,10 @@ import weakref
 from collections.abc import Callable, Sequence
 
 from dnsfleet.dnswire import Malformed, Query, parse_response
-from dnsfleet.probes.result import Exchange, Reason
+from dnsfleet.probes.result import Exchange, Reason, classify_oserror
 
 MAX_DATAGRAM = 65535
 _DGRAM_NONBLOCK = socket.SOCK_DGRAM | socket.SOCK_NONBLOCK
-UNREACHABLE_ERRNOS = frozenset(
-    {errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN, errno.EHOSTDOWN, errno.EADDRNOTAVAIL}
-)
 
 
 class _Mux:
@@ -89,14 +85,6 @@ def _mux(loop: asyncio.AbstractEventLoop) -> _Mux:
     if mux is None:
         mux = _MUXES[loop] = _Mux(loop)
     return mux
-
-
-def classify_oserror(e: OSError) -> Reason:
-    if isinstance(e, ConnectionRefusedError) or e.errno == errno.ECONNREFUSED:
-        return Reason.REFUSED
-    if e.errno in UNREACHABLE_ERRNOS:
-        return Reason.UNREACHABLE
-    return Reason.NETWORK_ERROR
 
 
 Sockaddr = tuple[str, int] | tuple[str, int, int, int]

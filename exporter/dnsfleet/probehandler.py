@@ -2,7 +2,9 @@
 
 As blackbox_exporter keeps them in ``prober/handler.go``, the rules live here and not in the
 HTTP layer: a request's parameters go in, a probe result or a refusal comes out, and
-``web.py`` only maps a refusal's kind to a status code.
+``web.py`` only maps a refusal's kind to a status code. The handler sees the exporter
+through :class:`ProbeService` (the configuration, the budget, the cap and one probe), so it
+depends only on layers below ``app`` (docs/design.md, Code layout).
 
 - ``target`` is an IP literal (never a name to resolve: the exporter would probe whatever
   the name resolves to today), optionally with a port and an IPv6 zone.
@@ -20,18 +22,33 @@ import enum
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import dns.exception
 
-from dnsfleet.config import Config, Target, parse_address
-from dnsfleet.exposition import format_value, render
-from dnsfleet.prober import probe_result_families
-from dnsfleet.probes import REASONS, ProbeResult, Reason
+from dnsfleet.config import Config, Module, Target, parse_address
+from dnsfleet.probes import ProbeResult
 
-if TYPE_CHECKING:
-    from dnsfleet.app import Exporter
+
+class ProbeService(Protocol):
+    """What the /probe rules need of the exporter (``app.Exporter`` provides it)."""
+
+    @property
+    def config(self) -> Config: ...
+
+    def scrape_budget(self, header_timeout: float | None) -> float: ...
+
+    def max_concurrent_probes(self, cfg: Config | None = None) -> int: ...
+
+    async def probe_one(
+        self,
+        target: Target,
+        module: Module,
+        timeout: float,
+        *,
+        qname: str | None = None,
+        qtype: str | None = None,
+    ) -> ProbeResult: ...
 
 
 class Refusal(enum.Enum):
@@ -59,7 +76,7 @@ EndpointKey = tuple[str, int, int]
 class ProbeHandler:
     """Applies the /probe rules and runs the probe; keeps the count of probes in flight."""
 
-    def __init__(self, exp: Exporter) -> None:
+    def __init__(self, exp: ProbeService) -> None:
         self.exp = exp
         self.in_flight = 0
         self._parsed: dict[str, Parsed] = {}
@@ -163,30 +180,3 @@ class ProbeHandler:
             return Refused(Refusal.INVALID, f"invalid query: {e}")
         finally:
             self.in_flight -= 1
-
-
-@lru_cache(maxsize=len(REASONS) + 1)
-def _template(reason: Reason | None) -> str:
-    """The /probe exposition for a result with ``reason``, rendered once by the code that
-    renders /metrics, with its three numbers left as format fields."""
-    sentinel = ProbeResult(
-        success=reason is None,
-        reason=reason,
-        duration=123456.25,
-        rcode=987654,
-        answer_rrs=876543,
-        detail="",
-    )
-    text = render(probe_result_families([("", sentinel)]))
-    text = text.replace("{", "{{").replace("}", "}}")
-    for value, name in (("123456.25", "duration"), ("987654", "rcode"), ("876543", "answers")):
-        assert text.count(value) == 1, value
-        text = text.replace(value, "{" + name + "}")
-    return text
-
-
-def probe_exposition(result: ProbeResult) -> str:
-    """/probe output: the per-probe gauges without target labels."""
-    return _template(result.reason).format(
-        duration=format_value(result.duration), rcode=result.rcode, answers=result.answer_rrs
-    )

@@ -1,0 +1,193 @@
+"""What the status page shows, kept from each scrape: the last :class:`Snapshot` of the
+families the page reads (named in :class:`Kept`, the one table that ties the page to metric
+names) and the :class:`History` of restarts and cache resets found by comparing one snapshot
+with the next. ``app`` keeps both and builds the page's view; ``statuspage`` renders it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from dnsfleet.exposition import Family
+
+EVENTS_PER_TARGET = 5
+
+
+class Kept(enum.StrEnum):
+    """The families a snapshot keeps, by name: the one place the status page's data is
+    tied to metric names; the page reads nothing else from a scrape. Names another part of
+    the exporter may not emit (a collector that is off, a resolver family without the
+    counter) are simply absent."""
+
+    STATS_UP = "dnsfleet_resolver_stats_up"
+    START_TIME = "dnsfleet_resolver_start_time_seconds"
+    INFO = "dnsfleet_resolver_info"
+    QUERIES = "dnsfleet_resolver_queries_total"
+    CACHE_HITS = "dnsfleet_resolver_cache_hits_total"
+    CACHE_MISSES = "dnsfleet_resolver_cache_misses_total"
+    CAPACITY = "dnsfleet_resolver_capacity_qps"
+    CAPACITY_LOWER_BOUND = "dnsfleet_resolver_capacity_lower_bound"
+    BACKEND = "dnsfleet_resolver_backend_info"
+    CACHE_RESETS = "dnsfleet_resolver_cache_resets_total"
+    LAST_CACHE_RESET = "dnsfleet_resolver_last_cache_reset_timestamp_seconds"
+    CANARY_CACHED = "dnsfleet_resolver_canary_cached"
+    CANARY_USABLE = "dnsfleet_resolver_canary_usable"
+    CANARY_UNUSABLE_REASON = "dnsfleet_resolver_canary_unusable_reason"
+    CANARY_TTL = "dnsfleet_resolver_canary_ttl_seconds"
+    STUB_DELAY = "dnsfleet_stub_expected_delay_seconds"
+    STUB_FAILING = "dnsfleet_stub_resolution_failing"
+    STUB_NAMESERVERS = "dnsfleet_stub_nameservers"
+    STUB_NAMESERVER_UP = "dnsfleet_stub_nameserver_up"
+    STUB_READABLE = "dnsfleet_stub_resolv_conf_readable"
+    COLLECTOR_SUCCESS = "dnsfleet_collector_success"
+    COLLECTOR_DURATION = "dnsfleet_collector_duration_seconds"
+
+
+KEPT = frozenset(Kept)
+
+Labels = dict[str, str]
+
+
+def parse_labels(text: str) -> Labels:
+    """Pure: ``a="1",b="x\\"y"`` (as :func:`dnsfleet.exposition.labelset` renders) -> dict."""
+    out: Labels = {}
+    i, n = 0, len(text)
+    while i < n:
+        eq = text.index("=", i)
+        key = text[i:eq]
+        j = eq + 2  # past ="
+        buf: list[str] = []
+        while text[j] != '"':
+            if text[j] == "\\":
+                j += 1
+                buf.append("\n" if text[j] == "n" else text[j])
+            else:
+                buf.append(text[j])
+            j += 1
+        out[key] = "".join(buf)
+        i = j + 2  # past ",
+    return out
+
+
+@dataclass(frozen=True)
+class Sample:
+    labels: Labels
+    value: float
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one scrape left for the page: when, how long, and the kept families."""
+
+    wall: float
+    duration: float
+    families: Mapping[str, tuple[Sample, ...]]
+
+    @classmethod
+    def of(cls, families: Iterable[object], *, wall: float, duration: float) -> Snapshot:
+        kept: dict[str, list[Sample]] = {}
+        for fam in families:
+            if isinstance(fam, Family) and fam.name in KEPT:
+                kept.setdefault(fam.name, []).extend(
+                    Sample(parse_labels(lab), v) for suffix, lab, v in fam.samples if not suffix
+                )
+        return cls(wall, duration, {k: tuple(v) for k, v in kept.items()})
+
+    def get(self, name: str) -> tuple[Sample, ...]:
+        return tuple(self.families.get(name, ()))
+
+    def by_target(self, name: str) -> dict[str, list[Sample]]:
+        out: dict[str, list[Sample]] = {}
+        for s in self.get(name):
+            out.setdefault(s.labels.get("target", ""), []).append(s)
+        return out
+
+
+@dataclass(frozen=True)
+class Event:
+    wall: float
+    what: str
+
+
+@dataclass
+class History:
+    """Restarts and cache resets per target, found by comparing consecutive snapshots."""
+
+    events: dict[str, deque[Event]] = field(default_factory=dict)
+    qps: dict[str, float] = field(default_factory=dict)
+    hit_ratio: dict[str, float] = field(default_factory=dict)
+    previous: Snapshot | None = None
+
+    def update(self, snap: Snapshot, targets: Iterable[str]) -> None:
+        prev = self.previous
+        if prev is not None:
+            self._compare(prev, snap)
+        self.previous = snap
+        keep = set(targets)
+        for gone in [t for t in self.events if t not in keep]:
+            del self.events[gone]
+        for gone in [t for t in self.qps if t not in keep]:
+            del self.qps[gone]
+        for gone in [t for t in self.hit_ratio if t not in keep]:
+            del self.hit_ratio[gone]
+
+    def _compare(self, prev: Snapshot, snap: Snapshot) -> None:
+        before = {t: s[0].value for t, s in prev.by_target(Kept.START_TIME).items()}
+        for t, samples in snap.by_target(Kept.START_TIME).items():
+            old = before.get(t)
+            if old is not None and samples[0].value != old:
+                self._add(t, Event(samples[0].value, "restarted (start time changed)"))
+        resets_before = {
+            (s.labels.get("target", ""), s.labels.get("module", "")): s.value
+            for s in prev.get(Kept.CACHE_RESETS)
+        }
+        last_reset = {
+            (s.labels.get("target", ""), s.labels.get("module", "")): s.value
+            for s in snap.get(Kept.LAST_CACHE_RESET)
+        }
+        for s in snap.get(Kept.CACHE_RESETS):
+            key = (s.labels.get("target", ""), s.labels.get("module", ""))
+            old = resets_before.get(key)
+            if old is not None and s.value > old:
+                self._add(
+                    key[0],
+                    Event(
+                        last_reset.get(key, snap.wall),
+                        f"cache reset seen by the canary (module {key[1]})",
+                    ),
+                )
+        queries_before = {t: s[0].value for t, s in prev.by_target(Kept.QUERIES).items()}
+        dt = snap.wall - prev.wall
+        for t, samples in snap.by_target(Kept.QUERIES).items():
+            old = queries_before.get(t)
+            if old is not None and dt > 0 and samples[0].value >= old:
+                self.qps[t] = (samples[0].value - old) / dt
+            else:
+                self.qps.pop(t, None)  # a counter reset: no rate across it
+
+        # Cache-hit ratio between the two scrapes, as target:..._cache_hit:ratio_rate5m
+        # computes it (hits / (hits + misses)); absent without traffic or across a reset.
+        def delta(name: str) -> dict[str, float]:
+            old = {t: s[0].value for t, s in prev.by_target(name).items()}
+            return {
+                t: s[0].value - old[t]
+                for t, s in snap.by_target(name).items()
+                if t in old and s[0].value >= old[t]
+            }
+
+        hits, misses = (
+            delta(Kept.CACHE_HITS),
+            delta(Kept.CACHE_MISSES),
+        )
+        self.hit_ratio = {
+            t: hits[t] / (hits[t] + misses[t])
+            for t in hits
+            if t in misses and hits[t] + misses[t] > 0
+        }
+
+    def _add(self, target: str, event: Event) -> None:
+        q = self.events.setdefault(target, deque(maxlen=EVENTS_PER_TARGET))
+        q.append(event)
