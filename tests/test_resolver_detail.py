@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from dnsfleet.collectors.resolver_detail import detail_families
+from dnsfleet.collectors.resolver import detail_families
 from dnsfleet.parsers.bind import parse_bind_server
 from dnsfleet.parsers.promtext import parse_prometheus_text, parse_resolver_metrics
 from dnsfleet.parsers.resolver import ResolverStats

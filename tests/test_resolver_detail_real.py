@@ -38,7 +38,7 @@ from tests.harness import gotools
 from tests.harness.metrics import Samples, matching, of, samples
 from tests.harness.process import HttpOk, ManagedProcess
 from tests.harness.resolverfamilies import Dnsdist, Kresd, PdnsRecursor, wait_http
-from tests.harness.servers import Blackhole, Unbound, _stop, wait_dns
+from tests.harness.servers import Blackhole, Unbound, wait_dns
 from tests.harness.statslab import (
     RRL_SOURCE,
     AuthServer,
@@ -279,7 +279,7 @@ def bind_exporter(
         p.wait_until(HttpOk(url))
         yield url
     finally:
-        _stop(p)
+        p.stop(timeout=10)
 
 
 def test_bind_equals_bind_exporter(bind_loaded: BindResolver, bind_exporter: str) -> None:
@@ -664,7 +664,7 @@ def coredns_loaded(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         )
         yield c
     finally:
-        _stop(p)
+        p.stop(timeout=10)
 
 
 def test_coredns(coredns_loaded: CoreDNS, lab: Lab) -> None:

@@ -12,10 +12,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Self, TypeVar
 
-from tests.harness.process import ManagedProcess
-from tests.harness.servers import _stop, wait_dns
+from tests.harness.process import Daemon, ManagedProcess
+from tests.harness.servers import wait_dns
 from tests.harness.tools import binary, free_port
 
 SIGNED = ("example.test", "bogus.test")
@@ -120,25 +120,23 @@ def spawn_named(conf: Path, what: str, port: int, name: str, qtype: str) -> Mana
     try:
         wait_dns("127.0.0.1", port, name, qtype)
     except RuntimeError:
-        _stop(managed)
+        managed.stop(timeout=10)
         raise RuntimeError(f"{what} did not start:\n{managed.output()}") from None
     return managed
 
 
 @dataclass
-class AuthServer:
+class AuthServer(Daemon):
     """BIND authoritative for the lab zones."""
 
-    workdir: Path
     port: int = 0
-    managed: ManagedProcess | None = None
     ds: dict[str, str] = field(default_factory=dict)
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self) -> AuthServer:
+    def start(self) -> Self:
         self.ds = sign_zones(self.workdir)
         self.port = self.port or free_port()
         zones = "\n".join(
@@ -160,24 +158,18 @@ controls {{ }};
         )
         return self
 
-    def stop(self) -> None:
-        _stop(self.managed)
-        self.managed = None
-
 
 @dataclass
-class BindResolver:
+class BindResolver(Daemon):
     """BIND as a validating resolver: forward-only zones to the lab, trust anchors for the
     two signed zones only (no root anchor: everything else is insecure), response rate
     limiting for one client (RRL_SOURCE) so that RRL drops are counted, the statistics
     channel on."""
 
-    workdir: Path
-    forwards: dict[str, str]  # zone -> "127.0.0.1:port"
-    ds: dict[str, str]
+    forwards: dict[str, str] = field(default_factory=dict)  # zone -> "127.0.0.1:port"
+    ds: dict[str, str] = field(default_factory=dict)
     port: int = 0
     stats_port: int = 0
-    managed: ManagedProcess | None = None
 
     @property
     def address(self) -> str:
@@ -191,7 +183,7 @@ class BindResolver:
     def pid_file(self) -> Path:
         return self.workdir / "named.pid"
 
-    def start(self) -> BindResolver:
+    def start(self) -> Self:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = self.port or free_port()
         self.stats_port = self.stats_port or free_port()
@@ -229,10 +221,6 @@ statistics-channels {{ inet 127.0.0.1 port {self.stats_port} allow {{ 127.0.0.1;
 """)
         self.managed = spawn_named(conf, "named (lab resolver)", self.port, "www.example.test", "A")
         return self
-
-    def stop(self) -> None:
-        _stop(self.managed)
-        self.managed = None
 
 
 # The query mix: every qtype of the normalised set and a few outside it, hits, unique
