@@ -400,7 +400,7 @@ def resolver_detail() -> dash.Dashboard:
     d = variables(d, target=True)
     d = restart_annotations(d, RESOLVER)
     rate = "[$__rate_interval]"
-    return (
+    return resolver_stats_panels(
         d.with_panel(
             ts(
                 "Queries per second",
@@ -530,6 +530,90 @@ def resolver_detail() -> dash.Dashboard:
                     f"{{{RESOLVER}}}[1h]))",
                     "{{target}}",
                 ),
+            )
+        )
+    )
+
+
+def resolver_stats_panels(d: dash.Dashboard) -> dash.Dashboard:
+    """What unbound_exporter's and bind_exporter's dashboards chart, from the normalised
+    families: the resolver's own latency, upstream round trips, drops and DNSSEC."""
+    rate = "[$__rate_interval]"
+
+    def quantiles(family: str) -> list[prometheus.Dataquery]:
+        # Per target: bucket bounds differ by software, never mix them in one quantile.
+        return [
+            query(
+                f"histogram_quantile({q}, sum by (target, le) (rate({family}_bucket"
+                f"{{{RESOLVER}}}{rate})))",
+                f"p{int(q * 100)} {{{{target}}}}",
+            )
+            for q in (0.5, 0.9, 0.99)
+        ]
+
+    return (
+        d.with_panel(
+            ts(
+                "Response latency (resolver's own)",
+                "Time the resolver took to answer clients, as it measures it, with its own "
+                "bucket bounds. unbound counts cache-miss replies only; BIND counts none "
+                "(see docs/metrics.md).",
+                "s",
+                *quantiles("dnsfleet_resolver_response_latency_seconds"),
+            )
+        )
+        .with_panel(
+            ts(
+                "Upstream round-trip time",
+                "Round trips of the resolver's queries to authoritative servers, as the "
+                "resolver counts them (BIND, PowerDNS Recursor, CoreDNS).",
+                "s",
+                *quantiles("dnsfleet_resolver_upstream_rtt_seconds"),
+            )
+        )
+        .with_panel(
+            ts(
+                "Queries dropped by reason",
+                "Client queries the resolver dropped or refused per second: rate_limit, "
+                "overload (out of recursion slots), policy, acl, malformed; and upstream "
+                "timeouts.",
+                "reqps",
+                query(
+                    "sum by (target, reason) (rate(dnsfleet_resolver_queries_dropped_total"
+                    f"{{{RESOLVER}}}{rate}))",
+                    "{{target}} {{reason}}",
+                ),
+                query(
+                    "sum by (target) (rate(dnsfleet_resolver_upstream_timeouts_total"
+                    f"{{{RESOLVER}}}{rate}))",
+                    "{{target}} upstream timeouts",
+                ),
+                stack=True,
+            )
+        )
+        .with_panel(
+            ts(
+                "DNSSEC validation",
+                "Validation results per second (secure, insecure, bogus, indeterminate); "
+                "answers or validations depending on the software (docs/metrics.md). "
+                "Bogus answers reach clients as SERVFAIL.",
+                "reqps",
+                query(
+                    "sum by (target, result) (rate(dnsfleet_resolver_dnssec_answers_total"
+                    f"{{{RESOLVER}}}{rate}))",
+                    "{{target}} {{result}}",
+                ),
+            )
+        )
+        .with_panel(
+            ts(
+                "Recursions in flight",
+                "Client queries waiting for recursion, and the resolver's limit where it "
+                "states it (unbound: num-queries-per-thread x threads).",
+                "short",
+                query(f"dnsfleet_resolver_recursions_in_flight{{{RESOLVER}}}", "{{target}}"),
+                query(f"dnsfleet_resolver_recursions_limit{{{RESOLVER}}}", "{{target}} limit"),
+                min_val=0,
             )
         )
     )

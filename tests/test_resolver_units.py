@@ -628,12 +628,27 @@ def test_a_run_failing_from_its_first_bucket_records_nothing(
     from dnsfleet import capacitytest as capacity
 
     out = parse_resperf((FIX / "resperf_output.txt").read_text())
+
+    def plot(*rows: tuple[float, float]) -> tuple[PlotPoint, ...]:
+        """(sent, served) per bucket, on schedule."""
+        return tuple(PlotPoint(0.5 * i, s, s, r, 0.0) for i, (s, r) in enumerate(rows, 1))
+
+    def result(points: tuple[PlotPoint, ...], cap: PlotCapacity) -> capacity.RunResult:
+        # resperf had the whole core while it sent (its CPU time equals the sending time).
+        sending = 0.5 * len(points) + 0.5
+        return capacity.RunResult(
+            result=out,
+            plot=cap,
+            command=("resperf",),
+            points=points,
+            client_cpu_seconds=sending,
+            wall_seconds=sending,
+        )
+
     monkeypatch.setattr(
         capacity,
         "run_resperf",
-        lambda **_: capacity.RunResult(
-            result=out, plot=PlotCapacity(0.0, 0.0, True), command=("resperf",)
-        ),
+        lambda **_: result(plot((100, 50), (200, 90), (300, 100)), PlotCapacity(0.0, 0.0, True)),
     )
     qf = QueryFile(path="/q", count=1, sha256="")
     with pytest.raises(RuntimeError, match="from the first bucket on"):
@@ -650,8 +665,9 @@ def test_a_run_failing_from_its_first_bucket_records_nothing(
     monkeypatch.setattr(
         capacity,
         "run_resperf",
-        lambda **_: capacity.RunResult(
-            result=out, plot=PlotCapacity(900.0, 0.5, True), command=("resperf",)
+        lambda **_: result(
+            plot((500, 500), (904.5, 900), (1500, 1000), (2000, 1000)),
+            PlotCapacity(900.0, 0.5, True),
         ),
     )
     m = capacity.measure(

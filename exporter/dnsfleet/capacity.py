@@ -27,6 +27,36 @@ KINDS = ("hit", "miss")
 LIMITS = ("loss", "ramp", "client", "unknown")
 
 
+# Why a measurement is no capacity (capacityruns.py): the sending client set the limit, the
+# repeats disagree, or the miss figure is above the hit one.
+CONTRADICTIONS = ("client_bound", "spread", "miss_above_hit")
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """One resperf run as recorded in the state file."""
+
+    capacity_qps: float  # best served rate before the sustained loss limit
+    limit: str  # "loss", "ramp" or "client" (the client set it: not a capacity)
+    lost_percent: float  # lost or failed, in the bucket of that rate
+    loss_spikes: int  # single buckets over the loss limit that were not sustained
+    fell_behind: bool
+    client_cpu_seconds: float  # resperf's user + system time
+    wall_seconds: float  # the whole run, the -t wait for late answers included
+    send_seconds: float = 0.0  # until the last bucket that sent (0: the whole run)
+    queries_sent: int = 0
+    queries_completed: int = 0
+    resperf_max_qps: float = 0.0
+
+    @property
+    def client_cpu_share(self) -> float:
+        return cpu_share(self.client_cpu_seconds, self.send_seconds or self.wall_seconds)
+
+
+def cpu_share(cpu: float, seconds: float) -> float:
+    return cpu / seconds if seconds > 0 else 0.0
+
+
 @dataclass(frozen=True, slots=True)
 class QueryFile:
     """The query file a run sent, kept beside the state file so the run can be repeated
@@ -54,6 +84,11 @@ class Measurement:
     resperf_max_qps: float = 0.0  # resperf's own "Maximum throughput" (SERVFAILs counted)
     resperf: tuple[str, ...] = ()
     queries: QueryFile | None = None
+    # The repeats (capacityruns.py): every run, the spread of the figures the resolver
+    # limited, and what contradicts the figure; with a contradiction it is no capacity.
+    runs: tuple[RunRecord, ...] = ()
+    spread: float | None = None
+    contradictions: tuple[str, ...] = ()
 
 
 def effective_capacity(hit_ratio: float, c_hit: float, c_miss: float) -> float:
@@ -89,6 +124,11 @@ def _measurement(kind: str, m: Any) -> Measurement:
     capacity = float(m["capacity_qps"])
     if not math.isfinite(capacity) or capacity < 0:
         raise ValueError(f"capacity_qps {capacity!r} is not a finite non-negative number")
+    contradictions = tuple(str(c) for c in m.get("contradictions", ()))
+    for c in contradictions:
+        if c not in CONTRADICTIONS:
+            raise ValueError(f"contradiction {c!r} is not one of {', '.join(CONTRADICTIONS)}")
+    spread = m.get("spread")
     return Measurement(
         kind=kind,
         capacity_qps=capacity,
@@ -104,6 +144,27 @@ def _measurement(kind: str, m: Any) -> Measurement:
         resperf_max_qps=float(m.get("resperf_max_qps", 0.0)),
         resperf=tuple(str(a) for a in m.get("resperf", ())),
         queries=queries,
+        runs=tuple(_run(r) for r in m.get("runs", ())),
+        spread=None if spread is None else float(spread),
+        contradictions=contradictions,
+    )
+
+
+def _run(r: Any) -> RunRecord:
+    if not isinstance(r, dict):
+        raise TypeError("runs: expected objects")
+    return RunRecord(
+        capacity_qps=float(r["capacity_qps"]),
+        limit=str(r["limit"]),
+        lost_percent=float(r["lost_percent"]),
+        loss_spikes=int(r["loss_spikes"]),
+        fell_behind=bool(r["fell_behind"]),
+        client_cpu_seconds=float(r["client_cpu_seconds"]),
+        wall_seconds=float(r["wall_seconds"]),
+        send_seconds=float(r.get("send_seconds", 0.0)),
+        queries_sent=int(r.get("queries_sent", 0)),
+        queries_completed=int(r.get("queries_completed", 0)),
+        resperf_max_qps=float(r.get("resperf_max_qps", 0.0)),
     )
 
 
@@ -161,6 +222,9 @@ def format_state(state: Mapping[str, Mapping[str, Measurement]]) -> str:
         del d["kind"]
         if m.queries is None:
             del d["queries"]
+        for r, run in zip(d.get("runs", ()), m.runs, strict=True):
+            # Recorded for the reader of the file; derived, so not read back.
+            r["client_cpu_share"] = round(run.client_cpu_share, 3)
         return d
 
     doc: dict[str, Any] = {

@@ -30,6 +30,7 @@ import argparse
 import hashlib
 import math
 import os
+import resource
 import secrets
 import shutil
 import subprocess
@@ -37,7 +38,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import dns.exception
 import dns.message
@@ -46,15 +46,17 @@ import dns.query
 import dns.rcode
 import dns.rdatatype
 
-from dnsfleet.capacity import KINDS, Measurement, QueryFile, atomic_file, record
-from dnsfleet.config import Endpoint
-from dnsfleet.parsers.resperf import (
-    PlotCapacity,
-    ResperfResult,
-    capacity_from_plot,
-    parse_plot,
-    parse_resperf,
+from dnsfleet.capacity import KINDS, Measurement, QueryFile, atomic_file, read_state, record
+from dnsfleet.capacityruns import (
+    MIN_CLIENT_CPU_SHARE,
+    RunOutput,
+    cross_check,
+    describe,
+    measure_runs,
+    warning,
 )
+from dnsfleet.config import Endpoint
+from dnsfleet.parsers.resperf import capacity_from_plot, parse_plot, parse_resperf
 
 # More unique names than this would make a query file of gigabytes: ask for a shorter ramp.
 MAX_MISS_NAMES = 20_000_000
@@ -160,11 +162,7 @@ def resperf_command(
     return cmd
 
 
-@dataclass(frozen=True, slots=True)
-class RunResult:
-    result: ResperfResult  # resperf's summary (its figure counts SERVFAIL as served)
-    plot: PlotCapacity  # the figure from the plot, failures counted as lost
-    command: tuple[str, ...]
+RunResult = RunOutput  # one resperf run (capacityruns.py judges it)
 
 
 def run_resperf(
@@ -182,9 +180,15 @@ def run_resperf(
             max_loss=max_loss,
             repeat=repeat,
         )
+        # This command runs one child at a time: the children's rusage delta is resperf's.
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.monotonic()
         proc = subprocess.run(
             cmd, capture_output=True, text=True, timeout=ramp + 60, check=False, cwd=tmp
         )
+        wall = time.monotonic() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         if proc.returncode != 0:
             raise RuntimeError(
                 f"resperf exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-500:]}"
@@ -195,6 +199,9 @@ def run_resperf(
         result=parse_resperf(proc.stdout),
         plot=capacity_from_plot(points, max_loss),
         command=tuple(cmd),
+        points=points,
+        client_cpu_seconds=cpu,
+        wall_seconds=wall,
     )
 
 
@@ -246,38 +253,30 @@ def measure(
     max_qps: int,
     ramp: int,
     max_loss: float,
+    runs: int = 1,
+    min_client_cpu: float = MIN_CLIENT_CPU_SHARE,
 ) -> Measurement:
-    run = run_resperf(
-        host=host,
-        port=port,
-        datafile=datafile,
+    """``runs`` resperf runs of one kind, judged and summed up (capacityruns.py)."""
+
+    def once() -> RunOutput:
+        return run_resperf(
+            host=host,
+            port=port,
+            datafile=datafile,
+            max_qps=max_qps,
+            ramp=ramp,
+            max_loss=max_loss,
+            repeat=kind == "hit",
+        )
+
+    return measure_runs(
+        kind,
+        once,
+        runs=runs,
         max_qps=max_qps,
         ramp=ramp,
         max_loss=max_loss,
-        repeat=kind == "hit",
-    )
-    r, plot = run.result, run.plot
-    if plot.limit_reached and plot.capacity_qps == 0:
-        raise RuntimeError(
-            f"the {kind} run lost or failed more than {max_loss:g}% of its queries from the "
-            "first bucket on: no capacity to record (is the resolver answering? else start "
-            "lower: a smaller --max-qps or a longer --ramp)"
-        )
-    limit = "loss" if plot.limit_reached else "client" if r.fell_behind else "ramp"
-    return Measurement(
-        kind=kind,
-        capacity_qps=plot.capacity_qps,
-        lower_bound=not plot.limit_reached,
-        limit=limit,
-        measured_at=time.time(),
-        lost_percent=plot.unserved_percent,
-        max_loss_percent=max_loss,
-        resperf_max_qps=r.max_qps,
-        max_qps_offered=max_qps,
-        ramp_seconds=ramp,
-        queries_sent=r.queries_sent,
-        queries_completed=r.queries_completed,
-        resperf=run.command,
+        min_client_cpu=min_client_cpu,
         queries=queries,
     )
 
@@ -288,21 +287,6 @@ def measure(
 def _fail(msg: str, code: int = 2) -> int:
     print(f"dnsfleet capacity-test: {msg}", file=sys.stderr)
     return code
-
-
-def _describe(m: Measurement) -> str:
-    bound = {
-        "loss": f"the loss passed {m.max_loss_percent:g}% above it",
-        "ramp": f"a LOWER BOUND: the loss never passed {m.max_loss_percent:g}% up to the end "
-        f"of the ramp (raise --max-qps above {m.max_qps_offered})",
-        "client": "a LOWER BOUND: resperf fell behind its schedule (the sending host is the "
-        "limit; run it from a bigger host or several)",
-    }.get(m.limit, "")
-    return (
-        f"{m.kind} capacity {m.capacity_qps:.0f} qps answered (resperf's figure, failures "
-        f"included: {m.resperf_max_qps:.0f}), {m.lost_percent:.2f}% lost or failed at that "
-        f"point; {bound}"
-    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -322,6 +306,8 @@ def main(args: argparse.Namespace) -> int:
         return _fail(f"--miss-type: unknown query type {args.miss_type!r}")
     if args.max_qps < 1 or args.ramp < 1 or not 0 <= args.max_loss <= 100:
         return _fail("--max-qps and --ramp must be positive, --max-loss within 0..100")
+    if not 1 <= args.runs <= 20 or not 0 <= args.min_client_cpu <= 1:
+        return _fail("--runs within 1..20, --min-client-cpu within 0..1")
     names = miss_name_count(args.max_qps, args.ramp)
     if "miss" in kinds and names > MAX_MISS_NAMES:
         return _fail(
@@ -330,7 +316,8 @@ def main(args: argparse.Namespace) -> int:
         )
     host, port, key = endpoint.host, endpoint.port, endpoint.key()
     plan = (
-        f"resperf against {key} ({' and '.join(f'cache-{k}' for k in kinds)}): ramp to "
+        f"resperf against {key} ({' and '.join(f'cache-{k}' for k in kinds)}, "
+        f"{args.runs} run{'s' if args.runs > 1 else ''} each): ramp to "
         f"{args.max_qps} qps over {args.ramp}s, stop at {args.max_loss:g}% loss"
     )
     if not args.yes:
@@ -369,16 +356,35 @@ def main(args: argparse.Namespace) -> int:
                 max_qps=args.max_qps,
                 ramp=args.ramp,
                 max_loss=args.max_loss,
+                runs=args.runs,
+                min_client_cpu=args.min_client_cpu,
             )
-            record(args.state_file, key, m)
             results.append(m)
-            print(f"{key}: {_describe(m)}", file=sys.stderr)
+        return _finish(args, key, results)
     except (OSError, RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
         return _fail(str(e), 1)
-    for m in results:
+
+
+def _finish(args: argparse.Namespace, key: str, results: list[Measurement]) -> int:
+    """Check hit against miss (the other kind as recorded when only one ran), record, and
+    say so: a contradiction as a warning, a capacity as what it is. Exit status 3 when
+    the sending client set the limit (nothing usable was recorded)."""
+    recorded = read_state(args.state_file).get(key, {})
+    both = cross_check({**recorded, **{m.kind: m for m in results}})
+    for kind, m in both.items():
+        if m == recorded.get(kind):
+            continue
+        record(args.state_file, key, m)
+        if m.contradictions:
+            print(warning(key, m, args.min_client_cpu), file=sys.stderr)
+        else:
+            print(f"{key}: {describe(m)}", file=sys.stderr)
+    for m in (both[m.kind] for m in results):
         print(
-            f"{key}: {m.kind} capacity {m.capacity_qps:.0f} qps"
+            f"{key}: {m.kind} NO capacity: {', '.join(m.contradictions)}"
+            if m.contradictions
+            else f"{key}: {m.kind} capacity {m.capacity_qps:.0f} qps"
             f"{' (lower bound)' if m.lower_bound else ''}; {m.queries_completed}/"
             f"{m.queries_sent} queries answered; recorded in {args.state_file}"
         )
-    return 0
+    return 3 if any("client_bound" in both[m.kind].contradictions for m in results) else 0

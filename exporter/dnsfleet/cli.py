@@ -17,6 +17,7 @@ from types import ModuleType
 
 from dnsfleet import __version__, failover, logs, malloc, webconfig, webguard
 from dnsfleet.app import Exporter
+from dnsfleet.capacityruns import MIN_CLIENT_CPU_SHARE
 from dnsfleet.config import DEFAULT_CAPACITY_FILE, ConfigError, parse_address
 from dnsfleet.config import schema as config_schema
 from dnsfleet.hostfs import HostFS
@@ -290,6 +291,7 @@ def capacity_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-loss", type=float, default=1.0, help="acceptable query loss in percent (default 1)"
     )
+    repeat_args(p)
     p.add_argument(
         "--state-file",
         default=DEFAULT_CAPACITY_FILE,
@@ -304,6 +306,23 @@ def capacity_args(p: argparse.ArgumentParser) -> None:
         "--yes",
         action="store_true",
         help="confirm: this loads the resolver to its limit (maintenance window)",
+    )
+
+
+def repeat_args(p: argparse.ArgumentParser) -> None:
+    """capacity-test on a busy host: repeats, and the client's share of a core."""
+    p.add_argument(
+        "--runs",
+        type=int,
+        default=3,
+        help="resperf runs per kind; the median is recorded with the spread (default 3)",
+    )
+    p.add_argument(
+        "--min-client-cpu",
+        type=float,
+        default=MIN_CLIENT_CPU_SHARE,
+        help="share of a core resperf must get while it sends (it spins: less means the "
+        f"host denied it CPU and the run measured the client; default {MIN_CLIENT_CPU_SHARE})",
     )
 
 

@@ -17,18 +17,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import ssl
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from dnsfleet.config import StatsSource, parse_address
 from dnsfleet.parsers.bind import parse_bind_server
 from dnsfleet.parsers.promtext import parse_resolver_metrics
 from dnsfleet.parsers.resolver import ResolverStats
-from dnsfleet.parsers.unbound import parse_unbound_stats, parse_version
+from dnsfleet.parsers.unbound import (
+    parse_option,
+    parse_threads,
+    parse_unbound_stats,
+    parse_version,
+)
 
 if TYPE_CHECKING:
     import aiohttp
+
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 CONTROL_VERSION = 1
 MAX_REPLY_BYTES = 1 << 20  # stats with extended-statistics on 64 threads is ~200 KiB
@@ -88,13 +97,31 @@ async def unbound_control(source: StatsSource, command: str) -> str:
     return text
 
 
+async def _optional(reply: Awaitable[_T]) -> _T | None:
+    """A reply that only adds a figure (a limit, a memory total): its failure leaves the
+    figure out instead of failing the whole read."""
+    try:
+        return await reply
+    except StatsError as e:
+        log.debug("optional statistics left out: %s", e)
+        return None
+
+
 async def read_unbound(source: StatsSource, session: aiohttp.ClientSession | None) -> ResolverStats:
     # stats_noreset: plain `stats` would zero the resolver's counters for every other reader.
-    stats_text, status_text = await asyncio.gather(
-        unbound_control(source, "stats_noreset"), unbound_control(source, "status")
+    stats_text, status_text, per_thread = await asyncio.gather(
+        unbound_control(source, "stats_noreset"),
+        unbound_control(source, "status"),
+        _optional(unbound_control(source, "get_option num-queries-per-thread")),
     )
     try:
-        return parse_unbound_stats(stats_text, version=parse_version(status_text))
+        return parse_unbound_stats(
+            stats_text,
+            version=parse_version(status_text),
+            # The request list is per thread: its limit is the option times the threads.
+            threads=parse_threads(status_text),
+            queries_per_thread=None if per_thread is None else parse_option(per_thread),
+        )
     except ValueError as e:
         raise StatsError(f"{source.control}: garbled statistics: {e}") from None
 
@@ -121,9 +148,12 @@ async def _http_get(
 
 async def read_bind(source: StatsSource, session: aiohttp.ClientSession | None) -> ResolverStats:
     url = source.url + "/json/v1/server"
-    body = await _http_get(url, session)
+    # /json/v1/mem holds the memory total (4 KB); /json/v1 whole would add every zone.
+    body, mem = await asyncio.gather(
+        _http_get(url, session), _optional(_http_get(source.url + "/json/v1/mem", session))
+    )
     try:
-        return parse_bind_server(body)
+        return parse_bind_server(body, mem)
     except ValueError as e:
         raise StatsError(f"{url}: {e}") from None
 

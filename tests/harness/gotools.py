@@ -1,6 +1,7 @@
 """Go programs the tests run, built from the Go module proxy into .cache/tools (ignored by
-git) with the go toolchain: actionlint at a pinned version, and tests/psa (the Pod Security
-Admission's own policy code). Go's module and build caches make a rebuild take seconds."""
+git) with the go toolchain: actionlint at a pinned version, tests/psa (the Pod Security
+Admission's own policy code) and tests/coredns (a CoreDNS with few plugins). Go's module
+and build caches make a rebuild take seconds."""
 
 from __future__ import annotations
 
@@ -56,13 +57,27 @@ def actionlint() -> str:
     return str(target)
 
 
-@functools.cache
-def psacheck() -> str:
-    """tests/psa built from its go.mod and go.sum (the module versions are pinned there),
-    once per test session."""
-    target = TOOLS / "psacheck"
-    tmp = TOOLS / f"psacheck.{os.getpid()}"
+def _build(name: str, directory: Path) -> str:
+    """A Go main of this repository built from its go.mod and go.sum (the module versions
+    are pinned there) into TOOLS/name."""
+    target = TOOLS / name
+    tmp = TOOLS / f"{name}.{os.getpid()}"
     TOOLS.mkdir(parents=True, exist_ok=True)
-    _run([_go(), "build", "-trimpath", "-o", str(tmp), "."], cwd=ROOT / "tests" / "psa")
+    _run([_go(), "build", "-trimpath", "-o", str(tmp), "."], cwd=directory)
     tmp.replace(target)
     return str(target)
+
+
+@functools.cache
+def psacheck() -> str:
+    """tests/psa, once per test session."""
+    return _build("psacheck", ROOT / "tests" / "psa")
+
+
+@functools.cache
+def coredns() -> str:
+    """tests/coredns: CoreDNS at the release pinned in its go.mod with only the plugins the
+    tests use (acl, bind, cache, errors, forward, metrics), once per test session. Debian
+    packages no CoreDNS; the full build takes ten minutes here, this one seconds once Go's
+    caches are warm."""
+    return _build("coredns", ROOT / "tests" / "coredns")

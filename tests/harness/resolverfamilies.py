@@ -53,6 +53,7 @@ class ResolverDaemon(Daemon):
 class PdnsRecursor(ResolverDaemon):
     forwards: dict[str, str] = field(default_factory=dict)  # zone -> "127.0.0.1:port"
     api_key: str = "dnsfleet-test"
+    extra: str = ""  # more recursor.conf lines
 
     @property
     def metrics_url(self) -> str:
@@ -78,6 +79,7 @@ webserver-address=127.0.0.1
 webserver-port={self.web_port}
 webserver-allow-from=127.0.0.0/8
 api-key={self.api_key}
+{self.extra}
 """)
         self._spawn([binary("pdns_recursor"), f"--config-dir={self.workdir}"])
         wait_dns("127.0.0.1", self.port, "www.example.test", "A")
@@ -125,6 +127,7 @@ local started = os.time()
 http.prometheus.finalize = function (metrics)
   table.insert(metrics, '# TYPE process_start_time_seconds gauge')
   table.insert(metrics, 'process_start_time_seconds ' .. started)
+  table.insert(metrics, 'build_info{version="' .. package_version() .. '"} 1')
 end
 """
 

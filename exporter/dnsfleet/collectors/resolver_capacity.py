@@ -38,6 +38,17 @@ def capacity_families(cfg: Config, measured: State) -> list[Family]:
         "dnsfleet_resolver_capacity_measured_timestamp_seconds",
         "When `dnsfleet capacity-test` measured the capacity of the resolver.",
     )
+    contradiction = Family(
+        "dnsfleet_resolver_capacity_contradiction",
+        "1 for each reason the last `dnsfleet capacity-test` of this kind is no capacity "
+        "(client_bound, spread, miss_above_hit); dnsfleet_resolver_capacity_qps is then "
+        "absent for the kind.",
+    )
+    spread = Family(
+        "dnsfleet_resolver_capacity_spread_ratio",
+        "(max - min) / median of the repeated capacity-test runs of this kind that the "
+        "resolver limited.",
+    )
     chosen: dict[str, Target] = {}
     for t in cfg.targets:
         key = t.endpoint.key()
@@ -55,10 +66,17 @@ def capacity_families(cfg: Config, measured: State) -> list[Family]:
             cap.add_raw(labels("declared"), t.capacity_qps)
         for kind, m in sorted(measured.get(key, {}).items()):
             kl = labels(kind)
+            when.add_raw(kl, m.measured_at)
+            if m.spread is not None:
+                spread.add_raw(kl, m.spread)
+            # A figure known to be wrong must not feed the headroom rules.
+            for reason in m.contradictions:
+                contradiction.add_raw(kl + "," + labelset([("reason", reason)]), 1.0)
+            if m.contradictions:
+                continue
             cap.add_raw(kl, m.capacity_qps)
             lower.add_raw(kl, 1.0 if m.lower_bound else 0.0)
-            when.add_raw(kl, m.measured_at)
-    return [cap, lower, when]
+    return [cap, lower, when, contradiction, spread]
 
 
 def _load(ctx: CollectContext) -> State:

@@ -32,6 +32,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from dnsfleet.parsers.resolver import Backend, ResolverStats, responses_with_common
+from dnsfleet.parsers.resolverdetail import (
+    Histogram,
+    ResolverDetail,
+    count,
+    fold_qtypes,
+    merge_cumulative,
+    opt_count,
+    present,
+)
 
 # name{labels} value [timestamp]; label values may contain escaped quotes.
 _SAMPLE = re.compile(
@@ -100,8 +109,177 @@ class Samples:
         return self.by_name.get(name, [])
 
 
+# --- the statistics beyond counters (parsers/resolverdetail.py) -------------------------
+# PowerDNS Recursor 4.8 adds 2 to policy-drops per RPZ-dropped query: the policy reason is
+# policy-result-drop. dnsdist's and Knot Resolver's latency bounds are milliseconds; Knot
+# Resolver's latency_sum is count x bound (+Inf as 3000 ms), not a sum: NaN here.
+
+
+def _le(s: Sample) -> float:
+    raw = s.label("le")
+    try:
+        return math.inf if raw == "+Inf" else float(raw)
+    except ValueError:
+        return math.nan
+
+
+def prom_histogram(
+    s: Samples, name: str, *, scale: float = 1.0, real_sum: bool = True
+) -> Histogram | None:
+    """A Prometheus histogram family summed over its labels (server, zone, ipversion...)."""
+    buckets = [(le, b.value) for b in s.get(name + "_bucket") if not math.isnan(le := _le(b))]
+    total = s.total(name + "_sum") * scale if real_sum and s.has(name + "_sum") else math.nan
+    return merge_cumulative(buckets, total, scale=scale)
+
+
+def _opt(s: Samples, *names: str) -> float | None:
+    """Sum of the named families, or None when none of them is in the exposition."""
+    if not any(s.has(n) for n in names):
+        return None
+    return sum(s.total(n) for n in names)
+
+
+def pdns_recursor_detail(s: Samples) -> ResolverDetail:
+    p = "pdns_recursor_"
+
+    def f(*names: str) -> float | None:
+        return _opt(s, *(p + n for n in names))
+
+    return ResolverDetail(
+        # Every answer to a client, packet-cache hits included (the answers0-1... counters
+        # leave those out, which makes the recursor look slower than it is).
+        response_latency=prom_histogram(s, p + "cumul_clientanswers_seconds"),
+        upstream_rtt=prom_histogram(s, p + "cumul_authanswers_seconds"),
+        upstream_queries=opt_count(f("all_outqueries", "tcp_outqueries")),
+        upstream_timeouts=opt_count(f("outgoing_timeouts")),
+        dropped=present(
+            [
+                ("overload", f("over_capacity_drops", "too_old_drops", "query_pipe_full_drops")),
+                ("policy", f("policy_result_drop")),
+                ("acl", f("unauthorized_udp", "unauthorized_tcp")),
+                ("malformed", f("client_parse_errors")),
+            ]
+        ),
+        recursions_in_flight=opt_count(f("concurrent_queries")),
+        cache_entries=present(
+            [
+                ("rrset", f("cache_entries")),
+                ("packet", f("packetcache_entries")),
+                ("negative", f("negcache_entries")),
+                ("infra", f("nsspeeds_entries")),
+            ]
+        ),
+        memory_bytes=present([("other", f("real_memory_usage"))]),
+        dnssec_answers=present(
+            [
+                ("secure", f("dnssec_result_secure")),
+                ("insecure", f("dnssec_result_insecure", "dnssec_result_nta")),
+                ("bogus", f("dnssec_result_bogus")),
+                ("indeterminate", f("dnssec_result_indeterminate")),
+            ]
+        ),
+    )
+
+
+def dnsdist_detail(s: Samples) -> ResolverDetail:
+    p = "dnsdist_"
+
+    def f(*names: str) -> float | None:
+        return _opt(s, *(p + n for n in names))
+
+    return ResolverDetail(
+        response_latency=prom_histogram(s, p + "latency", scale=0.001),
+        upstream_queries=opt_count(f("server_queries")),
+        upstream_timeouts=opt_count(f("downstream_timeouts")),
+        dropped=present(
+            [
+                ("rate_limit", f("dyn_blocked")),
+                ("policy", f("rule_drop")),
+                ("acl", f("acl_drops")),
+                ("malformed", f("noncompliant_queries", "empty_queries")),
+            ]
+        ),
+        recursions_in_flight=opt_count(f("server_outstanding")),
+        cache_entries=present([("packet", f("pool_cache_entries"))]),
+        memory_bytes=present([("other", f("real_memory_usage"))]),
+    )
+
+
+def knot_resolver_detail(s: Samples) -> ResolverDetail:
+    upstream = _opt(s, "worker_udp", "worker_tcp", "worker_tls")
+    return ResolverDetail(
+        response_latency=prom_histogram(s, "latency", scale=0.001, real_sum=False),
+        upstream_queries=opt_count(upstream),
+        upstream_timeouts=opt_count(_opt(s, "worker_timeout")),
+        dropped=present([("malformed", _opt(s, "worker_dropped"))]),
+        recursions_in_flight=opt_count(_opt(s, "worker_concurrent")),
+        cache_entries=present([("rrset", _opt(s, "cache_count_entries"))]),
+        memory_bytes=present([("other", _opt(s, "worker_rss"))]),
+    )
+
+
+def coredns_detail(s: Samples) -> ResolverDetail:
+    upstream = prom_histogram(s, "coredns_proxy_request_duration_seconds") or prom_histogram(
+        s, "coredns_forward_request_duration_seconds"
+    )
+    # The acl plugin's counters appear once non-zero; with the plugin on, a zero is known.
+    acl_on = any(p.label("name") == "acl" for p in s.get("coredns_plugin_enabled"))
+    types: dict[str, float] = {}
+    for r in s.get("coredns_dns_requests_total"):
+        types[r.label("type")] = types.get(r.label("type"), 0.0) + r.value
+    return ResolverDetail(
+        response_latency=prom_histogram(s, "coredns_dns_request_duration_seconds"),
+        upstream_rtt=upstream,
+        # Responses from upstreams: CoreDNS 1.15 counts no queries sent, nor timeouts.
+        upstream_queries=None if upstream is None else count(upstream.count),
+        dropped=present(
+            [
+                ("overload", _opt(s, "coredns_forward_max_concurrent_rejects_total")),
+                (
+                    "policy",
+                    s.total("coredns_acl_dropped_requests_total")
+                    if acl_on or s.has("coredns_acl_dropped_requests_total")
+                    else None,
+                ),
+                (
+                    "acl",
+                    s.total("coredns_acl_blocked_requests_total")
+                    if acl_on or s.has("coredns_acl_blocked_requests_total")
+                    else None,
+                ),
+            ]
+        ),
+        cache_entries=present(
+            [
+                (
+                    "message",
+                    s.total("coredns_cache_entries", type="success")
+                    if s.has("coredns_cache_entries")
+                    else None,
+                ),
+                (
+                    "negative",
+                    s.total("coredns_cache_entries", type="denial")
+                    if s.has("coredns_cache_entries")
+                    else None,
+                ),
+            ]
+        ),
+        memory_bytes=present([("other", _opt(s, "process_resident_memory_bytes"))]),
+        queries_by_type=fold_qtypes(types) if types else (),
+    )
+
+
 def _int(v: float) -> int:
     return int(v) if math.isfinite(v) and v >= 0 else 0
+
+
+def _version(s: Samples, info: str) -> str:
+    """The ``version`` label of an ``*_info`` sample (pdns_recursor_info, dnsdist_info,
+    CoreDNS coredns_build_info, Knot Resolver's build_info line from
+    ``http.prometheus.finalize``); "" when absent."""
+    found = s.get(info)
+    return found[0].label("version") if found else ""
 
 
 def pdns_recursor(s: Samples) -> ResolverStats:
@@ -113,7 +291,7 @@ def pdns_recursor(s: Samples) -> ResolverStats:
     }
     return ResolverStats(
         software="pdns-recursor",
-        version="",
+        version=_version(s, p + "info"),
         start_time=None,
         uptime=s.need(p + "uptime"),
         queries=_int(s.need(p + "questions")),
@@ -121,6 +299,7 @@ def pdns_recursor(s: Samples) -> ResolverStats:
         cache_hits=_int(s.total(p + "packetcache_hits") + s.total(p + "cache_hits")),
         cache_misses=_int(s.total(p + "cache_misses")),
         responses=responses_with_common({k: _int(v) for k, v in rcodes.items()}),
+        detail=pdns_recursor_detail(s),
     )
 
 
@@ -148,7 +327,7 @@ def dnsdist(s: Samples) -> ResolverStats:
     )
     return ResolverStats(
         software="dnsdist",
-        version="",
+        version=_version(s, p + "info"),
         start_time=None,
         uptime=s.need(p + "uptime"),
         queries=_int(s.need(p + "queries")),
@@ -156,6 +335,7 @@ def dnsdist(s: Samples) -> ResolverStats:
         cache_misses=_int(s.total(p + "cache_misses")),
         responses=responses_with_common({k: _int(v) for k, v in rcodes.items()}),
         backends=backends,
+        detail=dnsdist_detail(s),
     )
 
 
@@ -169,7 +349,7 @@ def knot_resolver(s: Samples) -> ResolverStats:
     cached = s.total("answer_cached")
     return ResolverStats(
         software="knot-resolver",
-        version="",
+        version=_version(s, "build_info"),
         start_time=s.total("process_start_time_seconds")
         if s.has("process_start_time_seconds")
         else None,
@@ -177,6 +357,7 @@ def knot_resolver(s: Samples) -> ResolverStats:
         cache_hits=_int(cached),
         cache_misses=_int(answers - cached),
         responses=responses_with_common({k: _int(v) for k, v in rcodes.items()}),
+        detail=knot_resolver_detail(s),
     )
 
 
@@ -184,15 +365,18 @@ def coredns(s: Samples) -> ResolverStats:
     rcodes: dict[str, int] = {}
     for r in s.get("coredns_dns_responses_total"):
         rcodes[r.label("rcode")] = rcodes.get(r.label("rcode"), 0) + _int(r.value)
-    build = s.get("coredns_build_info")
     return ResolverStats(
         software="coredns",
-        version=build[0].label("version") if build else "",
+        version=_version(s, "coredns_build_info"),
         start_time=s.need("process_start_time_seconds"),
         queries=_int(s.need("coredns_dns_requests_total")),
         cache_hits=_int(s.total("coredns_cache_hits_total")),
         cache_misses=_int(s.total("coredns_cache_misses_total")),
         responses=responses_with_common(rcodes) if rcodes else None,
+        stale_answers=_int(s.total("coredns_cache_served_stale_total"))
+        if s.has("coredns_cache_served_stale_total")
+        else None,
+        detail=coredns_detail(s),
     )
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from dnsfleet.parsers.resolverdetail import ResolverDetail
 
 # Always exported (0 when the resolver has not sent one) so that rate() sees the first
 # SERVFAIL instead of a series appearing out of nothing; other rcodes appear when non-zero.
@@ -44,6 +46,8 @@ class ResolverStats:
     # judgement (restarts.judge_start) turns it into a start time that moves only on a
     # restart; the parser does not, because one reading cannot tell jitter from a restart.
     uptime: float | None = None
+    # Latency, drops, upstream, cache, memory, qtypes, DNSSEC (parsers/resolverdetail.py).
+    detail: ResolverDetail = field(default_factory=ResolverDetail)
 
 
 def responses_with_common(counts: dict[str, int]) -> tuple[tuple[str, int], ...]:
