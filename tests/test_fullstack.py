@@ -52,7 +52,8 @@ from tests.harness.monitoring import (
 from tests.harness.servers import Blackhole, Named, ScriptedServer, Unbound, answer
 from tests.harness.tools import free_port
 
-pytestmark = pytest.mark.integration
+# One worker runs the module whole and in order: its scenarios feed the checks that follow.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("fullstack")]
 
 SCALE = 30  # 2m -> 4s, 1m -> 2s, 5m -> 10s
 MEASURED: dict[str, float] = {}

@@ -23,7 +23,7 @@ fi
 # Three pytest processes: most tests wait on a daemon, a socket or a timer, not on the CPU
 # (7m50s against 15m23s in one process, on the same busy 2-core machine). TEST_WORKERS=0
 # runs them in one.
-"$pytest" -m "not packaging" -n "${TEST_WORKERS:-3}" "$@" | tee "$main"
+"$pytest" -m "not packaging" -n "${TEST_WORKERS:-3}" --dist loadgroup "$@" | tee "$main"
 rc=${PIPESTATUS[0]}
 pkrc=0
 if [ -n "$pk" ]; then
