@@ -619,8 +619,19 @@ def _both_capacities(
         str(state),
         "--yes",
     ]
-    rc = dnsfleet_main(args)
-    out = capsys.readouterr()
+    # On a busy machine capacity-test rightly refuses to record a figure: the client was
+    # the limit (exit 3), or the resolver lost queries from the first bucket on while the
+    # machine stalled (exit 1). Those verdicts are tested in test_capacity_real; here they
+    # mean "run again", and after three refusals the machine cannot drive this test.
+    for _ in range(3):
+        rc = dnsfleet_main(args)
+        out = capsys.readouterr()
+        busy = rc == 3 or (rc == 1 and "from the first bucket on" in out.err)
+        if not busy:
+            break
+        time.sleep(2)
+    if busy:
+        pytest.skip(f"this machine could not drive resperf three times: {out.err[-300:]}")
     assert rc == 0, out.err
     return read_state(str(state))[Endpoint.parse(address).key()]
 
