@@ -447,6 +447,11 @@ MAY_BE_EMPTY = {
     "on the hour: empty until an hour boundary has passed since Prometheus started; the "
     "rule is proven in alerts/tests/slo.test.yml",
     "Lowest budget left": "as above",
+    # A reset is judged only when the canary's countdown is seen to jump inside the
+    # restart scenario's few scrapes; once in a three-process run it was not (load ~2).
+    # Restart and reset detection are proven against real daemons in test_canary_real.py
+    # and test_resolver_real.py.
+    "annotation: Cache resets": "a reset may not be judged within the restart scenario",
     "Error budget left over time": "as above",
     # Issue 23: the stack runs no signed zone, validating resolver or TLS listener; these
     # families are proven against real daemons in tests/test_dnssec.py and
