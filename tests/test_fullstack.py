@@ -52,8 +52,9 @@ from tests.harness.monitoring import (
 from tests.harness.servers import Blackhole, Named, ScriptedServer, Unbound, answer
 from tests.harness.tools import free_port
 
-# One worker runs the module whole and in order: its scenarios feed the checks that follow.
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("fullstack")]
+# make test runs each module whole and in order in one process (--dist loadfile): the
+# scenarios feed the checks that follow, and the stack holds fixed loopback addresses.
+pytestmark = pytest.mark.integration
 
 SCALE = 30  # 2m -> 4s, 1m -> 2s, 5m -> 10s
 MEASURED: dict[str, float] = {}
