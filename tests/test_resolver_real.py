@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import hashlib
 import os
+import shutil
 import socket
 import subprocess
 import threading
@@ -606,34 +607,46 @@ def slow_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def _both_capacities(
     address: str, state: Path, capsys: pytest.CaptureFixture[str]
 ) -> dict[str, Measurement]:
-    args = [
-        "capacity-test",
-        "--target",
-        address,
-        "--query",
-        f"www.{CAP_ZONE}/A",
-        "--miss-zone",
-        CAP_ZONE,
-        *SMALL_RAMP,
-        "--state-file",
-        str(state),
-        "--yes",
-    ]
-    # On a busy machine capacity-test rightly refuses to record a figure: the client was
-    # the limit (exit 3), or the resolver lost queries from the first bucket on while the
-    # machine stalled (exit 1). Those verdicts are tested in test_capacity_real; here they
-    # mean "run again", and after three refusals the machine cannot drive this test.
-    for _ in range(3):
+    """Both measurements, from the first of three attempts the machine could drive.
+
+    On a busy machine capacity-test rightly refuses to record a figure: the client was the
+    limit (exit 3), or the resolver lost queries from the first bucket on while the machine
+    stalled (exit 1). Those verdicts are tested in test_capacity_real. And the resolver
+    shares two cores with resperf and the other tests' daemons: when it cannot serve even
+    cached answers at the ramp's 4,000 qps, the hit run ends in a loss, which says nothing
+    about hit against miss. Each means "run again" here, into a fresh state file (so the
+    attempts are not compared with each other); after three, the machine cannot drive the
+    test."""
+    why = ""
+    for attempt in range(3):
+        path = state if attempt == 0 else state.with_name(f"{state.stem}-{attempt}.json")
+        args = [
+            "capacity-test",
+            "--target",
+            address,
+            "--query",
+            f"www.{CAP_ZONE}/A",
+            "--miss-zone",
+            CAP_ZONE,
+            *SMALL_RAMP,
+            "--state-file",
+            str(path),
+            "--yes",
+        ]
         rc = dnsfleet_main(args)
         out = capsys.readouterr()
-        busy = rc == 3 or (rc == 1 and "from the first bucket on" in out.err)
-        if not busy:
-            break
+        if rc == 3 or (rc == 1 and "from the first bucket on" in out.err):
+            why = out.err[-300:]
+        else:
+            assert rc == 0, out.err
+            got = read_state(str(path))[Endpoint.parse(address).key()]
+            if got["hit"].limit == "ramp":
+                if path != state:
+                    shutil.copyfile(path, state)
+                return got
+            why = f"cached answers lost at {got['hit'].capacity_qps:.0f} qps: {got['hit']}"
         time.sleep(2)
-    if busy:
-        pytest.skip(f"this machine could not drive resperf three times: {out.err[-300:]}")
-    assert rc == 0, out.err
-    return read_state(str(state))[Endpoint.parse(address).key()]
+    pytest.skip(f"this machine could not drive resperf three times: {why}")
 
 
 def _check_hit_and_miss(got: dict[str, Measurement]) -> None:
