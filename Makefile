@@ -35,7 +35,7 @@ LINT_DIRS := $(wildcard exporter tests bench dashboards deploy alerts)
 $(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[re2]'
+	$(BIN)/pip install -q -e '.[re2,dnstap]'
 	touch $@
 
 $(STAMP): $(RUN_STAMP)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dnsfleet import config as config_mod
 from dnsfleet import malloc
 from dnsfleet.collectors import COLLECTORS, CollectContext, run_collectors
+from dnsfleet.collectors import dnstap as dnstap_collector
 from dnsfleet.config import Config, ConfigError, Module, Target
 from dnsfleet.exposition import Family, TextFamily, merge, render_bytes
 from dnsfleet.hostfs import HostFS
@@ -46,6 +47,8 @@ class Exporter:
         self.started = time.time()
         self.config = self._load()
         self.prober.configure(self.config)
+        # The dnstap listener exists from the start: a resolver may connect only at its own.
+        dnstap_collector.ensure(self.collector_state, self.config)
         self.reload_status = ReloadStatus(True, time.time())
         # Probe sockets that fit in the open-file limit (measured once: the limit is raised
         # to the hard one at start, cli.py, before the exporter is built).
@@ -82,6 +85,10 @@ class Exporter:
         except (OSError, ValueError) as e:
             log.warning("built-in default: cannot read %s: %s; no targets", path, e)
         return config_mod.builtin_default(list(parse_resolv_conf(text).nameservers))
+
+    def close(self) -> None:
+        """Stop what the exporter started beside itself (the dnstap ingest process)."""
+        dnstap_collector.close(self.collector_state)
 
     def request_reload(self) -> None:
         """SIGHUP: reload soon, without waiting (see :meth:`reload`)."""
@@ -132,6 +139,7 @@ class Exporter:
             return self.reload_status
         self.config = cfg
         self.prober.adopt(cfg, prepared)
+        dnstap_collector.ensure(self.collector_state, cfg)
         self.reload_status = ReloadStatus(True, time.time())
         log.info(
             "configuration loaded from %s: %d modules, %d targets",

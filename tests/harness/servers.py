@@ -145,6 +145,7 @@ class Unbound(Daemon):
     extra_server: str = ""
     extended_statistics: bool = True
     env: dict[str, str] = field(default_factory=dict)  # e.g. libfaketime's LD_PRELOAD
+    extra_config: str = ""  # top-level clauses after the others (e.g. `dnstap:`)
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -194,6 +195,7 @@ remote-control:
   control-interface: "{self.control_socket}"
   control-use-cert: no
 {stubs}
+{self.extra_config}
 """)
         return self.conf_path
 

@@ -7,7 +7,17 @@ label keeps the collector's name (``bonding``, ``cpu_latency``).
 
 from __future__ import annotations
 
-from dnsfleet.collectors import bond, consul, cpu, nic, resolver, resolver_capacity, stub, zones
+from dnsfleet.collectors import (
+    bond,
+    consul,
+    cpu,
+    dnstap,
+    nic,
+    resolver,
+    resolver_capacity,
+    stub,
+    zones,
+)
 from dnsfleet.collectors.base import (
     CollectContext,
     Collector,
@@ -25,6 +35,7 @@ _ALL: tuple[Collector, ...] = (
     nic.COLLECTOR,
     cpu.COLLECTOR,
     zones.COLLECTOR,  # issue 23
+    dnstap.COLLECTOR,  # issue 26
 )
 
 COLLECTORS: dict[str, Collector] = {c.name: c for c in _ALL}

@@ -20,6 +20,7 @@ from dnsfleet.config.consul import (
     ConsulConfig,
     ConsulService,
 )
+from dnsfleet.config.dnstap import DnstapConfig
 from dnsfleet.config.document import (
     BUILTIN_SOURCE,
     MONITORING_KEYS,
@@ -67,6 +68,7 @@ __all__ = [
     "ConsulAgent",
     "ConsulConfig",
     "ConsulService",
+    "DnstapConfig",
     "Endpoint",
     "Fields",
     "HostConfig",

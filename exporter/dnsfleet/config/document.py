@@ -20,6 +20,7 @@ from dnsfleet.config.checks import (
     read_keys,
 )
 from dnsfleet.config.consul import ConsulConfig, _parse_consul
+from dnsfleet.config.dnstap import DnstapConfig, parse_dnstap
 from dnsfleet.config.host import HostConfig, _parse_host
 from dnsfleet.config.limits import Limits, _parse_limits
 from dnsfleet.config.modules import DEFAULT_MODULE, Module, _parse_module
@@ -70,6 +71,10 @@ class Config:
         ),
     )
     zones: tuple[Zone, ...] = field(default=(), metadata=ZONES_KEY)  # issue 23
+    dnstap: DnstapConfig = field(
+        default_factory=DnstapConfig,
+        metadata=key(Section(DnstapConfig, parse_dnstap), doc="Passive SLIs from dnstap"),
+    )  # issue 26
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def module_for(self, target: Target) -> Module:
@@ -114,15 +119,15 @@ def parse(data: Any, *, source: str, text: Source | None = None) -> Config:
         # quietly turn every probe series off: then no probe alert can ever fire.
         raise root.error(
             ("the file is empty" if not f.node.value else "nothing to monitor")
-            + ": it has no targets, resolv_conf, consul or zones section (write `targets: []` to "
-            "run only the host collectors on purpose)"
+            + ": it has no targets, resolv_conf, consul, zones or dnstap section (write "
+            "`targets: []` to run only the host collectors on purpose)"
         )
     return cfg
 
 
 # A config must set at least one of these, if only to an empty list (see parse); a key
 # with no value (`targets:`, as a file cut short leaves it) does not count.
-MONITORING_KEYS = ("targets", "resolv_conf", "consul", "zones")
+MONITORING_KEYS = ("targets", "resolv_conf", "consul", "zones", "dnstap")
 
 
 def load(path: str | Path) -> Config:

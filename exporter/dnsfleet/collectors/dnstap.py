@@ -1,0 +1,75 @@
+"""dnstap (issue 26): the families of the ingest process (:mod:`dnsfleet.dnstap`), which
+listens for the resolvers' dnstap streams in a process of its own.
+
+The exporter starts the process when it loads a configuration with a ``dnstap`` section
+(:func:`ensure`), so the socket exists before the resolvers start: Knot Resolver never
+connects to a socket that was missing when it started. Each scrape asks the process for its
+families, and starts it again if it died (its counters then start from zero, which
+Prometheus' rate() reads as a counter reset).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import MutableMapping
+from typing import Any
+
+from dnsfleet.collectors.base import CollectContext, Collector
+from dnsfleet.config import Config
+from dnsfleet.dnstap.client import Ingest, IngestUnavailable
+from dnsfleet.exposition import Family
+
+log = logging.getLogger(__name__)
+STATE_KEY = "dnstap"
+
+
+def ensure(state: MutableMapping[str, Any], config: Config) -> Ingest | None:
+    """The ingest process for ``config``: started, restarted with new settings, stopped
+    when the section is gone, or started again after it exited."""
+    want = config.dnstap
+    ingest: Ingest | None = state.get(STATE_KEY)
+    if not want.enabled:
+        if ingest is not None:
+            ingest.close()
+            del state[STATE_KEY]
+        return None
+    settings = want.settings()
+    if ingest is not None and ingest.settings != settings:
+        ingest.close()
+        ingest = None
+    if ingest is None:
+        ingest = state[STATE_KEY] = Ingest(settings)
+    else:
+        ingest.ensure()
+    return ingest
+
+
+def close(state: MutableMapping[str, Any]) -> None:
+    ingest: Ingest | None = state.pop(STATE_KEY, None)
+    if ingest is not None:
+        ingest.close()
+
+
+async def collect(ctx: CollectContext) -> list[Family]:
+    ingest = ensure(ctx.state, ctx.config)
+    assert ingest is not None  # enabled
+    up = Family(
+        "dnsfleet_dnstap_ingest_up",
+        "1 if the dnstap ingest process answered this scrape, 0 if not (its families are "
+        "then missing).",
+    )
+    starts = Family(
+        "dnsfleet_dnstap_ingest_starts_total",
+        "dnstap ingest processes started: more than one means it exited and was started "
+        "again, and its counters restarted from zero.",
+        "counter",
+    ).add(ingest.starts)
+    try:
+        fams = await ingest.families()
+    except IngestUnavailable as e:
+        log.warning("dnstap ingest process did not answer: %s", e)
+        return [up.add(0), starts]
+    return [up.add(1), starts, *fams]
+
+
+COLLECTOR = Collector(name="dnstap", run=collect, enabled=lambda cfg: cfg.dnstap.enabled)

@@ -1,0 +1,119 @@
+"""``dnstap``: the listener resolvers stream their dnstap messages to (issue 26)."""
+
+from __future__ import annotations
+
+import importlib.util
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Any
+
+from dnsfleet.config.addresses import Address, Endpoint
+from dnsfleet.config.checks import JSON, AbsolutePath, Check, Duration, Integer, key, read_keys
+from dnsfleet.config.reader import Node, quote
+
+MAX_IDENTITIES = 1024
+
+
+class IdentityMap(Check):
+    """dnstap identity (as the resolver sends it) -> the target it is reported as."""
+
+    def read(self, node: Node) -> tuple[tuple[str, str], ...]:
+        out: list[tuple[str, str]] = []
+        items = list(node.items())
+        if len(items) > MAX_IDENTITIES:
+            raise node.error(f"{len(items)} identities exceed {MAX_IDENTITIES}")
+        for k, v in items:
+            if not isinstance(k, str) or not k or len(k) > 64 or not k.isprintable():
+                raise v.error("an identity is 1 to 64 printable characters", at_key=True)
+            out.append((k, v.string()))
+        return tuple(sorted(out))
+
+    def schema(self) -> JSON:
+        return {
+            "type": "object",
+            "propertyNames": {"minLength": 1, "maxLength": 64},
+            "additionalProperties": {"type": "string", "minLength": 1},
+        }
+
+    def dump(self, value: Any) -> Any:
+        return dict(value)
+
+
+@dataclass(frozen=True)
+class DnstapConfig:
+    socket: str = field(
+        default="",
+        metadata=key(
+            AbsolutePath(),
+            doc="Unix socket resolvers write dnstap to over Frame Streams (unbound "
+            "dnstap-socket-path, BIND dnstap-output unix, dnsdist newFrameStreamUnixLogger, "
+            "Knot Resolver dnstap socket_path); dnstap is off without socket or listen",
+        ),
+    )
+    socket_mode: int = field(
+        default=0o660,
+        metadata=key(
+            Integer(minimum=0, maximum=0o777),
+            doc="Permissions of the socket (YAML octal, 0660): put the resolvers' users in "
+            "the exporter's group",
+        ),
+    )
+    listen: Endpoint | None = field(
+        default=None,
+        metadata=key(
+            Address(default_port=6000),
+            doc="Also accept Frame Streams over TCP here: a loopback address only (dnstap "
+            "carries every client's queries, unencrypted and unauthenticated)",
+        ),
+    )
+    identities: tuple[tuple[str, str], ...] = field(
+        default=(),
+        metadata=key(
+            IdentityMap(),
+            doc="dnstap identity -> target label: the resolver each stream's identity names "
+            "(unmapped identities are labelled with themselves, up to 32, then `other`)",
+        ),
+    )
+    handshake_timeout: float = field(default=10.0, metadata=key(Duration(maximum=300)))
+    idle_timeout: float = field(
+        default=60.0,
+        metadata=key(
+            Duration(maximum=3600),
+            doc="A stream stopped in the middle of a frame this long is cut (a quiet stream "
+            "between frames is not)",
+        ),
+    )
+    max_connections: int = field(default=64, metadata=key(Integer(minimum=1, maximum=4096)))
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.socket or self.listen)
+
+    def settings(self) -> dict[str, Any]:
+        """What the ingest process is started with (JSON)."""
+        return {
+            "socket": self.socket,
+            "socket_mode": self.socket_mode,
+            "listen": [self.listen.host, self.listen.port] if self.listen else None,
+            "identities": dict(self.identities),
+            "handshake_timeout": self.handshake_timeout,
+            "idle_timeout": self.idle_timeout,
+            "max_connections": self.max_connections,
+        }
+
+
+def parse_dnstap(node: Node) -> DnstapConfig:
+    f = node.fields()
+    cfg = DnstapConfig(**read_keys(f, DnstapConfig))
+    f.done()
+    if cfg.enabled and importlib.util.find_spec("google.protobuf") is None:
+        raise node.error(
+            "dnstap needs the protobuf Python module, which is not installed (pip install "
+            "'dnsfleet[dnstap]', or Debian's python3-protobuf)"
+        )
+    if cfg.listen is not None and not ipaddress.ip_address(cfg.listen.host).is_loopback:
+        raise node.child("listen").error(
+            f"{quote(str(cfg.listen))} is not a loopback address: dnstap is unauthenticated "
+            "and unencrypted; run dnsfleet beside the resolver, or use the unix socket"
+        )
+    return cfg

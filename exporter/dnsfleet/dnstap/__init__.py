@@ -1,0 +1,13 @@
+"""dnstap: what real clients got, read from the resolvers' own dnstap streams (issue 26).
+
+A resolver writes dnstap (protobuf ``dnstap.Dnstap`` messages, https://dnstap.info) over
+Frame Streams (farsightsec/fstrm) to a unix socket. dnsfleet listens on that socket in a
+process of its own (:mod:`dnsfleet.dnstap.ingest`) so that a flood of events never delays
+a probe or a scrape, and the exporter asks that process for its families on every scrape
+(:mod:`dnsfleet.dnstap.client`).
+
+- :mod:`~dnsfleet.dnstap.framestreams`: the Frame Streams protocol, sans I/O.
+- :mod:`~dnsfleet.dnstap.message`: the dnstap protobuf schema and the DNS peeks (rcode,
+  question, EDE) done by hand on the wire bytes.
+- :mod:`~dnsfleet.dnstap.aggregate`: bounded counters and histograms, and their families.
+"""

@@ -1,0 +1,255 @@
+"""Bounded aggregates of dnstap messages, and their metric families.
+
+Every label is bounded: ``target`` by the configured identity map plus at most
+:data:`MAX_UNMAPPED` identities seen on the wire (then ``other``); ``rcode`` by the header's
+four bits; ``qtype`` by :data:`QTYPES` (then ``other``); ``transport`` by dnstap's
+SocketProtocol enum; ``ede`` by the INFO-CODEs up to :data:`MAX_EDE` (then ``other``).
+
+Latency is response time minus query time. dnsdist puts the query time in its
+CLIENT_RESPONSE; unbound, BIND and Knot Resolver do not, so each CLIENT_QUERY's time is kept
+under (client address, port, DNS id, transport) until its response arrives, in a table of
+at most :data:`PENDING_MAX` entries (the oldest is dropped, and counted, when it is full).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Mapping
+
+from dnsfleet.dnstap.framestreams import Refusal
+from dnsfleet.dnstap.message import (
+    _MESSAGE_TYPES,
+    CLIENT_QUERY,
+    CLIENT_RESPONSE,
+    TRANSPORTS,
+    Rcode,
+    Undecodable,
+    parse_frame,
+    peek,
+)
+from dnsfleet.exposition import Family, labelset
+
+BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+QTYPES = {1: "A", 2: "NS", 5: "CNAME", 6: "SOA", 12: "PTR", 15: "MX", 16: "TXT", 28: "AAAA"}
+QTYPES |= {33: "SRV", 43: "DS", 48: "DNSKEY", 64: "SVCB", 65: "HTTPS", 255: "ANY"}
+MAX_UNMAPPED = 32  # identities without a configured target that get a label of their own
+MAX_IDENTITY_LEN = 64
+MAX_EDE = 49  # RFC 8914 and the IANA registry assign 0-30 today; room for new ones
+PENDING_MAX = 65536
+# Why a frame or a stream was not counted (dnsfleet_dnstap_errors_total{reason}).
+ERROR_REASONS = (
+    *(r.value for r in Refusal),
+    "handshake_timeout",  # no START within the handshake timeout
+    "idle_timeout",  # a stream silent for longer than the idle timeout, mid-frame or not
+    "too_many_connections",
+    "protobuf",  # a data frame that is no dnstap.Dnstap message
+    "dns",  # a message whose DNS bytes do not parse
+)
+MESSAGE_TYPES = {i: n.lower() for i, n in enumerate(_MESSAGE_TYPES, 1)}
+
+
+def identity_text(raw: bytes) -> str:
+    """A label-safe identity: printable ASCII, at most MAX_IDENTITY_LEN characters."""
+    text = "".join(chr(b) if 0x20 < b < 0x7F else "?" for b in raw[:MAX_IDENTITY_LEN])
+    return text or "unknown"
+
+
+class Aggregator:
+    """Counts what the dnstap messages say; :meth:`families` renders them."""
+
+    def __init__(self, identities: Mapping[str, str]) -> None:
+        self.identities = dict(identities)
+        self._targets: dict[bytes, str] = {}
+        self._unmapped: set[str] = set()
+        self.frames = 0
+        self.errors = dict.fromkeys(ERROR_REASONS, 0)
+        self.connections_total = 0
+        self.connections_open = 0
+        self.messages: dict[tuple[str, str], int] = {}
+        self.responses: dict[tuple[str, int, int, int], int] = {}
+        self.truncated: dict[str, int] = {}
+        self.servfail: dict[tuple[str, str], int] = {}
+        self.unmatched: dict[str, int] = {}
+        self.latency: dict[str, list[float]] = {}  # bucket counts, then the sum
+        self.pending: dict[tuple[bytes, int, int, int], int] = {}
+        self.evicted = 0
+
+    def target(self, identity: bytes) -> str:
+        t = self._targets.get(identity)
+        if t is not None:
+            return t
+        text = identity_text(identity)
+        t = self.identities.get(text)
+        if t is None:
+            if text in self._unmapped or len(self._unmapped) < MAX_UNMAPPED:
+                self._unmapped.add(text)
+                t = text
+            else:
+                t = "other"
+        if len(self._targets) < len(self.identities) + MAX_UNMAPPED + 1:
+            self._targets[identity] = t
+        return t
+
+    def error(self, reason: str) -> None:
+        self.errors[reason] += 1
+
+    def ingest(self, frames: Iterable[bytes]) -> None:
+        for frame in frames:
+            self.frames += 1
+            try:
+                self._one(frame)
+            except Undecodable as e:
+                self.errors[e.reason] += 1
+
+    def _one(self, frame: bytes) -> None:
+        d = parse_frame(frame)
+        m = d.message
+        target = self.target(d.identity)
+        mtype = m.type
+        mkey = (target, MESSAGE_TYPES.get(mtype, "other"))
+        self.messages[mkey] = self.messages.get(mkey, 0) + 1
+        if mtype == CLIENT_QUERY:
+            w = m.query_message
+            if len(w) < 12:
+                raise Undecodable("dns")
+            key = (m.query_address, m.query_port, (w[0] << 8) | w[1], m.socket_protocol)
+            self.pending[key] = m.query_time_sec * 1_000_000_000 + m.query_time_nsec
+            if len(self.pending) > PENDING_MAX:
+                del self.pending[next(iter(self.pending))]
+                self.evicted += 1
+        elif mtype == CLIENT_RESPONSE:
+            self._response(target, m)
+
+    def _response(self, target: str, m: object) -> None:
+        w: bytes = m.response_message  # type: ignore[attr-defined]
+        p = peek(w, with_ede=len(w) > 3 and (w[3] & 0xF) == Rcode.SERVFAIL)
+        proto: int = m.socket_protocol  # type: ignore[attr-defined]
+        key = (target, p.rcode, p.qtype if p.qtype in QTYPES else 0, proto)
+        self.responses[key] = self.responses.get(key, 0) + 1
+        if p.truncated:
+            self.truncated[target] = self.truncated.get(target, 0) + 1
+        if p.rcode == Rcode.SERVFAIL:
+            code = p.ede[0] if p.ede else None
+            ede = "none" if code is None else str(code) if code <= MAX_EDE else "other"
+            self.servfail[(target, ede)] = self.servfail.get((target, ede), 0) + 1
+        pending = self.pending.pop(
+            (m.query_address, m.query_port, p.id, proto),  # type: ignore[attr-defined]
+            None,
+        )
+        if m.HasField("query_time_sec"):  # type: ignore[attr-defined]
+            pending = m.query_time_sec * 1_000_000_000 + m.query_time_nsec  # type: ignore[attr-defined]
+        if pending is None:
+            self.unmatched[target] = self.unmatched.get(target, 0) + 1
+            return
+        answered = m.response_time_sec * 1_000_000_000 + m.response_time_nsec  # type: ignore[attr-defined]
+        seconds = max(answered - pending, 0) / 1e9
+        h = self.latency.get(target)
+        if h is None:
+            h = self.latency[target] = [0.0] * (len(BUCKETS) + 2)
+        h[bisect.bisect_left(BUCKETS, seconds)] += 1
+        h[-1] += seconds
+
+    def families(self) -> list[Family]:
+        out = [
+            Family(
+                "dnsfleet_dnstap_frames_total",
+                "Data frames received on the dnstap listener.",
+                "counter",
+            ).add(self.frames),
+            _family(
+                "dnsfleet_dnstap_errors_total",
+                "Frames and streams not counted, by reason: a stream cut for a protocol "
+                "error or a timeout, or a frame whose protobuf or DNS bytes do not parse.",
+                (({"reason": r}, v) for r, v in self.errors.items()),
+            ),
+            Family(
+                "dnsfleet_dnstap_connections_total",
+                "dnstap writer connections accepted.",
+                "counter",
+            ).add(self.connections_total),
+            Family("dnsfleet_dnstap_connections", "dnstap writer connections open.").add(
+                self.connections_open
+            ),
+            _family(
+                "dnsfleet_dnstap_messages_total",
+                "dnstap messages by the resolver (target) that logged them and message type.",
+                (({"target": t, "type": k}, v) for (t, k), v in self.messages.items()),
+            ),
+            _family(
+                "dnsfleet_dnstap_responses_total",
+                "Responses resolvers sent their clients (CLIENT_RESPONSE), by rcode, query "
+                "type and transport.",
+                (
+                    (
+                        {
+                            "target": t,
+                            "rcode": _rcode(rc),
+                            "qtype": QTYPES.get(qt, "other"),
+                            "transport": TRANSPORTS.get(pr, "unknown"),
+                        },
+                        v,
+                    )
+                    for (t, rc, qt, pr), v in self.responses.items()
+                ),
+            ),
+            _family(
+                "dnsfleet_dnstap_truncated_responses_total",
+                "Responses to clients with the TC bit set.",
+                (({"target": t}, v) for t, v in self.truncated.items()),
+            ),
+            _family(
+                "dnsfleet_dnstap_servfail_total",
+                "SERVFAIL responses to clients by their first Extended DNS Error INFO-CODE "
+                '(RFC 8914; "none" without one).',
+                (({"target": t, "ede": e}, v) for (t, e), v in self.servfail.items()),
+            ),
+            _family(
+                "dnsfleet_dnstap_unmatched_responses_total",
+                "Responses whose query time is unknown (not in the message, and its "
+                "CLIENT_QUERY not seen): not in the latency histogram.",
+                (({"target": t}, v) for t, v in self.unmatched.items()),
+            ),
+            Family(
+                "dnsfleet_dnstap_pending_queries",
+                "Client queries waiting for their response in the matching table.",
+            ).add(len(self.pending)),
+            Family(
+                "dnsfleet_dnstap_pending_evicted_total",
+                f"Client queries dropped from the full matching table ({PENDING_MAX}).",
+                "counter",
+            ).add(self.evicted),
+            self._latency_family(),
+        ]
+        return out
+
+    def _latency_family(self) -> Family:
+        fam = Family(
+            "dnsfleet_dnstap_response_duration_seconds",
+            "Time from a client's query to the resolver's response, as the resolver logged "
+            "both (BIND's clock has millisecond steps).",
+            "histogram",
+        )
+        for t, h in self.latency.items():
+            lab = labelset({"target": t})
+            acc = 0.0
+            for le, c in zip((*BUCKETS, float("inf")), h, strict=False):
+                acc += c
+                bound = "+Inf" if le == float("inf") else repr(le)
+                fam.add_raw(f'{lab},le="{bound}"', acc, "_bucket")
+            fam.add_raw(lab, h[-1], "_sum")
+            fam.add_raw(lab, acc, "_count")
+        return fam
+
+
+def _rcode(rc: int) -> str:
+    try:
+        return Rcode(rc).name
+    except ValueError:
+        return str(rc)
+
+
+def _family(name: str, help: str, rows: Iterable[tuple[dict[str, str], float]]) -> Family:
+    fam = Family(name, help, "counter")
+    for labels, v in rows:
+        fam.add(v, labels)
+    return fam
