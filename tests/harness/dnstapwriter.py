@@ -43,9 +43,9 @@ def pair(
     q = dns.message.make_query(name, qtype, use_edns=0)
     q.id = qid
     r = dns.message.make_response(q)
-    r.set_rcode(rcode)
+    r.set_rcode(dns.rcode.Rcode(rcode))
     if ede is not None:
-        r.use_edns(0, options=[dns.edns.EDEOption(ede)])
+        r.use_edns(0, options=[dns.edns.EDEOption(dns.edns.EDECode(ede))])
     if tc:
         r.flags |= dns.flags.TC
     cq = _message(identity, CLIENT_QUERY, port, q.to_wire(), t0, None)
@@ -140,4 +140,3 @@ class Writer:
 
     def close(self) -> None:
         self.sock.close()
-

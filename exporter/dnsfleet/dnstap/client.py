@@ -32,7 +32,7 @@ class Ingest:
         self.settings = settings
         self.starts = 0
         self._seq = 0
-        self._lock: asyncio.Lock | None = None
+        self._busy = False
         self._spawn()
 
     def _spawn(self) -> None:
@@ -68,10 +68,15 @@ class Ingest:
             self._spawn()
 
     async def families(self) -> list[Family]:
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:
+        """The process's families. One request at a time (the exporter scrapes one cycle
+        at a time); a second one meanwhile is refused rather than queued."""
+        if self._busy:
+            raise IngestUnavailable("a request to it is already in flight")
+        self._busy = True
+        try:
             return await self._ask()
+        finally:
+            self._busy = False
 
     async def _ask(self) -> list[Family]:
         loop = asyncio.get_running_loop()

@@ -133,6 +133,8 @@ def _skip_name(w: bytes, i: int) -> int:
         if ln == 0:
             return i + 1
         if ln & 0xC0 == 0xC0:
+            if i + 1 >= n:
+                raise Undecodable("dns")
             return i + 2  # a compression pointer ends the name here
         if ln > 63:
             raise Undecodable("dns")

@@ -1,0 +1,122 @@
+"""dnstap from real resolvers (issue 26): unbound streams its client queries and responses
+to the exporter's listener, and what dnsfleet counts equals what the clients got. Everything
+on loopback; the resolvers' only upstreams are this test's own servers."""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import dns.message
+import dns.query
+import dns.rcode
+import pytest
+
+from dnsfleet.app import Exporter
+from tests.harness.inprocess import exporter, scrape
+from tests.harness.metrics import Samples, matching
+from tests.harness.servers import ScriptedServer, Unbound, answer
+from tests.harness.tools import num
+
+pytestmark = pytest.mark.integration
+
+IDENTITY = "unbound-a"
+
+
+def dnstap_clause(sock: Path) -> str:
+    return f"""
+dnstap:
+  dnstap-enable: yes
+  dnstap-bidirectional: yes
+  dnstap-socket-path: "{sock}"
+  dnstap-send-identity: yes
+  dnstap-identity: "{IDENTITY}"
+  dnstap-log-client-query-messages: yes
+  dnstap-log-client-response-messages: yes
+"""
+
+
+@pytest.fixture
+def refusing() -> Iterator[ScriptedServer]:
+    """An authoritative that refuses everything: a broken delegation, SERVFAIL at unbound."""
+    s = ScriptedServer(lambda q: [answer(q, rcode=dns.rcode.REFUSED)])
+    yield s
+    s.close()
+
+
+def ask(address: str, name: str, qtype: str = "A") -> str:
+    host, port = address.rsplit(":", 1)
+    q = dns.message.make_query(name, qtype, use_edns=0)
+    r = dns.query.udp(q, host, timeout=10, port=int(port))
+    return dns.rcode.to_text(r.rcode())
+
+
+def settle(exp: Exporter, target: str, want: int, timeout: float = 60) -> Samples:
+    """Scrape until the responses counted reach ``want`` (unbound writes asynchronously)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        s = scrape(exp)
+        got = sum(
+            v
+            for (n, lab), v in s.items()
+            if n == "dnsfleet_dnstap_responses_total" and ("target", target) in lab
+        )
+        if got >= want or time.monotonic() > deadline:
+            return s
+        time.sleep(0.2)
+
+
+def test_unbound_dnstap_counts_equal_what_clients_got(
+    tmp_path: Path, refusing: ScriptedServer
+) -> None:
+    sock = tmp_path / "dnstap.sock"
+    exp = exporter(
+        tmp_path,
+        {
+            "targets": [],
+            "dnstap": {"socket": str(sock), "identities": {IDENTITY: "127.0.0.1:5353"}},
+        },
+    )
+    u = Unbound(
+        tmp_path / "unbound",
+        local_data=["www.local.test. 3600 IN A 192.0.2.1"],
+        stubs={"broken.test.": f"127.0.0.1@{refusing.port}"},
+        extra_server="  ede: yes\n  serve-expired: no",
+        extra_config=dnstap_clause(sock),
+    )
+    try:
+        u.start()
+        sent: collections.Counter[str] = collections.Counter()
+        for i in range(300):
+            if i % 3 == 0:
+                sent[ask(u.address, "www.local.test.")] += 1
+            elif i % 3 == 1:
+                sent[ask(u.address, f"n{i}.local.test.", "AAAA")] += 1
+            else:
+                sent[ask(u.address, f"x{i % 7}.broken.test.")] += 1
+        assert set(sent) == {"NOERROR", "NXDOMAIN", "SERVFAIL"}
+        total = sum(sent.values())
+        # The wait_dns start-up query (local.test SOA) is a client query too.
+        s = settle(exp, "127.0.0.1:5353", total + 1)
+        t = "127.0.0.1:5353"
+        by_rcode: collections.Counter[str] = collections.Counter()
+        for (n, lab), v in s.items():
+            if n == "dnsfleet_dnstap_responses_total" and ("target", t) in lab:
+                by_rcode[dict(lab)["rcode"]] += int(v)
+        by_rcode["NOERROR"] -= 1  # the start-up query
+        assert by_rcode == sent
+        servfail = sum(v for (n, lab), v in s.items() if n == "dnsfleet_dnstap_servfail_total")
+        assert servfail == sent["SERVFAIL"]
+        # Every response was matched with its query: each is in the latency histogram.
+        count = num(matching(s, "dnsfleet_dnstap_response_duration_seconds_count", target=t))
+        assert count == total + 1
+        assert matching(s, "dnsfleet_dnstap_unmatched_responses_total", target=t) is None
+        assert num(matching(s, "dnsfleet_dnstap_ingest_up")) == 1
+        assert all(v == 0 for (n, _), v in s.items() if n == "dnsfleet_dnstap_errors_total"), (
+            "no frame refused"
+        )
+    finally:
+        u.stop()
+        exp.close()
