@@ -347,9 +347,10 @@ def test_ingest_survives_writers_that_misbehave(tmp_path: Path) -> None:
             encode_control(READY, (b"protobuf:other",)),
         ):
             w = Writer(path)
-            w.sock.sendall(data)
             w.sock.settimeout(30)
-            assert w.sock.recv(100) == b""  # cut
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                w.sock.sendall(data)
+                assert w.sock.recv(100) == b""  # cut
             w.close()
         # Never finishes the handshake; stops in the middle of a frame.
         silent = Writer(path)
@@ -378,7 +379,7 @@ def test_ingest_survives_writers_that_misbehave(tmp_path: Path) -> None:
         wait_for(ing, ("dnsfleet_dnstap_connections", ""), 3)
         extra = Writer(path)
         extra.sock.settimeout(30)
-        with pytest.raises(ConnectionResetError):
+        with pytest.raises((ConnectionResetError, BrokenPipeError)):
             extra.handshake()
         s = read(ing)
         assert s[("dnsfleet_dnstap_errors_total", 'reason="too_many_connections"')] == 1

@@ -45,6 +45,7 @@ class DnstapConfig:
         default="",
         metadata=key(
             AbsolutePath(),
+            omit="",
             doc="Unix socket resolvers write dnstap to over Frame Streams (unbound "
             "dnstap-socket-path, BIND dnstap-output unix, dnsdist newFrameStreamUnixLogger, "
             "Knot Resolver dnstap socket_path); dnstap is off without socket or listen",

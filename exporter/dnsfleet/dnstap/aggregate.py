@@ -175,23 +175,7 @@ class Aggregator:
                 "dnstap messages by the resolver (target) that logged them and message type.",
                 (({"target": t, "type": k}, v) for (t, k), v in self.messages.items()),
             ),
-            _family(
-                "dnsfleet_dnstap_responses_total",
-                "Responses resolvers sent their clients (CLIENT_RESPONSE), by rcode, query "
-                "type and transport.",
-                (
-                    (
-                        {
-                            "target": t,
-                            "rcode": _rcode(rc),
-                            "qtype": QTYPES.get(qt, "other"),
-                            "transport": TRANSPORTS.get(pr, "unknown"),
-                        },
-                        v,
-                    )
-                    for (t, rc, qt, pr), v in self.responses.items()
-                ),
-            ),
+            self._responses_family(),
             _family(
                 "dnsfleet_dnstap_truncated_responses_total",
                 "Responses to clients with the TC bit set.",
@@ -221,6 +205,26 @@ class Aggregator:
             self._latency_family(),
         ]
         return out
+
+    def _responses_family(self) -> Family:
+        rows = (
+            (
+                {
+                    "target": t,
+                    "rcode": _rcode(rc),
+                    "qtype": QTYPES.get(qt, "other"),
+                    "transport": TRANSPORTS.get(pr, "unknown"),
+                },
+                v,
+            )
+            for (t, rc, qt, pr), v in self.responses.items()
+        )
+        return _family(
+            "dnsfleet_dnstap_responses_total",
+            "Responses resolvers sent their clients (CLIENT_RESPONSE), by rcode, query type "
+            "and transport.",
+            rows,
+        )
 
     def _latency_family(self) -> Family:
         fam = Family(
