@@ -33,7 +33,9 @@ def ensure(state: MutableMapping[str, Any], config: Config) -> Ingest | None:
             ingest.close()
             del state[STATE_KEY]
         return None
-    settings = want.settings()
+    mapped = {t for _, t in want.identities}
+    labels = {t.address: dict(t.labels) for t in config.targets if t.address in mapped}
+    settings = want.settings(labels)
     if ingest is not None and ingest.settings != settings:
         ingest.close()
         ingest = None

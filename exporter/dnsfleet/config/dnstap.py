@@ -90,9 +90,11 @@ class DnstapConfig:
     def enabled(self) -> bool:
         return bool(self.socket or self.listen)
 
-    def settings(self) -> dict[str, Any]:
-        """What the ingest process is started with (JSON)."""
+    def settings(self, target_labels: dict[str, dict[str, str]]) -> dict[str, Any]:
+        """What the ingest process is started with (JSON); ``target_labels``: the mapped
+        targets' own labels (site, ...)."""
         return {
+            "target_labels": target_labels,
             "socket": self.socket,
             "socket_mode": self.socket_mode,
             "listen": [self.listen.host, self.listen.port] if self.listen else None,

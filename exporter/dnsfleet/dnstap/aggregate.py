@@ -57,8 +57,14 @@ def identity_text(raw: bytes) -> str:
 class Aggregator:
     """Counts what the dnstap messages say; :meth:`families` renders them."""
 
-    def __init__(self, identities: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        identities: Mapping[str, str],
+        target_labels: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> None:
         self.identities = dict(identities)
+        # A configured target's own labels (site, ...) go on its series, as on its probes'.
+        self.target_labels = {t: dict(labels) for t, labels in (target_labels or {}).items()}
         self._targets: dict[bytes, str] = {}
         self._unmapped: set[str] = set()
         self.frames = 0
@@ -173,25 +179,25 @@ class Aggregator:
             _family(
                 "dnsfleet_dnstap_messages_total",
                 "dnstap messages by the resolver (target) that logged them and message type.",
-                (({"target": t, "type": k}, v) for (t, k), v in self.messages.items()),
+                (({**self._labels(t), "type": k}, v) for (t, k), v in self.messages.items()),
             ),
             self._responses_family(),
             _family(
                 "dnsfleet_dnstap_truncated_responses_total",
                 "Responses to clients with the TC bit set.",
-                (({"target": t}, v) for t, v in self.truncated.items()),
+                ((self._labels(t), v) for t, v in self.truncated.items()),
             ),
             _family(
                 "dnsfleet_dnstap_servfail_total",
                 "SERVFAIL responses to clients by their first Extended DNS Error INFO-CODE "
                 '(RFC 8914; "none" without one).',
-                (({"target": t, "ede": e}, v) for (t, e), v in self.servfail.items()),
+                (({**self._labels(t), "ede": e}, v) for (t, e), v in self.servfail.items()),
             ),
             _family(
                 "dnsfleet_dnstap_unmatched_responses_total",
                 "Responses whose query time is unknown (not in the message, and its "
                 "CLIENT_QUERY not seen): not in the latency histogram.",
-                (({"target": t}, v) for t, v in self.unmatched.items()),
+                ((self._labels(t), v) for t, v in self.unmatched.items()),
             ),
             Family(
                 "dnsfleet_dnstap_pending_queries",
@@ -206,11 +212,14 @@ class Aggregator:
         ]
         return out
 
+    def _labels(self, target: str) -> dict[str, str]:
+        return {"target": target, **self.target_labels.get(target, {})}
+
     def _responses_family(self) -> Family:
         rows = (
             (
                 {
-                    "target": t,
+                    **self._labels(t),
                     "rcode": _rcode(rc),
                     "qtype": QTYPES.get(qt, "other"),
                     "transport": TRANSPORTS.get(pr, "unknown"),
@@ -234,7 +243,7 @@ class Aggregator:
             "histogram",
         )
         for t, h in self.latency.items():
-            lab = labelset({"target": t})
+            lab = labelset(self._labels(t))
             acc = 0.0
             for le, c in zip((*BUCKETS, float("inf")), h, strict=False):
                 acc += c
