@@ -88,13 +88,13 @@ def test_set_runbook_urls_is_line_exact() -> None:
 
 @pytest.mark.integration
 def test_a_new_sli_source_is_one_entry(tmp_path: Path) -> None:
-    """An event-based source (as passive dnstap SLIs will be): one entry under the SLO
+    """An event-based source (as the shipped dnstap one is): one entry under the SLO
     gets its ratios over every window, the fleet mean, the budget and the burn-rate
     alerts, which select on the SLO, not on a list of sources."""
     doc = config_doc()
     doc["slos"][0]["sources"].append(
         {
-            "name": "dnstap",
+            "name": "another",
             "selector": 'job="dnstap"',
             "errors": 'sum by (site) (rate(dnstap_responses_total{rcode="SERVFAIL", '
             "$selector}[$window]))",
@@ -102,7 +102,7 @@ def test_a_new_sli_source_is_one_entry(tmp_path: Path) -> None:
         }
     )
     rules = generate.slo_rules(generate.parse_config(doc))["groups"][0]["rules"]
-    mine = [r for r in rules if r.get("labels", {}).get("source") == "dnstap"]
+    mine = [r for r in rules if r.get("labels", {}).get("source") == "another"]
     windows = generate.parse_config(doc).windows()
     assert len(mine) == len(windows)
     assert all("dnstap_responses_total" in r["expr"] for r in mine)
