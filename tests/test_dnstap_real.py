@@ -9,12 +9,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import dns.edns
 import dns.message
 import dns.query
 import dns.rcode
 import pytest
 
 from dnsfleet.app import Exporter
+from tests.harness.dnssec import SignedNamed, make_zones, validating_unbound
 from tests.harness.inprocess import exporter, scrape
 from tests.harness.metrics import Samples, matching
 from tests.harness.servers import ScriptedServer, Unbound, answer
@@ -129,3 +131,50 @@ def test_unbound_dnstap_counts_equal_what_clients_got(
     finally:
         u.stop()
         exp.close()
+
+
+def ask_ede(address: str, name: str) -> tuple[str, tuple[int, ...]]:
+    host, port = address.rsplit(":", 1)
+    q = dns.message.make_query(name, "A", use_edns=0, want_dnssec=True)
+    r = dns.query.udp(q, host, timeout=10, port=int(port))
+    codes = tuple(int(o.code) for o in r.options if o.otype == dns.edns.OptionType.EDE)
+    return dns.rcode.to_text(r.rcode()), codes
+
+
+def test_expired_signatures_are_servfail_with_their_ede(tmp_path: Path) -> None:
+    """1,000 queries for a name whose signatures expired: each SERVFAIL is counted under
+    the EDE code the client got (7, Signature Expired)."""
+    zones = make_zones(tmp_path / "zones")
+    primary = SignedNamed(
+        tmp_path / "primary",
+        zone_files={z: f for z, f in zones.files.items() if z != "example.test.b"},
+    )
+    sock = tmp_path / "dnstap.sock"
+    exp = None
+    primary.start()
+    u = validating_unbound(tmp_path / "validating", zones, primary.address)
+    try:
+        u.extra_config = dnstap_clause(sock)
+        exp = exporter(
+            tmp_path,
+            {"targets": [], "dnstap": {"socket": str(sock), "identities": {IDENTITY: u.address}}},
+        )
+        u.start()
+        got: collections.Counter[tuple[str, tuple[int, ...]]] = collections.Counter()
+        for _ in range(1000):
+            got[ask_ede(u.address, "www.expired.test.")] += 1
+        assert got == {("SERVFAIL", (7,)): 1000}, got
+        deadline = time.monotonic() + 60
+        while True:
+            s = scrape(exp)
+            n = matching(s, "dnsfleet_dnstap_servfail_total", target=u.address, ede="7")
+            if n == 1000 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert n == 1000
+        assert sum(v for (k, _), v in s.items() if k == "dnsfleet_dnstap_servfail_total") == 1000
+    finally:
+        u.stop()
+        primary.stop()
+        if exp is not None:
+            exp.close()
