@@ -19,6 +19,7 @@ from dnsfleet.app import Exporter
 from tests.harness.dnssec import SignedNamed, make_zones, validating_unbound
 from tests.harness.inprocess import exporter, scrape
 from tests.harness.metrics import Samples, matching
+from tests.harness.resolverfamilies import Dnsdist
 from tests.harness.servers import ScriptedServer, Unbound, answer
 from tests.harness.tools import num
 
@@ -178,3 +179,52 @@ def test_expired_signatures_are_servfail_with_their_ede(tmp_path: Path) -> None:
         primary.stop()
         if exp is not None:
             exp.close()
+
+
+def test_dnsdist_responses_carry_their_query_time(tmp_path: Path) -> None:
+    """dnsdist logs responses only here (DnstapLogResponseAction): each carries its query
+    time, so every response is in the latency histogram with no CLIENT_QUERY to match."""
+    sock = tmp_path / "dnstap.sock"
+    backend = Unbound(tmp_path / "backend", local_data=["www.local.test. 3600 IN A 192.0.2.1"])
+    d = Dnsdist(
+        tmp_path / "dnsdist",
+        backends={"b": backend.address},
+        extra=(
+            f'fsul = newFrameStreamUnixLogger("{sock}", {{inputQueueSize=16384}})\n'
+            'addResponseAction(AllRule(), DnstapLogResponseAction("dnsdist-edge", fsul))\n'
+            'addCacheHitResponseAction(AllRule(), DnstapLogResponseAction("dnsdist-edge", fsul))\n'
+        ),
+    )
+    exp = exporter(
+        tmp_path,
+        {"targets": [], "dnstap": {"socket": str(sock), "identities": {"dnsdist-edge": d.address}}},
+    )
+    try:
+        backend.start()
+        d.start()
+        sent: collections.Counter[str] = collections.Counter()
+        for i in range(200):
+            name = "www.local.test." if i % 2 else f"n{i}.local.test."
+            sent[ask(d.address, name)] += 1
+        deadline = time.monotonic() + 60
+        while True:
+            s = scrape(exp)
+            got = {
+                dict(lab)["rcode"]: v
+                for (n, lab), v in s.items()
+                if n == "dnsfleet_dnstap_responses_total" and dict(lab)["qtype"] == "A"
+            }
+            if sum(got.values()) >= 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert got == dict(sent)
+        # Every response (health checks' too) timed from the query time it carries.
+        answered = sum(v for (n, _), v in s.items() if n == "dnsfleet_dnstap_responses_total")
+        count = matching(s, "dnsfleet_dnstap_response_duration_seconds_count", target=d.address)
+        assert count == answered
+        assert matching(s, "dnsfleet_dnstap_unmatched_responses_total", target=d.address) is None
+        assert matching(s, "dnsfleet_dnstap_messages_total", type="client_query") is None
+    finally:
+        d.stop()
+        backend.stop()
+        exp.close()
