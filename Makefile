@@ -83,9 +83,10 @@ lint: $(STAMP)
 ## benchmarks (by hand; print ratios against peers installed from Debian and PyPI)
 bench: $(STAMP) check-deps
 	$(call install_debs,$(BENCH_DEBS))
-	$(BIN)/python -m venv .venv-bench && .venv-bench/bin/pip install -q dns_exporter httpx
+	$(BIN)/python -m venv .venv-bench && .venv-bench/bin/pip install -q dns_exporter httpx dnstap-receiver
 	PYTHONPATH=. $(BIN)/python bench/bench_probe.py $(ARGS)
 	PYTHONPATH=. $(BIN)/python bench/bench_encrypted.py  # issue 23: DoT/DoH /probe
+	PYTHONPATH=. $(BIN)/python bench/bench_dnstap.py  # issue 26: dnstap ingest
 
 ## make bench-host: dnsfleet's host collectors vs node_exporter's interrupts collector
 bench-host: $(STAMP)
