@@ -415,3 +415,23 @@ def test_ingest_exits_with_the_exporter_and_removes_its_socket(tmp_path: Path) -
     ing.control.close()  # as when the exporter's process ends
     assert ing.proc.wait(timeout=30) == 0
     assert not (tmp_path / "dnstap.sock").exists()
+
+
+@pytest.mark.unit
+def test_a_dnstap_section_without_protobuf_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    from dnsfleet import config
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "google.protobuf" else real(name, *a),
+    )
+    p = tmp_path / "dnsfleet.yml"
+    p.write_text("resolv_conf: []\ndnstap:\n  socket: /run/dnstap.sock\n")
+    with pytest.raises(config.ConfigError, match="needs the protobuf Python module"):
+        config.load(p)
