@@ -5,6 +5,8 @@ on loopback; the resolvers' only upstreams are this test's own servers."""
 from __future__ import annotations
 
 import collections
+import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +18,7 @@ import dns.rcode
 import pytest
 
 from dnsfleet.app import Exporter
+from dnsfleet.dnstap.client import Ingest
 from tests.harness.dnssec import SignedNamed, make_zones, validating_unbound
 from tests.harness.inprocess import exporter, scrape
 from tests.harness.metrics import Samples, matching
@@ -227,4 +230,41 @@ def test_dnsdist_responses_carry_their_query_time(tmp_path: Path) -> None:
     finally:
         d.stop()
         backend.stop()
+        exp.close()
+
+
+def test_a_stalled_listener_never_blocks_the_resolver(tmp_path: Path) -> None:
+    """The ingest process frozen (SIGSTOP) while clients query: unbound answers every
+    query (its dnstap output drops instead of waiting), and once the process runs again it
+    counts what it got, never more than was sent."""
+    sock = tmp_path / "dnstap.sock"
+    u = Unbound(
+        tmp_path / "unbound",
+        local_data=["www.local.test. 3600 IN A 192.0.2.1"],
+        extra_config=dnstap_clause(sock),
+    )
+    exp = exporter(
+        tmp_path,
+        {"targets": [], "dnstap": {"socket": str(sock), "identities": {IDENTITY: u.address}}},
+    )
+    ingest = exp.collector_state["dnstap"]
+    assert isinstance(ingest, Ingest)
+    try:
+        u.start()
+        os.kill(ingest.proc.pid, signal.SIGSTOP)
+        try:
+            answered = collections.Counter(ask(u.address, "www.local.test.") for _ in range(3000))
+        finally:
+            os.kill(ingest.proc.pid, signal.SIGCONT)
+        assert answered == {"NOERROR": 3000}
+        s = scrape(exp)
+        got = sum(
+            v
+            for (n, lab), v in s.items()
+            if n == "dnsfleet_dnstap_responses_total" and dict(lab)["qtype"] == "A"
+        )
+        assert got <= 3000
+        assert num(matching(s, "dnsfleet_dnstap_ingest_up")) == 1
+    finally:
+        u.stop()
         exp.close()
