@@ -49,7 +49,9 @@ def test_flags_exactly_the_attacked_parent_among_50k_random_parents() -> None:
     suspects = detector.suspects(1050.0)
     assert [s.parent for s in suspects] == ["victim.co.uk"]
     victim = suspects[0]
-    assert 20_000 * 0.9 < victim.distinct_children < 20_000 * 1.1
+    # 20,000 names in 4,096 bits leave ~31 zero bits: the estimate's error is skewed upward
+    # (3.6 % standard error); these bounds are more than 4 standard deviations away.
+    assert 20_000 * 0.85 < victim.distinct_children < 20_000 * 1.3
     assert victim.nxdomain_share == 1.0
     # 20,000 answers over the 50 s since the first window began, less those before tracking.
     assert 350 < victim.rate <= 400 and victim.responses <= 20_000
@@ -92,16 +94,13 @@ def test_output_capped_at_max_suspects_most_distinct_first() -> None:
     rnd = random.Random(30)
     detector = Detector(max_suspects=3, min_distinct=100)
     events = [
-        (f"{_label(rnd)}.victim{v}.example", True) for v in range(20) for _ in range(200 + 10 * v)
+        (f"{_label(rnd)}.victim{v}.example", True) for v in range(8) for _ in range(200 * (v + 1))
     ]
     rnd.shuffle(events)
     _feed(detector, events, 0.0, 10.0)
     suspects = detector.suspects(10.0)
-    assert [s.parent for s in suspects] == [
-        "victim19.example",
-        "victim18.example",
-        "victim17.example",
-    ]
+    # 1,600, 1,400 and 1,200 names: apart by ten times the estimate's standard error.
+    assert [s.parent for s in suspects] == ["victim7.example", "victim6.example", "victim5.example"]
     assert all(isinstance(s, Suspect) for s in suspects)
 
 
