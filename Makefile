@@ -24,6 +24,7 @@ TEST_DEBS := unbound:unbound named:bind9 dig:bind9-dnsutils prometheus:prometheu
              dnssec-signzone:bind9-utils kdig:knot-dnsutils openssl:openssl faketime:faketime \
              prometheus-bind-exporter:prometheus-bind-exporter fstrm_capture:fstrm-bin \
              dnstap-ldns:dnstap-ldns lintian:lintian mmdebstrap:mmdebstrap \
+             /usr/share/publicsuffix/public_suffix_list.dat:publicsuffix \
              shellcheck:shellcheck $(DEB_BUILD_DEBS)
 BENCH_DEBS := prometheus-blackbox-exporter:prometheus-blackbox-exporter \
               prometheus-node-exporter:prometheus-node-exporter wrk:wrk
