@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import random
 import struct
 import time
 from collections.abc import Iterator
@@ -35,6 +36,8 @@ from dnsfleet.dnstap.framestreams import (
     Refusal,
     encode_control,
 )
+from dnsfleet.dnstap.insight import Insight
+from dnsfleet.dnstap.insight import qname_text as insight_qname
 from dnsfleet.dnstap.message import Undecodable, parse_frame, peek, qname_text
 from dnsfleet.exposition import Family
 from tests.harness.dnstapwriter import Writer, frames, pair
@@ -435,3 +438,57 @@ def test_a_dnstap_section_without_protobuf_is_refused(
     p.write_text("resolv_conf: []\ndnstap:\n  socket: /run/dnstap.sock\n")
     with pytest.raises(config.ConfigError, match="needs the protobuf Python module"):
         config.load(p)
+
+
+# ------------------------------------------------------------------- bounded insight
+
+
+def wire(name: str) -> bytes:
+    return b"".join(bytes([len(x)]) + x.encode() for x in name.split(".")) + b"\0"
+
+
+@pytest.mark.unit
+def test_fifty_thousand_random_names_flag_only_the_attacked_parent() -> None:
+    """A flood of random names under one parent among 50,000 random names under 50,000
+    other parents and legitimate traffic: exactly the attacked parent is a suspect, and
+    no family grows past its bound."""
+    ins = Insight(top_n=10)
+    rnd = random.Random(26)
+    client = bytes([127, 0, 0, 1])
+    t = "127.0.0.1:53"
+    for i in range(50_000):
+        ins.observe(t, client, 3, wire(f"{rnd.getrandbits(40):x}.victim.test"), 1.0)
+        ins.observe(t, bytes([10, 0, i % 250, 1]), 3, wire(f"w.p{i}.test"), 1.0)
+        ins.observe(t, client, 0, wire(f"www{i % 20}.popular.test"), 1.0)
+    fams = {f.name: f for f in ins.families({t: {"target": t, "site": "lab"}}, 2.0)}
+    suspects = fams["dnsfleet_dnstap_random_subdomain_suspect"].samples
+    assert [lab for _, lab, _ in suspects] == [
+        'target="127.0.0.1:53",site="lab",parent="victim.test"'
+    ]
+    kids = fams["dnsfleet_dnstap_random_subdomain_distinct_children"].samples[0][2]
+    assert kids > 10_000  # linear counting saturates at 34,069
+    # Counts show once the minute is over: at most top_n per kind.
+    fams = {f.name: f for f in ins.families({}, 62.0)}
+    top = fams["dnsfleet_dnstap_top_domain_responses"].samples
+    assert 0 < len(top) <= 10
+    assert top[0] == ("", 'target="127.0.0.1:53",rcode="NXDOMAIN",domain="victim.test"', 50_000)
+    clients = fams["dnsfleet_dnstap_top_client_responses"].samples
+    assert 0 < len(clients) <= 10
+    assert ("", 'target="127.0.0.1:53",client="127.0.0.1"', 100_000) in clients
+    # A minute later with nothing new, nothing is shown: a stopped attack ages out.
+    fams = {f.name: f for f in ins.families({}, 200.0)}
+    assert all(not fams[n].samples for n in fams if "public_suffix" not in n)
+
+
+@pytest.mark.unit
+def test_insight_covers_at_most_sixteen_targets() -> None:
+    ins = Insight(top_n=3)
+    for i in range(100):
+        ins.observe(f"t{i}", b"\x7f\0\0\1", 3, wire("a.b.test"), 1.0)
+    assert len(ins.targets) == 16
+
+
+@pytest.mark.unit
+def test_insight_qname_text_is_the_presentation_form() -> None:
+    assert insight_qname(wire("WWW.Example.test")) == "www.example.test"
+    assert insight_qname(b"\x03a.b\x01\xff\x00") == "a\\046b.\\255"

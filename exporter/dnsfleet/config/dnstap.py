@@ -75,6 +75,14 @@ class DnstapConfig:
             "(unmapped identities are labelled with themselves, up to 32, then `other`)",
         ),
     )
+    top_n: int = field(
+        default=10,
+        metadata=key(
+            Integer(minimum=0, maximum=50),
+            doc="Registered domains by NXDOMAIN and by SERVFAIL, client addresses, and "
+            "random-subdomain suspects shown per target (0: none)",
+        ),
+    )
     handshake_timeout: float = field(default=10.0, metadata=key(Duration(maximum=300)))
     idle_timeout: float = field(
         default=60.0,
@@ -102,6 +110,7 @@ class DnstapConfig:
             "handshake_timeout": self.handshake_timeout,
             "idle_timeout": self.idle_timeout,
             "max_connections": self.max_connections,
+            "top_n": self.top_n,
         }
 
 

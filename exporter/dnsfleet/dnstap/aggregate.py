@@ -14,9 +14,11 @@ at most :data:`PENDING_MAX` entries (the oldest is dropped, and counted, when it
 from __future__ import annotations
 
 import bisect
+import time
 from collections.abc import Iterable, Mapping
 
 from dnsfleet.dnstap.framestreams import Refusal
+from dnsfleet.dnstap.insight import Insight
 from dnsfleet.dnstap.message import (
     _MESSAGE_TYPES,
     CLIENT_QUERY,
@@ -61,6 +63,7 @@ class Aggregator:
         self,
         identities: Mapping[str, str],
         target_labels: Mapping[str, Mapping[str, str]] | None = None,
+        top_n: int = 10,
     ) -> None:
         self.identities = dict(identities)
         # A configured target's own labels (site, ...) go on its series, as on its probes'.
@@ -79,6 +82,8 @@ class Aggregator:
         self.latency: dict[str, list[float]] = {}  # bucket counts, then the sum
         self.pending: dict[tuple[bytes, int, int, int], int] = {}
         self.evicted = 0
+        self.insight = Insight(top_n)
+        self._now = time.monotonic()
 
     def target(self, identity: bytes) -> str:
         t = self._targets.get(identity)
@@ -100,6 +105,7 @@ class Aggregator:
         self.errors[reason] += 1
 
     def ingest(self, frames: Iterable[bytes]) -> None:
+        self._now = time.monotonic()  # one clock read per batch: the windows are a minute
         for frame in frames:
             self.frames += 1
             try:
@@ -134,6 +140,7 @@ class Aggregator:
         self.responses[key] = self.responses.get(key, 0) + 1
         if p.truncated:
             self.truncated[target] = self.truncated.get(target, 0) + 1
+        self.insight.observe(target, m.query_address, p.rcode, p.qname, self._now)  # type: ignore[attr-defined]
         if p.rcode == Rcode.SERVFAIL:
             code = p.ede[0] if p.ede else None
             ede = "none" if code is None else str(code) if code <= MAX_EDE else "other"
@@ -210,6 +217,8 @@ class Aggregator:
             ).add(self.evicted),
             self._latency_family(),
         ]
+        labels = {t: self._labels(t) for t in self.insight.targets}
+        out += self.insight.families(labels, time.monotonic())
         return out
 
     def _labels(self, target: str) -> dict[str, str]:

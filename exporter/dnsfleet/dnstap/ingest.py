@@ -112,7 +112,9 @@ async def _listen(agg: Aggregator, settings: dict[str, Any]) -> list[asyncio.Ser
 
 
 async def serve(control: socket.socket, settings: dict[str, Any]) -> None:
-    agg = Aggregator(settings["identities"], settings.get("target_labels"))
+    agg = Aggregator(
+        settings["identities"], settings.get("target_labels"), settings.get("top_n", 10)
+    )
     servers = await _listen(agg, settings)
     reader, writer = await asyncio.open_connection(sock=control)
     try:

@@ -116,6 +116,11 @@ class Detector:
         self._current: _Window | None = None
         self._previous: _Window | None = None
 
+    def watching(self) -> bool:
+        """True while a parent is tracked: only then do answers other than NXDOMAIN count
+        (a caller may skip decoding their names otherwise)."""
+        return bool(self._current is not None and self._current.tracked)
+
     def observe(self, qname: str, nxdomain: bool, now: float) -> None:
         """Count one answer (a CLIENT_RESPONSE) for `qname`; `nxdomain`: its rcode was 3."""
         current = self._roll(now)
