@@ -187,6 +187,8 @@ CATALOG = (
     "DNSZoneSignaturesExpiring",
     "DNSZoneSerialDrift",
     "DNSZoneDSMismatch",
+    # Issue 26: passive insight from dnstap.
+    "DNSRandomSubdomainAttack",
 )
 # Host alerts come with issue 5's alerts/rules/host.rules.yml.
 HOST_ALERTS = {

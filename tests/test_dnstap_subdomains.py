@@ -28,13 +28,16 @@ def _mixed(rnd: random.Random, attacked: str | None) -> list[tuple[str, bool]]:
     """50,000 random names under 50,000 random parents (all NXDOMAIN: the hardest noise),
     20,000 random names under the attacked parent (all NXDOMAIN), a popular domain with a
     few names (NOERROR), a few names that do not exist asked over and over (NXDOMAIN), and
-    a CDN with many names that all exist (NOERROR)."""
+    a CDN with many names, one in ten of them missing (NXDOMAIN: tracked, but a 10 % share)."""
     events = [(f"{_label(rnd)}.{_label(rnd, 8)}.org", True) for _ in range(50_000)]
     if attacked:
         events += [(f"{_label(rnd)}.{attacked}", True) for _ in range(20_000)]
     events += [(f"{('www', 'mail', 'api')[i % 3]}.popular.com", False) for i in range(60_000)]
     events += [(f"host{i % 300}.typo.net", True) for i in range(30_000)]
-    events += [(f"img{i % 5000}.cdn.example.net", False) for i in range(40_000)]
+    events += [
+        (f"miss{i}.cdn.example.net", True) if i % 10 == 0 else (f"img{i}.cdn.example.net", False)
+        for i in range(40_000)
+    ]
     rnd.shuffle(events)
     return events
 

@@ -176,7 +176,7 @@ def default_list() -> PublicSuffixList:
 
 
 def status() -> Status:
-    """Which list is in use: for `dnsfleet_dnstap_public_suffix_list_info`."""
+    """Which list is in use (for an info metric: source, path, entries)."""
     return _current()[1]
 
 
