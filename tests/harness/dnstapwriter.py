@@ -48,9 +48,9 @@ def pair(
         r.use_edns(0, options=[dns.edns.EDEOption(dns.edns.EDECode(ede))])
     if tc:
         r.flags |= dns.flags.TC
-    cq = _message(identity, CLIENT_QUERY, port, q.to_wire(), t0, None)
+    cq = _message(identity, CLIENT_QUERY, port, q.to_wire(), t0, query_time=None)
     qt = t0 if query_time_in_response else None
-    cr = _message(identity, CLIENT_RESPONSE, port, r.to_wire(), t0 + latency, qt)
+    cr = _message(identity, CLIENT_RESPONSE, port, r.to_wire(), t0 + latency, query_time=qt)
     return cq, cr
 
 
@@ -60,6 +60,7 @@ def _message(
     port: int,
     wire: bytes,
     when: float,
+    *,
     query_time: float | None,
 ) -> bytes:
     d: Any = Dnstap()
@@ -71,7 +72,7 @@ def _message(
     m.socket_protocol = 1
     m.query_address = bytes([127, 0, 0, 1])
     m.query_port = port
-    sec, nsec = int(when), int(round((when % 1) * 1e9))
+    sec, nsec = int(when), round((when % 1) * 1e9)
     if mtype == CLIENT_QUERY:
         m.query_message = wire
         m.query_time_sec, m.query_time_nsec = sec, nsec
@@ -80,7 +81,7 @@ def _message(
         m.response_time_sec, m.response_time_nsec = sec, nsec
         if query_time is not None:
             m.query_time_sec = int(query_time)
-            m.query_time_nsec = int(round((query_time % 1) * 1e9))
+            m.query_time_nsec = round((query_time % 1) * 1e9)
     return bytes(d.SerializeToString())
 
 
