@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +26,7 @@ from tests.harness.inprocess import exporter, scrape
 from tests.harness.metrics import Samples, matching
 from tests.harness.resolverfamilies import Dnsdist
 from tests.harness.servers import ScriptedServer, Unbound, answer
-from tests.harness.tools import num
+from tests.harness.tools import binary, num
 
 pytestmark = pytest.mark.integration
 
@@ -267,4 +269,80 @@ def test_a_stalled_listener_never_blocks_the_resolver(tmp_path: Path) -> None:
         assert num(matching(s, "dnsfleet_dnstap_ingest_up")) == 1
     finally:
         u.stop()
+        exp.close()
+
+
+def ldns_rcodes(capture: Path) -> collections.Counter[str]:
+    """CLIENT_RESPONSE rcodes as dnstap-ldns (Debian's independent decoder) reads them."""
+    out = subprocess.run(
+        [binary("dnstap-ldns"), "-y", "-r", str(capture)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    got: collections.Counter[str] = collections.Counter()
+    for doc in out.split("\n---")[0:]:
+        if "type: CLIENT_RESPONSE" in doc:
+            m = re.search(r"->>HEADER<<- opcode: \w+, rcode: (\w+)", doc)
+            assert m, doc
+            got[m.group(1)] += 1
+    return got
+
+
+def test_counts_equal_dnstap_ldns_on_the_same_frames(
+    tmp_path: Path, refusing: ScriptedServer
+) -> None:
+    """unbound's real stream captured by fstrm_capture, decoded by dnstap-ldns, and the same
+    file replayed into dnsfleet with fstrm_replay: the same responses by rcode."""
+    sock, capture = tmp_path / "capture.sock", tmp_path / "unbound.fstrm"
+    cap = subprocess.Popen(
+        [binary("fstrm_capture"), "-t", "protobuf:dnstap.Dnstap", "-u", str(sock), "-w",
+         str(capture)],
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    u = Unbound(
+        tmp_path / "unbound",
+        local_data=["www.local.test. 3600 IN A 192.0.2.1"],
+        stubs={"broken.test.": f"127.0.0.1@{refusing.port}"},
+        extra_config=dnstap_clause(sock),
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        u.start()
+        names = ["www.local.test.", "nope.local.test.", "x.broken.test."]
+        for i in range(150):
+            ask(u.address, names[i % 3])
+    finally:
+        u.stop()  # unbound flushes and closes its stream
+        cap.terminate()
+        cap.wait(timeout=30)
+    want = ldns_rcodes(capture)
+    assert set(want) == {"NOERROR", "NXDOMAIN", "SERVFAIL"}
+    replay_sock = tmp_path / "dnstap.sock"
+    exp = exporter(tmp_path, {"targets": [], "dnstap": {"socket": str(replay_sock)}})
+    try:
+        deadline = time.monotonic() + 30  # the ingest process is starting
+        while not replay_sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        subprocess.run(
+            [binary("fstrm_replay"), "-t", "protobuf:dnstap.Dnstap", "-u", str(replay_sock),
+             "-r", str(capture)],
+            check=True, timeout=60, capture_output=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while True:
+            s = scrape(exp)
+            got: collections.Counter[str] = collections.Counter()
+            for (n, lab), v in s.items():
+                if n == "dnsfleet_dnstap_responses_total":
+                    assert dict(lab)["target"] == IDENTITY  # unmapped: the identity itself
+                    got[dict(lab)["rcode"]] += int(v)
+            if got == want or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert got == want
+    finally:
         exp.close()
