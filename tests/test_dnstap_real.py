@@ -24,7 +24,7 @@ from dnsfleet.dnstap.client import Ingest
 from tests.harness.dnssec import SignedNamed, make_zones, validating_unbound
 from tests.harness.inprocess import exporter, scrape
 from tests.harness.metrics import Samples, matching
-from tests.harness.resolverfamilies import Dnsdist
+from tests.harness.resolverfamilies import Dnsdist, Kresd
 from tests.harness.servers import ScriptedServer, Unbound, answer
 from tests.harness.tools import binary, num
 
@@ -345,4 +345,59 @@ def test_counts_equal_dnstap_ldns_on_the_same_frames(
             time.sleep(0.2)
         assert got == want
     finally:
+        exp.close()
+
+
+def test_knot_resolver_counts_and_latency(tmp_path: Path) -> None:
+    """Knot Resolver's dnstap module logs client queries and responses: counts by rcode equal
+    what its clients got, each response timed against its matched query. kresd enables
+    dnstap only if the socket exists when it starts: the exporter's listener is up first."""
+    sock = tmp_path / "dnstap.sock"
+    upstream = Unbound(
+        tmp_path / "upstream",
+        local_data=["www.local.test. 3600 IN A 192.0.2.1", "www.example.test. 3600 IN A 192.0.2.2"],
+    )
+    k = Kresd(
+        tmp_path / "kresd",
+        upstream=f"127.0.0.1@{upstream.port}",
+        extra=(
+            f"modules = {{ dnstap = {{ socket_path = '{sock}', identity = 'kresd-a', "
+            "client = { log_queries = true, log_responses = true } } }\n"
+        ),
+    )
+    exp = exporter(
+        tmp_path,
+        {"targets": [], "dnstap": {"socket": str(sock), "identities": {"kresd-a": k.address}}},
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        upstream.start()
+        k.start()
+        sent: collections.Counter[str] = collections.Counter()
+        for i in range(200):
+            name = "www.local.test." if i % 2 else f"n{i}.local.test."
+            sent[ask(k.address, name, "AAAA")] += 1  # kresd's start-up check asks for A
+        assert set(sent) == {"NOERROR", "NXDOMAIN"}
+        deadline = time.monotonic() + 60
+        while True:
+            s = scrape(exp)
+            got = {
+                dict(lab)["rcode"]: v
+                for (n, lab), v in s.items()
+                if n == "dnsfleet_dnstap_responses_total"
+                and dict(lab)["qtype"] == "AAAA"
+                and ("target", k.address) in lab
+            }
+            if sum(got.values()) >= 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert got == dict(sent)
+        answered = sum(v for (n, _), v in s.items() if n == "dnsfleet_dnstap_responses_total")
+        count = matching(s, "dnsfleet_dnstap_response_duration_seconds_count", target=k.address)
+        assert count == answered
+    finally:
+        k.stop()
+        upstream.stop()
         exp.close()
