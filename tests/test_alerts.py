@@ -189,6 +189,7 @@ CATALOG = (
     "DNSZoneDSMismatch",
     # Issue 26: passive insight from dnstap.
     "DNSRandomSubdomainAttack",
+    "DNSFleetDnstapIngestDown",
 )
 # Host alerts come with issue 5's alerts/rules/host.rules.yml.
 HOST_ALERTS = {
