@@ -104,8 +104,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[St
     seen = [0]
 
     def every_other(query: bytes) -> list[bytes]:
+        # One query in three goes unanswered. Not one in two: with every `for` divided by
+        # SCALE, DNSSiteDown's equals the scrape interval, so two failed probes in a row
+        # (an extra probe between two scrapes, or a busy exporter serving its last cycle
+        # again) flashed DNSSiteDown for lab4, whose inhibition then held back the very
+        # burn page this scenario waits for.
         seen[0] += 1
-        if seen[0] % 2:
+        if seen[0] % 3 == 0:
             return []
         return [answer(query, "www.example.test. 60 IN A 192.0.2.10")]
 
@@ -360,8 +365,8 @@ def test_resolver_stop_and_restart_are_delivered(stack: Stack) -> None:
 
 
 def test_partial_loss_pages_where_resolver_down_cannot(stack: Stack) -> None:
-    """Half of the probes of lab4's only resolver time out: half of the site's probe rounds
-    get no answer, its availability SLO burns and pages; the ratio alert opens a ticket, and
+    """A third of the probes of lab4's only resolver time out: a third of the site's probe
+    rounds get no answer, its availability SLO burns and pages; the ratio alert opens a ticket, and
     DNSResolverDown (every probe failed) never fires for it."""
     wait_scraped(stack)
     crit = stack.hook.wait_for(
@@ -375,7 +380,7 @@ def test_partial_loss_pages_where_resolver_down_cannot(stack: Stack) -> None:
     fault = first_sample_time(
         stack.prom, f'dnsfleet_probe_success{{target="{stack.lossy.address}"}}'
     )
-    MEASURED["DNSAvailabilityBudgetBurn, probe (first probe of a 50%-loss site -> pager)"] = (
+    MEASURED["DNSAvailabilityBudgetBurn, probe (first probe of a 33%-loss site -> pager)"] = (
         crit[0] - fault
     )
     ticket = stack.hook.wait_for(
@@ -385,7 +390,7 @@ def test_partial_loss_pages_where_resolver_down_cannot(stack: Stack) -> None:
     ratio = stack.prom.query(
         f'target:dnsfleet_probe_failures:ratio_rate10m{{target="{stack.lossy.address}"}}'
     )
-    assert 0.3 < float(ratio[0]["value"][1]) < 0.7, ratio
+    assert 0.15 < float(ratio[0]["value"][1]) < 0.5, ratio
     # Pending now and then (any failed scrape), never firing.
     assert not stack.prom.query(
         f'max_over_time(ALERTS{{alertname="DNSResolverDown",alertstate="firing",'
