@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import os
+import random
 import re
 import signal
 import subprocess
@@ -400,4 +401,81 @@ def test_knot_resolver_counts_and_latency(tmp_path: Path) -> None:
     finally:
         k.stop()
         upstream.stop()
+        exp.close()
+
+
+def dnsperf(address: str, queries: Path, rate: int) -> tuple[int, collections.Counter[str]]:
+    """Run ``queries`` through once at ``rate`` qps: (completed, dnsperf's own rcode counts)."""
+    host, port = address.rsplit(":", 1)
+    out = subprocess.run(
+        [binary("dnsperf"), "-s", host, "-p", port, "-d", str(queries), "-n", "1",
+         "-Q", str(rate), "-t", "5", "-c", "2"],
+        capture_output=True, text=True, timeout=300, check=True,
+    ).stdout  # fmt: skip
+    done = re.search(r"Queries completed:\s+(\d+)", out)
+    codes = re.search(r"Response codes:\s+(.*)", out)
+    assert done and codes, out
+    counts = collections.Counter(
+        {m.group(1): int(m.group(2)) for m in re.finditer(r"(\w+) (\d+) \(", codes.group(1))}
+    )
+    return int(done.group(1)), counts
+
+
+def test_a_random_subdomain_flood_is_flagged_and_nothing_else(
+    tmp_path: Path, refusing: ScriptedServer
+) -> None:
+    """dnsperf floods unbound with 5,000 random names under victim.test (NXDOMAIN) among
+    ordinary traffic (a popular name, a few missing ones, SERVFAIL from a broken
+    delegation): dnsfleet's counts by rcode equal dnsperf's, and victim.test, only it, is a
+    random-subdomain suspect within 60 s."""
+    sock = tmp_path / "dnstap.sock"
+    u = Unbound(
+        tmp_path / "unbound",
+        local_data=[f"www.popular.test. 3600 IN A 192.0.2.{i}" for i in range(1, 4)],
+        stubs={"broken.test.": f"127.0.0.1@{refusing.port}"},
+        extra_server='  local-zone: "victim.test." static\n  local-zone: "popular.test." static',
+        extra_config=dnstap_clause(sock),
+    )
+    exp = exporter(
+        tmp_path,
+        {"targets": [], "dnstap": {"socket": str(sock), "identities": {IDENTITY: u.address}}},
+    )
+    rnd = random.Random(26)
+    lines = []
+    for i in range(5000):
+        lines.append(f"{rnd.getrandbits(48):012x}.victim.test A")
+        if i % 2:
+            lines.append("www.popular.test A")
+        if i % 50 == 0:
+            lines.append(f"missing{i % 7}.popular.test A")
+        if i % 100 == 0:
+            lines.append(f"x{i % 3}.broken.test A")
+    queries = tmp_path / "queries.txt"
+    queries.write_text("\n".join(lines) + "\n")
+    try:
+        u.start()
+        started = time.monotonic()
+        completed, sent = dnsperf(u.address, queries, 2000)
+        assert completed == len(lines) and set(sent) == {"NOERROR", "NXDOMAIN", "SERVFAIL"}
+        while True:
+            s = scrape(exp)
+            got: collections.Counter[str] = collections.Counter()
+            for (n, lab), v in s.items():
+                if n == "dnsfleet_dnstap_responses_total" and dict(lab)["qtype"] == "A":
+                    got[dict(lab)["rcode"]] += int(v)
+            suspects = {
+                dict(lab)["parent"]
+                for (n, lab), _ in s.items()
+                if n == "dnsfleet_dnstap_random_subdomain_suspect"
+            }
+            if (got == sent and suspects) or time.monotonic() - started > 60:
+                break
+            time.sleep(0.5)
+        assert got == sent
+        assert suspects == {"victim.test"}
+        kids = num(matching(s, "dnsfleet_dnstap_random_subdomain_distinct_children"))
+        assert 4000 < kids < 6500  # 5,000 distinct names; linear counting's error
+        assert num(matching(s, "dnsfleet_dnstap_random_subdomain_nxdomain_ratio")) == 1
+    finally:
+        u.stop()
         exp.close()
