@@ -7,7 +7,10 @@ import asyncio
 import contextlib
 import itertools
 import random
+import socket
 import struct
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -492,3 +495,46 @@ def test_insight_covers_at_most_sixteen_targets() -> None:
 def test_insight_qname_text_is_the_presentation_form() -> None:
     assert insight_qname(wire("WWW.Example.test")) == "www.example.test"
     assert insight_qname(b"\x03a.b\x01\xff\x00") == "a\\046b.\\255"
+
+
+@pytest.mark.integration
+def test_a_second_listener_never_takes_a_live_socket(ingest: Ingest, tmp_path: Path) -> None:
+    """Another ingest process (a second exporter) on the same path exits with an error; a
+    config check does not even start one; the first listener keeps its socket."""
+    second = Ingest(dict(ingest.settings))
+    assert second.proc.wait(timeout=30) == 1
+    second.control.close()
+    conf = tmp_path / "dnsfleet.yml"
+    conf.write_text(f"resolv_conf: []\ndnstap:\n  socket: {ingest.settings['socket']}\n")
+    check = subprocess.run(
+        [sys.executable, "-m", "dnsfleet", "--config.file", str(conf), "--config.check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert check.returncode == 0, check.stderr
+    w = Writer(ingest.settings["socket"])
+    assert w.handshake() == ACCEPT
+    w.send(*pair("a.test."))
+    assert w.stop()
+    assert (
+        wait_for(ingest, ("dnsfleet_dnstap_frames_total", ""), 2)[
+            ("dnsfleet_dnstap_frames_total", "")
+        ]
+        == 2
+    )
+
+
+@pytest.mark.integration
+def test_a_stale_socket_is_replaced(tmp_path: Path) -> None:
+    path = tmp_path / "dnstap.sock"
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(str(path))
+    dead.close()  # the file stays, nobody listens: a process that died
+    ing = Ingest(settings_for(path))
+    try:
+        w = Writer(str(path))
+        assert w.handshake() == ACCEPT
+        w.close()
+    finally:
+        ing.close()

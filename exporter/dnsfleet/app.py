@@ -35,7 +35,9 @@ MIN_PROBE_TIMEOUT = 0.05
 
 
 class Exporter:
-    def __init__(self, *, fs: HostFS, config_file: str | None) -> None:
+    def __init__(self, *, fs: HostFS, config_file: str | None, background: bool = True) -> None:
+        """``background``: start what runs beside the exporter (the dnstap listener) now;
+        ``--config.check`` only validates and must not take the service's socket."""
         self.fs = fs
         self.config_file = config_file
         self.prober = Prober()
@@ -48,7 +50,8 @@ class Exporter:
         self.config = self._load()
         self.prober.configure(self.config)
         # The dnstap listener exists from the start: a resolver may connect only at its own.
-        dnstap_collector.ensure(self.collector_state, self.config)
+        if background:
+            dnstap_collector.ensure(self.collector_state, self.config)
         self.reload_status = ReloadStatus(True, time.time())
         # Probe sockets that fit in the open-file limit (measured once: the limit is raised
         # to the hard one at start, cli.py, before the exporter is built).

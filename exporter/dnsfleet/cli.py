@@ -146,7 +146,7 @@ def exporter_main(argv: Sequence[str] | None = None) -> int:
     raise_fd_limit()
     fs = HostFS.from_flags(procfs=args.procfs, sysfs=args.sysfs, rootfs=args.rootfs)
     try:
-        exp = Exporter(fs=fs, config_file=args.config_file)
+        exp = Exporter(fs=fs, config_file=args.config_file, background=not args.config_check)
     except ConfigError as e:
         return _invalid(args, f"configuration invalid: {e}")
     exp.runbook_base_url = args.runbook_base_url

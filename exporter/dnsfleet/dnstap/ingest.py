@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -93,14 +94,34 @@ class Stream(asyncio.Protocol):
             self.counted = False
 
 
+def _clear_stale(path: str) -> None:
+    """Remove a socket left by a process that died; refuse one another process listens on
+    (a second exporter, or `--config.check` run beside the service, must not take it)."""
+    try:
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            return  # not a socket: binding fails with its own error
+    except FileNotFoundError:
+        return
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+    except (ConnectionRefusedError, FileNotFoundError):
+        os.unlink(path)
+        return
+    except OSError:
+        return  # let bind report it
+    finally:
+        probe.close()
+    raise OSError(errno.EADDRINUSE, f"{path}: another process listens on it")
+
+
 async def _listen(agg: Aggregator, settings: dict[str, Any]) -> list[asyncio.Server]:
     loop = asyncio.get_running_loop()
     servers = []
     path = settings.get("socket")
     if path:
-        with contextlib.suppress(FileNotFoundError):
-            if stat.S_ISSOCK(os.lstat(path).st_mode):
-                os.unlink(path)  # a socket left by a process that died
+        _clear_stale(path)
         srv = await loop.create_unix_server(lambda: Stream(agg, settings), path, backlog=64)
         os.chmod(path, settings["socket_mode"])
         servers.append(srv)
