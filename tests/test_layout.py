@@ -34,7 +34,6 @@ LONG_FUNCTIONS = {
     "collectors/bond.py:families": 90,
     "collectors/consul.py:check_agent": 99,
     "collectors/nic.py:_collect": 80,
-    "collectors/resolver.py:stats_families": 107,
     "collectors/stub.py:assess": 90,
     "collectors/stub.py:families": 65,
     "config/reader.py:_compose": 86,  # one loop over parser events
