@@ -32,7 +32,6 @@ LONG_FUNCTIONS = {
     "cli.py:exporter_parser": 76,  # one add_argument per flag
     "collectors/bond.py:families": 90,
     "collectors/nic.py:_collect": 80,
-    "collectors/stub.py:assess": 90,
     "collectors/stub.py:families": 65,
     "config/reader.py:_compose": 86,  # one loop over parser events
     "dnswire.py:parse_response": 65,  # the hot walker: one pass, no calls

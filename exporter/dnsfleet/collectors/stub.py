@@ -125,6 +125,19 @@ def syn_retries(fs: HostFS) -> int:
         return DEFAULT_TCP_SYN_RETRIES
 
 
+_Tasks = dict[tuple[object, ...], "asyncio.Task[ProbeResult]"]
+# One watched file on its way to a report: (watch, conf or None, failure, detail, the
+# nameservers, their probe tasks).
+_Pending = tuple[
+    ResolvConfWatch,
+    ResolvConf | None,
+    str,
+    str,
+    tuple[Nameserver, ...],
+    list["asyncio.Task[ProbeResult]"],
+]
+
+
 async def assess(
     fs: HostFS,
     watches: tuple[ResolvConfWatch, ...],
@@ -136,85 +149,81 @@ async def assess(
     loop = asyncio.get_running_loop()
     read = await asyncio.to_thread(lambda: [read_watch(fs, w) for w in watches])
     connect_timeout = tcp_connect_timeout(await asyncio.to_thread(syn_retries, fs))
-    tasks: dict[tuple[object, ...], asyncio.Task[ProbeResult]] = {}
-
-    def probe_task(
-        ns: Nameserver, watch: ResolvConfWatch, conf: ResolvConf
-    ) -> asyncio.Task[ProbeResult]:
-        transport: Transport = "tcp" if conf.use_vc else "udp"
-        sockaddr, family = resolve(ns)
-        key = (sockaddr, transport, watch.query_name, watch.qtype, conf.edns0, watch.probe_timeout)
-        if key not in tasks:
-            module = Module(
-                name="stub",
-                query_name=watch.query_name,
-                query_type=watch.query_type,
-                transport=transport,
-                edns=conf.edns0,
-            )
-            # glibc sends EDNS only with options edns0, and never NSID.
-            query: Query = build_query(
-                watch.query_name,
-                watch.qtype,
-                module.qclass,
-                recursion_desired=True,
-                edns=conf.edns0,
-                payload=1232,
-                nsid=False,
-            )
-            timeout = max(
-                min(watch.probe_timeout, deadline - loop.time() - DEADLINE_MARGIN),
-                MIN_PROBE_TIMEOUT,
-            )
-            tasks[key] = asyncio.ensure_future(
-                probe(sockaddr=sockaddr, family=family, module=module, query=query, timeout=timeout)
-            )
-        return tasks[key]
-
-    pending: list[
-        tuple[
-            ResolvConfWatch,
-            ResolvConf | None,
-            str,
-            str,
-            tuple[Nameserver, ...],
-            list[asyncio.Task[ProbeResult]],
-        ]
-    ] = []
+    tasks: _Tasks = {}
+    pending: list[_Pending] = []
     for watch, (conf, failure, detail) in zip(watches, read, strict=True):
         if conf is None:
             log.warning("stub: resolv.conf %s: %s", watch.path, detail)
             pending.append((watch, None, failure, detail, (), []))
             continue
         servers = conf.servers or (IMPLICIT_NAMESERVER,)
-        pending.append(
-            (watch, conf, "", "", servers, [probe_task(ns, watch, conf) for ns in servers])
+        timeout = max(
+            min(watch.probe_timeout, deadline - loop.time() - DEADLINE_MARGIN),
+            MIN_PROBE_TIMEOUT,
         )
+        probes = [
+            _probe_task(tasks, ns, watch, conf, resolve=resolve, timeout=timeout) for ns in servers
+        ]
+        pending.append((watch, conf, "", "", servers, probes))
     if tasks:
         await asyncio.gather(*tasks.values())
+    return [_report(p, connect_timeout=connect_timeout) for p in pending]
 
-    reports = []
-    for watch, conf, failure, detail, servers, probes in pending:
-        if conf is None:
-            reports.append(FileReport(watch, None, failure, detail))
-            continue
-        transport = "tcp" if conf.use_vc else "udp"
-        results = [t.result() for t in probes]
-        outcomes = tuple(classify(r, transport=transport) for r in results)
-        verdicts = tuple(
-            model(conf, outcomes, libc, connect_timeout=connect_timeout) for libc in LIBCS
+
+def _probe_task(
+    tasks: _Tasks,
+    ns: Nameserver,
+    watch: ResolvConfWatch,
+    conf: ResolvConf,
+    *,
+    resolve: Resolve,
+    timeout: float,
+) -> asyncio.Task[ProbeResult]:
+    """The probe of one nameserver as this file's clients query it; files that query one
+    server alike share one probe."""
+    transport: Transport = "tcp" if conf.use_vc else "udp"
+    sockaddr, family = resolve(ns)
+    key = (sockaddr, transport, watch.query_name, watch.qtype, conf.edns0, watch.probe_timeout)
+    if key not in tasks:
+        module = Module(
+            name="stub",
+            query_name=watch.query_name,
+            query_type=watch.query_type,
+            transport=transport,
+            edns=conf.edns0,
         )
-        reports.append(
-            FileReport(
-                watch,
-                conf,
-                servers=servers,
-                outcomes=outcomes,
-                details=tuple(r.detail for r in results),
-                verdicts=verdicts,
-            )
+        # glibc sends EDNS only with options edns0, and never NSID.
+        query: Query = build_query(
+            watch.query_name,
+            watch.qtype,
+            module.qclass,
+            recursion_desired=True,
+            edns=conf.edns0,
+            payload=1232,
+            nsid=False,
         )
-    return reports
+        tasks[key] = asyncio.ensure_future(
+            probe(sockaddr=sockaddr, family=family, module=module, query=query, timeout=timeout)
+        )
+    return tasks[key]
+
+
+def _report(pending: _Pending, *, connect_timeout: float) -> FileReport:
+    watch, conf, failure, detail, servers, probes = pending
+    if conf is None:
+        return FileReport(watch, None, failure, detail)
+    transport = "tcp" if conf.use_vc else "udp"
+    results = [t.result() for t in probes]
+    outcomes = tuple(classify(r, transport=transport) for r in results)
+    verdicts = tuple(model(conf, outcomes, libc, connect_timeout=connect_timeout) for libc in LIBCS)
+    return FileReport(
+        watch,
+        conf,
+        servers=servers,
+        outcomes=outcomes,
+        details=tuple(r.detail for r in results),
+        verdicts=verdicts,
+    )
 
 
 def families(reports: list[FileReport]) -> list[Family]:
