@@ -8,7 +8,7 @@
   each target is kept in the collector state between scrapes.
 
 The other ``dnsfleet_resolver_*`` families sit beside their own producers: the canary and
-backend identity in restarts.py (``canary_families``), the resolver process on this host
+backend identity in restarts/watch.py (``canary_families``), the resolver process on this host
 in collectors/nic.py (``process_families``), the recorded capacity in
 collectors/resolver_capacity.py.
 """
