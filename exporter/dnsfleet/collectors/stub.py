@@ -226,71 +226,86 @@ def _report(pending: _Pending, *, connect_timeout: float) -> FileReport:
     )
 
 
-def families(reports: list[FileReport]) -> list[Family]:
-    readable = Family(
+# The stub families, in exposition order: key -> (name, help).
+_STUB: dict[str, tuple[str, str]] = {
+    "readable": (
         "dnsfleet_stub_resolv_conf_readable",
         "1 if the watched resolv.conf could be read and parsed.",
-    )
-    read_failure = Family(
+    ),
+    "read_failure": (
         "dnsfleet_stub_resolv_conf_read_failure",
         "Why the watched resolv.conf could not be read: 1 for the current "
         "reason, 0 for the others.",
-    )
-    problems = Family(
+    ),
+    "problems": (
         "dnsfleet_stub_resolv_conf_problems",
         "Lines of the resolv.conf that glibc ignores or reads differently than written.",
-    )
-    count = Family(
+    ),
+    "count": (
         "dnsfleet_stub_nameservers",
         "Nameservers in the resolv.conf that clients query (at most 3).",
-    )
-    up = Family(
+    ),
+    "up": (
         "dnsfleet_stub_nameserver_up",
         "1 if the nameserver gives clients an answer that ends their lookup.",
-    )
-    failure = Family(
+    ),
+    "failure": (
         "dnsfleet_stub_nameserver_failure",
         "How the nameserver fails clients: 1 for the current reason, 0 for "
         "the others (all 0 when it answers).",
-    )
-    timeout = Family(
+    ),
+    "timeout": (
         "dnsfleet_stub_timeout_seconds",
         "Seconds glibc waits for the first nameserver in each round (options timeout, at least 1).",
-    )
-    attempts = Family(
-        "dnsfleet_stub_attempts", "Rounds glibc makes over the nameservers (options attempts)."
-    )
-    delay = Family(
+    ),
+    "attempts": (
+        "dnsfleet_stub_attempts",
+        "Rounds glibc makes over the nameservers (options attempts).",
+    ),
+    "delay": (
         "dnsfleet_stub_expected_delay_seconds",
         "Extra seconds a lookup waits before its answer because of failing "
         "nameservers (0 when the first answers); when resolution fails, the "
         "seconds until the lookup gives up.",
-    )
-    failing = Family(
+    ),
+    "failing": (
         "dnsfleet_stub_resolution_failing",
         "1 if no nameserver gives these clients an answer: lookups fail.",
-    )
+    ),
+}
+
+
+def families(reports: list[FileReport]) -> list[Family]:
+    fams = {key: Family(name, help_) for key, (name, help_) in _STUB.items()}
     for rep in reports:
         f = {"resolv_conf": rep.watch.path}
-        readable.add(0.0 if rep.conf is None else 1.0, f)
+        fams["readable"].add(0.0 if rep.conf is None else 1.0, f)
         for reason in READ_FAILURES:
-            read_failure.add(1.0 if rep.read_failure == reason else 0.0, {**f, "reason": reason})
-        if rep.conf is None:
-            continue
-        conf = rep.conf
-        problems.add(len(conf.problems), f)
-        count.add(len(conf.servers), f)
-        timeout.add(max(conf.timeout, 1), f)
-        attempts.add(conf.attempts, f)
-        for pos, (ns, out) in enumerate(zip(rep.servers, rep.outcomes, strict=True)):
-            labels = {**f, "nameserver": ns.text, "position": str(pos)}
-            up.add(1.0 if out.state is ServerState.ANSWERING else 0.0, labels)
-            for state in FAILURE_STATES:
-                failure.add(1.0 if out.state is state else 0.0, {**labels, "reason": state.value})
-        for v in rep.verdicts:
-            delay.add(v.delay, {**f, "libc": v.libc})
-            failing.add(1.0 if v.failing else 0.0, {**f, "libc": v.libc})
-    return [readable, read_failure, problems, count, up, failure, timeout, attempts, delay, failing]
+            fams["read_failure"].add(
+                1.0 if rep.read_failure == reason else 0.0, {**f, "reason": reason}
+            )
+        if rep.conf is not None:
+            _add_conf(fams, rep, rep.conf, f)
+    return list(fams.values())
+
+
+def _add_conf(
+    fams: dict[str, Family], rep: FileReport, conf: ResolvConf, f: dict[str, str]
+) -> None:
+    fams["problems"].add(len(conf.problems), f)
+    fams["count"].add(len(conf.servers), f)
+    fams["timeout"].add(max(conf.timeout, 1), f)
+    fams["attempts"].add(conf.attempts, f)
+    for pos, (ns, out) in enumerate(zip(rep.servers, rep.outcomes, strict=True)):
+        labels = {**f, "nameserver": ns.text, "position": str(pos)}
+        fams["up"].add(1.0 if out.state is ServerState.ANSWERING else 0.0, labels)
+        for state in FAILURE_STATES:
+            fams["failure"].add(
+                1.0 if out.state is state else 0.0, {**labels, "reason": state.value}
+            )
+    for v in rep.verdicts:
+        fams["delay"].add(v.delay, {**f, "libc": v.libc})
+        fams["failing"].add(1.0 if v.failing else 0.0, {**f, "libc": v.libc})
 
 
 async def collect(ctx: CollectContext) -> list[Family]:
