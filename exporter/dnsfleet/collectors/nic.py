@@ -219,12 +219,19 @@ def collect(fs: HostFS, config: Config) -> list[Family]:
 
 
 def _collect(fs: HostFS, config: Config) -> list[Family]:
-    resolver = config.host.resolver_process
     nics = find_nics(fs, config)
-    fams: list[Family] = []
     nic_data: list[NicIrqs] = []
     if fs.exists(fs.proc("interrupts")):
         nic_data, _ = nic_irqs(fs, nics) if nics else ([], [])
+    return [
+        *_queue_families(nic_data),
+        *_softirq_families(fs),
+        *_process_part(fs, config.host.resolver_process, nic_data),
+    ]
+
+
+def _queue_families(nic_data: list[NicIrqs]) -> list[Family]:
+    """Pure: the NICs' queue vectors, their interrupts and affinity -> families."""
     queues = Family(
         "dnsfleet_nic_queues", "Receive queues of the NIC (/sys/class/net/<if>/queues/rx-N)."
     )
@@ -267,8 +274,11 @@ def _collect(fs: HostFS, config: Config) -> list[Family]:
             c_total.add(d.per_cpu[cpu], {"device": dev, "cpu": str(cpu)})
         if any(q.effective is not None for q in d.queues):
             irq_cpus.add(len(d.irq_cpus), {"device": dev})
-    fams += [queues, vectors, q_total, c_total, aff, irq_cpus]
+    return [queues, vectors, q_total, c_total, aff, irq_cpus]
 
+
+def _softirq_families(fs: HostFS) -> list[Family]:
+    fams: list[Family] = []
     softirqs = fs.read_optional(fs.proc("softirqs"))
     if softirqs is not None:
         parsed = parse_softirqs(softirqs, only=("NET_RX",))
@@ -280,7 +290,12 @@ def _collect(fs: HostFS, config: Config) -> list[Family]:
         for cpu, n in zip(parsed.cpus, parsed.counts.get("NET_RX", ()), strict=False):
             net_rx.add(n, {"cpu": str(cpu)})
         fams.append(net_rx)
+    return fams
 
+
+def _process_part(fs: HostFS, resolver: str | None, nic_data: list[NicIrqs]) -> list[Family]:
+    """irqbalance, and the resolver's process with its locality to the NIC's queues."""
+    fams: list[Family] = []
     names = ["irqbalance", *([resolver] if resolver else [])]
     pids = process_pids(fs, names)
     fams.append(

@@ -8,7 +8,7 @@
   each target is kept in the collector state between scrapes.
 
 The other ``dnsfleet_resolver_*`` families sit beside their own producers: the canary and
-backend identity in restarts.py (``canary_families``), the resolver process on this host
+backend identity in restarts/watch.py (``canary_families``), the resolver process on this host
 in collectors/nic.py (``process_families``), the recorded capacity in
 collectors/resolver_capacity.py.
 """
@@ -48,113 +48,116 @@ def stats_targets(cfg: Config) -> list[Target]:
     return [t for t in cfg.targets if t.stats is not None]
 
 
-def stats_families(
-    rows: list[tuple[str, ResolverStats | None, StartJudgement | None]],
-) -> list[Family]:
-    """Pure: (resolver labels, stats or None when unreadable, the restart judgement or None
-    before any) -> families. Without a judgement the start time is the stated one."""
-    up = Family(
+# The statistics families, in exposition order: key -> (name, help, type).
+_STATS: dict[str, tuple[str, str, MetricType]] = {
+    "up": (
         "dnsfleet_resolver_stats_up",
         "1 if the resolver's own statistics could be read in this scrape.",
-    )
-    start = Family(
+        "gauge",
+    ),
+    "start": (
         "dnsfleet_resolver_start_time_seconds",
         "Start time of the resolver process, from the resolver's statistics "
         "(unbound time.now - time.up, BIND boot-time, or its uptime), seconds since "
         "the epoch; moves only when a restart is judged.",
-    )
-    restarts = Family(
+        "gauge",
+    ),
+    "restarts": (
         "dnsfleet_resolver_restarts_total",
         "Restarts of the resolver judged from its own statistics since the exporter "
         "started: its uptime went backwards, its start time moved forward, or (with "
         "neither) its query counter went backwards.",
         "counter",
-    )
-    info = Family("dnsfleet_resolver_info", "Resolver software and version; always 1.")
-    queries = Family(
+    ),
+    "info": ("dnsfleet_resolver_info", "Resolver software and version; always 1.", "gauge"),
+    "queries": (
         "dnsfleet_resolver_queries_total",
         "Client queries the resolver received (its own counter).",
         "counter",
-    )
-    hits = Family(
+    ),
+    "hits": (
         "dnsfleet_resolver_cache_hits_total",
         "Client queries answered from the resolver's cache.",
         "counter",
-    )
-    misses = Family(
+    ),
+    "misses": (
         "dnsfleet_resolver_cache_misses_total",
         "Client queries the resolver could not answer from cache.",
         "counter",
-    )
-    responses = Family(
-        "dnsfleet_resolver_responses_total", "Responses the resolver sent, by rcode.", "counter"
-    )
-    by_rcode = Family(
+    ),
+    "responses": (
+        "dnsfleet_resolver_responses_total",
+        "Responses the resolver sent, by rcode.",
+        "counter",
+    ),
+    "by_rcode": (
         "dnsfleet_resolver_rcode_stats_available",
         "1 if the resolver counts responses by rcode; 0 if it does not "
         "(unbound without extended-statistics: yes), and then "
         "dnsfleet_resolver_responses_total is absent rather than zero.",
-    )
-    stale = Family(
+        "gauge",
+    ),
+    "stale": (
         "dnsfleet_resolver_stale_answers_total",
         "Answers the resolver served from expired records (serve-stale: unbound "
         "serve-expired); absent where the software does not count them.",
         "counter",
-    )
-    b_up = Family(
-        "dnsfleet_resolver_backend_up", "1 if the load balancer (dnsdist) counts the backend as up."
-    )
-    b_queries = Family(
+    ),
+    "b_up": (
+        "dnsfleet_resolver_backend_up",
+        "1 if the load balancer (dnsdist) counts the backend as up.",
+        "gauge",
+    ),
+    "b_queries": (
         "dnsfleet_resolver_backend_queries_total",
         "Queries the load balancer sent to the backend.",
         "counter",
-    )
-    b_latency = Family(
+    ),
+    "b_latency": (
         "dnsfleet_resolver_backend_latency_seconds",
         "The load balancer's average latency of the backend.",
-    )
+        "gauge",
+    ),
+}
+
+
+def stats_families(
+    rows: list[tuple[str, ResolverStats | None, StartJudgement | None]],
+) -> list[Family]:
+    """Pure: (resolver labels, stats or None when unreadable, the restart judgement or None
+    before any) -> families. Without a judgement the start time is the stated one."""
+    fams = {key: Family(name, help_, type_) for key, (name, help_, type_) in _STATS.items()}
     for labels, st, judged in rows:
-        up.add_raw(labels, 0.0 if st is None else 1.0)
+        fams["up"].add_raw(labels, 0.0 if st is None else 1.0)
         if judged is not None:
-            restarts.add_raw(labels, judged.restarts)
-        if st is None:
-            continue
-        started = st.start_time if judged is None else judged.start_time
-        if started is not None:
-            start.add_raw(labels, started)
-        info.add_raw(
-            join_labels(labels, labelset([("software", st.software), ("version", st.version)])), 1.0
-        )
-        queries.add_raw(labels, st.queries)
-        hits.add_raw(labels, st.cache_hits)
-        misses.add_raw(labels, st.cache_misses)
-        by_rcode.add_raw(labels, 0.0 if st.responses is None else 1.0)
-        for rcode, n in st.responses or ():
-            responses.add_raw(join_labels(labels, labelset([("rcode", rcode)])), n)
-        if st.stale_answers is not None:
-            stale.add_raw(labels, st.stale_answers)
-        for b in st.backends:
-            bl = join_labels(
-                labels, labelset([("backend", b.name), ("backend_address", b.address)])
-            )
-            b_up.add_raw(bl, 1.0 if b.up else 0.0)
-            b_queries.add_raw(bl, b.queries)
-            b_latency.add_raw(bl, b.latency_seconds)
-    return [
-        up,
-        start,
-        restarts,
-        info,
-        queries,
-        hits,
-        misses,
-        responses,
-        by_rcode,
-        stale,
-        b_up,
-        b_queries,
-        b_latency,
-    ]
+            fams["restarts"].add_raw(labels, judged.restarts)
+        if st is not None:
+            _add_stats(fams, labels, st, judged)
+    return list(fams.values())
+
+
+def _add_stats(
+    fams: dict[str, Family], labels: str, st: ResolverStats, judged: StartJudgement | None
+) -> None:
+    started = st.start_time if judged is None else judged.start_time
+    if started is not None:
+        fams["start"].add_raw(labels, started)
+    fams["info"].add_raw(
+        join_labels(labels, labelset([("software", st.software), ("version", st.version)])), 1.0
+    )
+    fams["queries"].add_raw(labels, st.queries)
+    fams["hits"].add_raw(labels, st.cache_hits)
+    fams["misses"].add_raw(labels, st.cache_misses)
+    fams["by_rcode"].add_raw(labels, 0.0 if st.responses is None else 1.0)
+    for rcode, n in st.responses or ():
+        fams["responses"].add_raw(join_labels(labels, labelset([("rcode", rcode)])), n)
+    if st.stale_answers is not None:
+        fams["stale"].add_raw(labels, st.stale_answers)
+    for b in st.backends:
+        bl = join_labels(labels, labelset([("backend", b.name), ("backend_address", b.address)]))
+        fams["b_up"].add_raw(bl, 1.0 if b.up else 0.0)
+        fams["b_queries"].add_raw(bl, b.queries)
+        fams["b_latency"].add_raw(bl, b.latency_seconds)
 
 
 async def _one(

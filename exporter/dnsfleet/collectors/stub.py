@@ -125,6 +125,19 @@ def syn_retries(fs: HostFS) -> int:
         return DEFAULT_TCP_SYN_RETRIES
 
 
+_Tasks = dict[tuple[object, ...], "asyncio.Task[ProbeResult]"]
+# One watched file on its way to a report: (watch, conf or None, failure, detail, the
+# nameservers, their probe tasks).
+_Pending = tuple[
+    ResolvConfWatch,
+    ResolvConf | None,
+    str,
+    str,
+    tuple[Nameserver, ...],
+    list["asyncio.Task[ProbeResult]"],
+]
+
+
 async def assess(
     fs: HostFS,
     watches: tuple[ResolvConfWatch, ...],
@@ -136,152 +149,163 @@ async def assess(
     loop = asyncio.get_running_loop()
     read = await asyncio.to_thread(lambda: [read_watch(fs, w) for w in watches])
     connect_timeout = tcp_connect_timeout(await asyncio.to_thread(syn_retries, fs))
-    tasks: dict[tuple[object, ...], asyncio.Task[ProbeResult]] = {}
-
-    def probe_task(
-        ns: Nameserver, watch: ResolvConfWatch, conf: ResolvConf
-    ) -> asyncio.Task[ProbeResult]:
-        transport: Transport = "tcp" if conf.use_vc else "udp"
-        sockaddr, family = resolve(ns)
-        key = (sockaddr, transport, watch.query_name, watch.qtype, conf.edns0, watch.probe_timeout)
-        if key not in tasks:
-            module = Module(
-                name="stub",
-                query_name=watch.query_name,
-                query_type=watch.query_type,
-                transport=transport,
-                edns=conf.edns0,
-            )
-            # glibc sends EDNS only with options edns0, and never NSID.
-            query: Query = build_query(
-                watch.query_name,
-                watch.qtype,
-                module.qclass,
-                recursion_desired=True,
-                edns=conf.edns0,
-                payload=1232,
-                nsid=False,
-            )
-            timeout = max(
-                min(watch.probe_timeout, deadline - loop.time() - DEADLINE_MARGIN),
-                MIN_PROBE_TIMEOUT,
-            )
-            tasks[key] = asyncio.ensure_future(
-                probe(sockaddr=sockaddr, family=family, module=module, query=query, timeout=timeout)
-            )
-        return tasks[key]
-
-    pending: list[
-        tuple[
-            ResolvConfWatch,
-            ResolvConf | None,
-            str,
-            str,
-            tuple[Nameserver, ...],
-            list[asyncio.Task[ProbeResult]],
-        ]
-    ] = []
+    tasks: _Tasks = {}
+    pending: list[_Pending] = []
     for watch, (conf, failure, detail) in zip(watches, read, strict=True):
         if conf is None:
             log.warning("stub: resolv.conf %s: %s", watch.path, detail)
             pending.append((watch, None, failure, detail, (), []))
             continue
         servers = conf.servers or (IMPLICIT_NAMESERVER,)
-        pending.append(
-            (watch, conf, "", "", servers, [probe_task(ns, watch, conf) for ns in servers])
+        timeout = max(
+            min(watch.probe_timeout, deadline - loop.time() - DEADLINE_MARGIN),
+            MIN_PROBE_TIMEOUT,
         )
+        probes = [
+            _probe_task(tasks, ns, watch, conf, resolve=resolve, timeout=timeout) for ns in servers
+        ]
+        pending.append((watch, conf, "", "", servers, probes))
     if tasks:
         await asyncio.gather(*tasks.values())
+    return [_report(p, connect_timeout=connect_timeout) for p in pending]
 
-    reports = []
-    for watch, conf, failure, detail, servers, probes in pending:
-        if conf is None:
-            reports.append(FileReport(watch, None, failure, detail))
-            continue
-        transport = "tcp" if conf.use_vc else "udp"
-        results = [t.result() for t in probes]
-        outcomes = tuple(classify(r, transport=transport) for r in results)
-        verdicts = tuple(
-            model(conf, outcomes, libc, connect_timeout=connect_timeout) for libc in LIBCS
+
+def _probe_task(
+    tasks: _Tasks,
+    ns: Nameserver,
+    watch: ResolvConfWatch,
+    conf: ResolvConf,
+    *,
+    resolve: Resolve,
+    timeout: float,
+) -> asyncio.Task[ProbeResult]:
+    """The probe of one nameserver as this file's clients query it; files that query one
+    server alike share one probe."""
+    transport: Transport = "tcp" if conf.use_vc else "udp"
+    sockaddr, family = resolve(ns)
+    key = (sockaddr, transport, watch.query_name, watch.qtype, conf.edns0, watch.probe_timeout)
+    if key not in tasks:
+        module = Module(
+            name="stub",
+            query_name=watch.query_name,
+            query_type=watch.query_type,
+            transport=transport,
+            edns=conf.edns0,
         )
-        reports.append(
-            FileReport(
-                watch,
-                conf,
-                servers=servers,
-                outcomes=outcomes,
-                details=tuple(r.detail for r in results),
-                verdicts=verdicts,
-            )
+        # glibc sends EDNS only with options edns0, and never NSID.
+        query: Query = build_query(
+            watch.query_name,
+            watch.qtype,
+            module.qclass,
+            recursion_desired=True,
+            edns=conf.edns0,
+            payload=1232,
+            nsid=False,
         )
-    return reports
+        tasks[key] = asyncio.ensure_future(
+            probe(sockaddr=sockaddr, family=family, module=module, query=query, timeout=timeout)
+        )
+    return tasks[key]
 
 
-def families(reports: list[FileReport]) -> list[Family]:
-    readable = Family(
+def _report(pending: _Pending, *, connect_timeout: float) -> FileReport:
+    watch, conf, failure, detail, servers, probes = pending
+    if conf is None:
+        return FileReport(watch, None, failure, detail)
+    transport = "tcp" if conf.use_vc else "udp"
+    results = [t.result() for t in probes]
+    outcomes = tuple(classify(r, transport=transport) for r in results)
+    verdicts = tuple(model(conf, outcomes, libc, connect_timeout=connect_timeout) for libc in LIBCS)
+    return FileReport(
+        watch,
+        conf,
+        servers=servers,
+        outcomes=outcomes,
+        details=tuple(r.detail for r in results),
+        verdicts=verdicts,
+    )
+
+
+# The stub families, in exposition order: key -> (name, help).
+_STUB: dict[str, tuple[str, str]] = {
+    "readable": (
         "dnsfleet_stub_resolv_conf_readable",
         "1 if the watched resolv.conf could be read and parsed.",
-    )
-    read_failure = Family(
+    ),
+    "read_failure": (
         "dnsfleet_stub_resolv_conf_read_failure",
         "Why the watched resolv.conf could not be read: 1 for the current "
         "reason, 0 for the others.",
-    )
-    problems = Family(
+    ),
+    "problems": (
         "dnsfleet_stub_resolv_conf_problems",
         "Lines of the resolv.conf that glibc ignores or reads differently than written.",
-    )
-    count = Family(
+    ),
+    "count": (
         "dnsfleet_stub_nameservers",
         "Nameservers in the resolv.conf that clients query (at most 3).",
-    )
-    up = Family(
+    ),
+    "up": (
         "dnsfleet_stub_nameserver_up",
         "1 if the nameserver gives clients an answer that ends their lookup.",
-    )
-    failure = Family(
+    ),
+    "failure": (
         "dnsfleet_stub_nameserver_failure",
         "How the nameserver fails clients: 1 for the current reason, 0 for "
         "the others (all 0 when it answers).",
-    )
-    timeout = Family(
+    ),
+    "timeout": (
         "dnsfleet_stub_timeout_seconds",
         "Seconds glibc waits for the first nameserver in each round (options timeout, at least 1).",
-    )
-    attempts = Family(
-        "dnsfleet_stub_attempts", "Rounds glibc makes over the nameservers (options attempts)."
-    )
-    delay = Family(
+    ),
+    "attempts": (
+        "dnsfleet_stub_attempts",
+        "Rounds glibc makes over the nameservers (options attempts).",
+    ),
+    "delay": (
         "dnsfleet_stub_expected_delay_seconds",
         "Extra seconds a lookup waits before its answer because of failing "
         "nameservers (0 when the first answers); when resolution fails, the "
         "seconds until the lookup gives up.",
-    )
-    failing = Family(
+    ),
+    "failing": (
         "dnsfleet_stub_resolution_failing",
         "1 if no nameserver gives these clients an answer: lookups fail.",
-    )
+    ),
+}
+
+
+def families(reports: list[FileReport]) -> list[Family]:
+    fams = {key: Family(name, help_) for key, (name, help_) in _STUB.items()}
     for rep in reports:
         f = {"resolv_conf": rep.watch.path}
-        readable.add(0.0 if rep.conf is None else 1.0, f)
+        fams["readable"].add(0.0 if rep.conf is None else 1.0, f)
         for reason in READ_FAILURES:
-            read_failure.add(1.0 if rep.read_failure == reason else 0.0, {**f, "reason": reason})
-        if rep.conf is None:
-            continue
-        conf = rep.conf
-        problems.add(len(conf.problems), f)
-        count.add(len(conf.servers), f)
-        timeout.add(max(conf.timeout, 1), f)
-        attempts.add(conf.attempts, f)
-        for pos, (ns, out) in enumerate(zip(rep.servers, rep.outcomes, strict=True)):
-            labels = {**f, "nameserver": ns.text, "position": str(pos)}
-            up.add(1.0 if out.state is ServerState.ANSWERING else 0.0, labels)
-            for state in FAILURE_STATES:
-                failure.add(1.0 if out.state is state else 0.0, {**labels, "reason": state.value})
-        for v in rep.verdicts:
-            delay.add(v.delay, {**f, "libc": v.libc})
-            failing.add(1.0 if v.failing else 0.0, {**f, "libc": v.libc})
-    return [readable, read_failure, problems, count, up, failure, timeout, attempts, delay, failing]
+            fams["read_failure"].add(
+                1.0 if rep.read_failure == reason else 0.0, {**f, "reason": reason}
+            )
+        if rep.conf is not None:
+            _add_conf(fams, rep, rep.conf, f)
+    return list(fams.values())
+
+
+def _add_conf(
+    fams: dict[str, Family], rep: FileReport, conf: ResolvConf, f: dict[str, str]
+) -> None:
+    fams["problems"].add(len(conf.problems), f)
+    fams["count"].add(len(conf.servers), f)
+    fams["timeout"].add(max(conf.timeout, 1), f)
+    fams["attempts"].add(conf.attempts, f)
+    for pos, (ns, out) in enumerate(zip(rep.servers, rep.outcomes, strict=True)):
+        labels = {**f, "nameserver": ns.text, "position": str(pos)}
+        fams["up"].add(1.0 if out.state is ServerState.ANSWERING else 0.0, labels)
+        for state in FAILURE_STATES:
+            fams["failure"].add(
+                1.0 if out.state is state else 0.0, {**labels, "reason": state.value}
+            )
+    for v in rep.verdicts:
+        fams["delay"].add(v.delay, {**f, "libc": v.libc})
+        fams["failing"].add(1.0 if v.failing else 0.0, {**f, "libc": v.libc})
 
 
 async def collect(ctx: CollectContext) -> list[Family]:
