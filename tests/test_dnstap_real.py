@@ -62,21 +62,39 @@ def ask(address: str, name: str, qtype: str = "A") -> str:
     return dns.rcode.to_text(r.rcode())
 
 
-def settle(exp: Exporter, target: str, want: int, timeout: float = 60) -> Samples:
-    """Scrape until the A and AAAA responses counted reach ``want`` (unbound writes its
-    dnstap asynchronously)."""
+def rcodes(
+    s: Samples, *, target: str | None = None, qtypes: tuple[str, ...] | None = ("A", "AAAA")
+) -> collections.Counter[str]:
+    """dnsfleet's responses by rcode: of ``target`` (any when None), of ``qtypes`` (any
+    when None). Tests send A and AAAA; start-up checks and probes ask other types."""
+    got: collections.Counter[str] = collections.Counter()
+    for (n, lab), v in s.items():
+        labels = dict(lab)
+        if n != "dnsfleet_dnstap_responses_total":
+            continue
+        if (target is None or labels["target"] == target) and (
+            qtypes is None or labels["qtype"] in qtypes
+        ):
+            got[labels["rcode"]] += int(v)
+    return got
+
+
+def settle(
+    exp: Exporter,
+    want: int,
+    *,
+    target: str | None = None,
+    qtypes: tuple[str, ...] | None = ("A", "AAAA"),
+    timeout: float = 60,
+) -> tuple[Samples, collections.Counter[str]]:
+    """Scrape until ``want`` responses are counted (resolvers write dnstap
+    asynchronously): the samples and the responses by rcode."""
     deadline = time.monotonic() + timeout
     while True:
         s = scrape(exp)
-        got = sum(
-            v
-            for (n, lab), v in s.items()
-            if n == "dnsfleet_dnstap_responses_total"
-            and ("target", target) in lab
-            and dict(lab)["qtype"] in ("A", "AAAA")
-        )
-        if got >= want or time.monotonic() > deadline:
-            return s
+        got = rcodes(s, target=target, qtypes=qtypes)
+        if got.total() >= want or time.monotonic() > deadline:
+            return s, got
         time.sleep(0.2)
 
 
@@ -113,17 +131,13 @@ def test_unbound_dnstap_counts_equal_what_clients_got(
                 sent[ask(u.address, f"x{i % 7}.broken.test.")] += 1
         assert set(sent) == {"NOERROR", "NXDOMAIN", "SERVFAIL"}
         total = sum(sent.values())
-        # The wait_dns start-up query (local.test SOA) is a client query too.
         # The clients' queries are A and AAAA; the start-up check (SOA) and the exporter's
         # probes (TXT) are dnstap'd too, and counted apart here by their query type.
-        s = settle(exp, t, total)
-        by_rcode: collections.Counter[str] = collections.Counter()
-        for (n, lab), v in s.items():
-            if n == "dnsfleet_dnstap_responses_total" and ("target", t) in lab:
-                assert ("site", "lab") in lab  # the target's own labels
-                if dict(lab)["qtype"] in ("A", "AAAA"):
-                    by_rcode[dict(lab)["rcode"]] += int(v)
+        s, by_rcode = settle(exp, total, target=t)
         assert by_rcode == sent
+        for (n, lab), _ in s.items():
+            if n == "dnsfleet_dnstap_responses_total":
+                assert ("site", "lab") in lab  # the target's own labels
         servfail = sum(v for (n, lab), v in s.items() if n == "dnsfleet_dnstap_servfail_total")
         assert servfail == sent["SERVFAIL"]
         # Every response was matched with its query: each is in the latency histogram.
@@ -212,18 +226,8 @@ def test_dnsdist_responses_carry_their_query_time(tmp_path: Path) -> None:
         for i in range(200):
             name = "www.local.test." if i % 2 else f"n{i}.local.test."
             sent[ask(d.address, name)] += 1
-        deadline = time.monotonic() + 60
-        while True:
-            s = scrape(exp)
-            got = {
-                dict(lab)["rcode"]: v
-                for (n, lab), v in s.items()
-                if n == "dnsfleet_dnstap_responses_total" and dict(lab)["qtype"] == "A"
-            }
-            if sum(got.values()) >= 200 or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        assert got == dict(sent)
+        s, got = settle(exp, 200, target=d.address, qtypes=("A",))
+        assert got == sent
         # Every response (health checks' too) timed from the query time it carries.
         answered = sum(v for (n, _), v in s.items() if n == "dnsfleet_dnstap_responses_total")
         count = matching(s, "dnsfleet_dnstap_response_duration_seconds_count", target=d.address)
@@ -333,17 +337,11 @@ def test_counts_equal_dnstap_ldns_on_the_same_frames(
              "-r", str(capture)],
             check=True, timeout=60, capture_output=True,
         )  # fmt: skip
-        deadline = time.monotonic() + 60
-        while True:
-            s = scrape(exp)
-            got: collections.Counter[str] = collections.Counter()
-            for (n, lab), v in s.items():
-                if n == "dnsfleet_dnstap_responses_total":
-                    assert dict(lab)["target"] == IDENTITY  # unmapped: the identity itself
-                    got[dict(lab)["rcode"]] += int(v)
-            if got == want or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
+        s, got = settle(exp, want.total(), qtypes=None)
+        # Unmapped: the identity itself is the target.
+        assert {dict(lab)["target"] for (n, lab) in s if n.startswith("dnsfleet_dnstap_resp")} == {
+            IDENTITY
+        }
         assert got == want
     finally:
         exp.close()
@@ -381,20 +379,8 @@ def test_knot_resolver_counts_and_latency(tmp_path: Path) -> None:
             name = "www.local.test." if i % 2 else f"n{i}.local.test."
             sent[ask(k.address, name, "AAAA")] += 1  # kresd's start-up check asks for A
         assert set(sent) == {"NOERROR", "NXDOMAIN"}
-        deadline = time.monotonic() + 60
-        while True:
-            s = scrape(exp)
-            got = {
-                dict(lab)["rcode"]: v
-                for (n, lab), v in s.items()
-                if n == "dnsfleet_dnstap_responses_total"
-                and dict(lab)["qtype"] == "AAAA"
-                and ("target", k.address) in lab
-            }
-            if sum(got.values()) >= 200 or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        assert got == dict(sent)
+        s, got = settle(exp, 200, target=k.address, qtypes=("AAAA",))
+        assert got == sent
         answered = sum(v for (n, _), v in s.items() if n == "dnsfleet_dnstap_responses_total")
         count = matching(s, "dnsfleet_dnstap_response_duration_seconds_count", target=k.address)
         assert count == answered
@@ -459,10 +445,7 @@ def test_a_random_subdomain_flood_is_flagged_and_nothing_else(
         assert completed == len(lines) and set(sent) == {"NOERROR", "NXDOMAIN", "SERVFAIL"}
         while True:
             s = scrape(exp)
-            got: collections.Counter[str] = collections.Counter()
-            for (n, lab), v in s.items():
-                if n == "dnsfleet_dnstap_responses_total" and dict(lab)["qtype"] == "A":
-                    got[dict(lab)["rcode"]] += int(v)
+            got = rcodes(s, qtypes=("A",))
             suspects = {
                 dict(lab)["parent"]
                 for (n, lab), _ in s.items()
