@@ -501,6 +501,7 @@ def test_insight_qname_text_is_the_presentation_form() -> None:
 def test_a_second_listener_never_takes_a_live_socket(ingest: Ingest, tmp_path: Path) -> None:
     """Another ingest process (a second exporter) on the same path exits with an error; a
     config check does not even start one; the first listener keeps its socket."""
+    Writer(ingest.settings["socket"]).close()  # the first listens (it may still be starting)
     second = Ingest(dict(ingest.settings))
     assert second.proc.wait(timeout=30) == 1
     second.control.close()
@@ -538,3 +539,21 @@ def test_a_stale_socket_is_replaced(tmp_path: Path) -> None:
         w.close()
     finally:
         ing.close()
+
+
+@pytest.mark.integration
+def test_a_listener_that_stops_leaves_a_successors_socket_alone(tmp_path: Path) -> None:
+    """Restarts overlap: the old process stopped listening, a new one bound the same path,
+    then the old one exits. Its clean-up must not remove the new socket."""
+    path = tmp_path / "dnstap.sock"
+    old = Ingest(settings_for(path))
+    Writer(str(path)).close()  # listening
+    path.unlink()  # as if the old one had stopped listening and a successor took the path
+    successor = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    successor.bind(str(path))
+    successor.listen(1)
+    try:
+        old.close()
+        assert path.exists()
+    finally:
+        successor.close()

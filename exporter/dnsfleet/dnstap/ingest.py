@@ -124,6 +124,8 @@ async def _listen(agg: Aggregator, settings: dict[str, Any]) -> list[asyncio.Ser
         _clear_stale(path)
         srv = await loop.create_unix_server(lambda: Stream(agg, settings), path, backlog=64)
         os.chmod(path, settings["socket_mode"])
+        st = os.stat(path)
+        settings["_bound"] = [st.st_dev, st.st_ino]
         servers.append(srv)
     listen = settings.get("listen")
     if listen:
@@ -152,9 +154,18 @@ async def serve(control: socket.socket, settings: dict[str, Any]) -> None:
     finally:
         for srv in servers:
             srv.close()
-        if settings.get("socket"):
-            with contextlib.suppress(OSError):
-                os.unlink(settings["socket"])
+        _remove_own(settings)
+
+
+def _remove_own(settings: dict[str, Any]) -> None:
+    """Remove the socket this process bound, never one a successor bound at the same path
+    after this one stopped listening."""
+    path: str = settings.get("socket") or ""
+    bound = settings.get("_bound")
+    with contextlib.suppress(OSError):
+        st = os.stat(path) if path else None
+        if st is not None and bound == [st.st_dev, st.st_ino]:
+            os.unlink(path)
 
 
 def main(argv: list[str] | None = None) -> int:
