@@ -18,6 +18,7 @@ import contextlib
 import json
 import math
 import subprocess
+import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -395,17 +396,20 @@ def pdns_loaded(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 def bracketed(
     source: StatsSource, p: PdnsRecursor
 ) -> tuple[ResolverStats, Samples, dict[str, float]]:
-    """dnsfleet's reading between two rec_control readings that agree: the recursor's own
-    background work (a refresh of a trust anchor or of the root's NS set) moves a counter or
-    `concurrent-queries` now and then, and a comparison across such a moment compares two
-    different instants. Up to five tries."""
+    """dnsfleet's reading between two rec_control readings that agree, and whose
+    `concurrent-queries` dnsfleet saw too: the recursor's own background work (a refresh of
+    a trust anchor or of the root's NS set) moves a counter or that gauge now and then, for
+    a moment, and a comparison across such a moment compares two different instants. Up to
+    ten tries, a moment apart."""
     before = rec_control(p)
-    for _ in range(5):
+    for _ in range(10):
         st, got = dnsfleet(source, p.address)
         after = rec_control(p)
-        if after == before:
+        in_flight = matching(got, "dnsfleet_resolver_recursions_in_flight")
+        if after == before and in_flight == after.get("concurrent-queries"):
             break
-        before = after
+        time.sleep(0.5)
+        before = rec_control(p)
     return st, got, after
 
 
