@@ -164,7 +164,9 @@ def test_dnsdist_pool(pool: tuple[Dnsdist, Unbound, Unbound], tmp_path: Path) ->
     t = d.address
     assert matching(s, "dnsfleet_resolver_stats_up", target=t) == 1
     assert matching(s, "dnsfleet_resolver_info", target=t, software="dnsdist") == 1
-    assert num(matching(s, "dnsfleet_resolver_queries_total", target=t)) >= 14
+    # The 6 asked plus at least the probe and canary queries of the three scrapes before
+    # the last: the last scrape's own queries race its statistics read.
+    assert num(matching(s, "dnsfleet_resolver_queries_total", target=t)) >= 12
     for name, u in (("b1", b1), ("b2", b2)):
         assert (
             matching(

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
-from tests.harness.process import HttpOk, Listening, ManagedProcess
+from tests.harness.process import HttpOk, ListeningBy, ManagedProcess
 from tests.harness.tools import free_port
 
 EXPORTER = [sys.executable, "-m", "dnsfleet"]
@@ -42,7 +42,11 @@ class ExporterProcess:
         self.log = log
         self.managed = ManagedProcess(self.args, log, what="exporter")
         self.proc = self.managed.proc
-        ready = HttpOk(self.base + "/-/healthy") if wait == "healthy" else Listening(self.port)
+        ready = (
+            HttpOk(self.base + "/-/healthy")
+            if wait == "healthy"
+            else ListeningBy(self.port, self.proc.pid)
+        )
         try:
             self.managed.wait_until(ready, timeout=20)
         except BaseException:

@@ -132,6 +132,33 @@ class Listening(Ready):
         return False
 
 
+class ListeningBy(Listening):
+    """As :class:`Listening`, and the listening socket is ``pid``'s own: with tests in
+    several processes a free port can be taken by another test's server between
+    free_port() and the bind, and a connection would then reach that one."""
+
+    def __init__(self, port: int, pid: int, host: str = "127.0.0.1") -> None:
+        super().__init__(port, host)
+        self.port, self.pid = port, pid
+
+    def __call__(self) -> bool:
+        return super().__call__() and self._owns()
+
+    def _owns(self) -> bool:
+        inodes = set()
+        with contextlib.suppress(OSError), open("/proc/net/tcp") as f:
+            for line in f.read().splitlines()[1:]:
+                cols = line.split()
+                if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == self.port:
+                    inodes.add(f"socket:[{cols[9]}]")
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{self.pid}/fd"):
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"/proc/{self.pid}/fd/{fd}") in inodes:
+                        return True
+        return False
+
+
 class HttpOk(Ready):
     """An HTTP GET of ``url`` answers 2xx."""
 
