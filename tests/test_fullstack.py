@@ -57,6 +57,17 @@ from tests.harness.tools import free_port
 pytestmark = pytest.mark.integration
 
 SCALE = 30  # 2m -> 4s, 1m -> 2s, 5m -> 10s
+# Divided by SCALE, DNSSiteDown's `for` (1m) would be one scrape interval: a single failed
+# probe of a one-resolver site could fire it, and its inhibition (with the burn alerts'
+# `unless` over a real 5m) then held back lab4's burn page for the rest of the module. Three
+# scrape intervals instead; what DNSSiteDown mutes keeps a longer `for` than its, as in the
+# real rules, so the inhibitor is in Alertmanager first and a dead site pages once.
+FLOORS = {
+    "DNSSiteDown": 6,
+    "DNSResolverDown": 8,
+    "DNSAvailabilityBudgetBurn": 8,
+    "DNSLatencyBudgetBurn": 8,
+}
 MEASURED: dict[str, float] = {}
 
 
@@ -104,11 +115,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[St
     seen = [0]
 
     def every_other(query: bytes) -> list[bytes]:
-        # One query in three goes unanswered. Not one in two: with every `for` divided by
-        # SCALE, DNSSiteDown's equals the scrape interval, so two failed probes in a row
-        # (an extra probe between two scrapes, or a busy exporter serving its last cycle
-        # again) flashed DNSSiteDown for lab4, whose inhibition then held back the very
-        # burn page this scenario waits for.
+        # One query in three goes unanswered: never three failed scrapes in a row, which
+        # DNSSiteDown's `for` here (FLOORS) needs.
         seen[0] += 1
         if seen[0] % 3 == 0:
             return []
@@ -233,7 +241,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[St
                 ]
             )
         )
-        rules = scaled_rules(work / "rules", SCALE)
+        rules = scaled_rules(work / "rules", SCALE, floors=FLOORS)
         prom = Prometheus(
             work / "prom",
             prometheus_config(rule_files=rules, targets_file=targets, alertmanager_port=am.port),

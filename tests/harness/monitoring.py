@@ -228,19 +228,26 @@ def seconds(text: str) -> float:
     return int(m.group(1)) * _UNIT[m.group(2)]
 
 
-def scaled_rules(dest: Path, divisor: int, source: Path = RULES_DIR) -> list[Path]:
+def scaled_rules(
+    dest: Path,
+    divisor: int,
+    source: Path = RULES_DIR,
+    floors: dict[str, int] | None = None,
+) -> list[Path]:
     """Copies of alerts/rules/*.yml (or ``source``/*.yml) whose `for` and `keep_firing_for`
-    are divided by ``divisor`` (at least 1s); expressions, labels and annotations are
-    untouched."""
+    are divided by ``divisor`` (at least 1s, or ``floors[alertname]`` seconds);
+    expressions, labels and annotations are untouched."""
+    floors = floors or {}
     dest.mkdir(parents=True, exist_ok=True)
     out = []
     for src in sorted(source.glob("*.yml")):
         doc = yaml.safe_load(src.read_text())
         for group in doc["groups"]:
             for rule in group["rules"]:
+                least = floors.get(rule.get("alert", ""), 1)
                 for key in ("for", "keep_firing_for"):
                     if key in rule:
-                        rule[key] = f"{max(1, round(seconds(rule[key]) / divisor))}s"
+                        rule[key] = f"{max(least, round(seconds(rule[key]) / divisor))}s"
         path = dest / src.name
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         out.append(path)
