@@ -27,7 +27,8 @@ from hypothesis import strategies as st
 
 from dnsfleet.config import Module
 from dnsfleet.dnswire import Malformed, Response, answer_texts, build_query, parse_response
-from dnsfleet.probes.result import REASONS, Exchange, judge
+from dnsfleet.probes.reasons import REASONS
+from dnsfleet.probes.result import Exchange, judge
 from tests.harness.tools import examples
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", examples(3000)))

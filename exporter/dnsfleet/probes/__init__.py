@@ -8,7 +8,8 @@ from collections.abc import Awaitable, Callable
 from dnsfleet.config import Module, Transport
 from dnsfleet.dnswire import Query, build_query
 from dnsfleet.probes import https, tcp, tls, udp
-from dnsfleet.probes.result import REASONS, Exchange, ProbeResult, Reason, failed, judge
+from dnsfleet.probes.reasons import REASONS, Reason
+from dnsfleet.probes.result import Exchange, ProbeResult, failed, judge
 
 ExchangeFn = Callable[..., Awaitable[Exchange]]
 

@@ -7,18 +7,17 @@ from typing import TYPE_CHECKING
 
 import dns.rcode
 
+from dnsfleet.probes.reasons import Reason
+
 if TYPE_CHECKING:
     from dnsfleet.config import Module
     from dnsfleet.dnswire import Response
-    from dnsfleet.probes.result import Reason
 
 NOERROR, SERVFAIL, NXDOMAIN = 0, 2, 3
 
 
 def dnssec_verdict(r: Response, module: Module) -> tuple[Reason | None, str] | None:
     """The verdict, or None when DNSSEC has nothing to say and the usual checks decide."""
-    from dnsfleet.probes.result import Reason  # noqa: PLC0415 - result imports this module
-
     if module.dnssec == "expect_bogus":
         # A validating resolver answers a name whose signatures are broken with SERVFAIL;
         # an answer (NOERROR, NXDOMAIN) means it handed out data it did not validate.

@@ -12,7 +12,8 @@ from functools import lru_cache
 
 from dnsfleet.exposition import TextFamily, format_value, render
 from dnsfleet.probes.ede import code_label
-from dnsfleet.probes.result import REASONS, ProbeResult, Reason
+from dnsfleet.probes.reasons import REASONS, Reason
+from dnsfleet.probes.result import ProbeResult
 
 _FAILURE_GAUGE = "dnsfleet_probe_failure"
 

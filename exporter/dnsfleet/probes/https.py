@@ -20,7 +20,8 @@ from typing import Any
 from dnsfleet.config import Module
 from dnsfleet.config.transport import DEFAULT_DOH_PATH
 from dnsfleet.dnswire import Malformed, Query, parse_response
-from dnsfleet.probes.result import Exchange, Reason
+from dnsfleet.probes.reasons import Reason
+from dnsfleet.probes.result import Exchange
 from dnsfleet.probes.tlsconn import (
     Attempt,
     Connection,

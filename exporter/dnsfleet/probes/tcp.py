@@ -8,7 +8,8 @@ import socket
 import time
 
 from dnsfleet.dnswire import Malformed, Query, header_id, parse_response
-from dnsfleet.probes.result import Exchange, Reason, classify_oserror
+from dnsfleet.probes.reasons import Reason, classify_oserror
+from dnsfleet.probes.result import Exchange
 
 
 async def _read_exactly(

@@ -16,7 +16,8 @@ import ssl
 
 from dnsfleet.config import Module
 from dnsfleet.dnswire import Malformed, Query, header_id, parse_response
-from dnsfleet.probes.result import Exchange, Reason
+from dnsfleet.probes.reasons import Reason
+from dnsfleet.probes.result import Exchange
 from dnsfleet.probes.tlsconn import Attempt, Sockaddr, deadline_failure, stream_failure
 
 

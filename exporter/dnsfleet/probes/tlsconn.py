@@ -20,7 +20,8 @@ from typing import Any
 from dnsfleet.config import Module
 from dnsfleet.config.transport import read_ca_file
 from dnsfleet.dnswire import Response
-from dnsfleet.probes.result import Exchange, Reason, TlsInfo, classify_oserror
+from dnsfleet.probes.reasons import Reason, classify_oserror
+from dnsfleet.probes.result import Exchange, TlsInfo
 
 Sockaddr = tuple[str, int] | tuple[str, int, int, int]
 

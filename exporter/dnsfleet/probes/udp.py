@@ -29,7 +29,8 @@ import weakref
 from collections.abc import Callable, Sequence
 
 from dnsfleet.dnswire import Malformed, Query, parse_response
-from dnsfleet.probes.result import Exchange, Reason, classify_oserror
+from dnsfleet.probes.reasons import Reason, classify_oserror
+from dnsfleet.probes.result import Exchange
 
 MAX_DATAGRAM = 65535
 _DGRAM_NONBLOCK = socket.SOCK_DGRAM | socket.SOCK_NONBLOCK
