@@ -28,7 +28,7 @@ from dnsfleet.prober import Prober
 from dnsfleet.probes import Reason, failed
 from dnsfleet.probes.result import ProbeResult
 from dnsfleet.selfmetrics import ReloadStatus
-from dnsfleet.status import History, Snapshot, parse_labels
+from dnsfleet.status import History, PageFacts, ResolverFacts, Snapshot, parse_labels
 from dnsfleet.status import Sample as StatusSample
 from dnsfleet.statuspage import (
     RUNBOOK_BASE_URL,
@@ -136,7 +136,7 @@ def test_failing_column_says_since_when_even_with_readable_statistics() -> None:
         config=cfg,
         reload_status=ReloadStatus(True, 900),
         targets=list(p.states.values()),
-        snapshot=Snapshot.of([up, start], wall=1000, duration=0.1),
+        facts=PageFacts.of(Snapshot.of([up, start], wall=1000, duration=0.1)),
         history=History(),
         runbook_base_url=RUNBOOK_BASE_URL,
     )
@@ -281,7 +281,16 @@ def test_status_page_capacity_cell(
     h: float | None,
     want: str,
 ) -> None:
-    cell = _headroom(caps, lower, qps, h)
+    fams = [
+        Family("dnsfleet_resolver_capacity_qps", ""),
+        Family("dnsfleet_resolver_capacity_lower_bound", ""),
+    ]
+    for fam, samples in zip(fams, (caps, lower), strict=True):
+        for sample in samples:
+            fam.add(sample.value, sample.labels)
+    facts = PageFacts.of(Snapshot.of(fams, wall=1, duration=0)).resolvers.get("t")
+    facts = facts or ResolverFacts()
+    cell = _headroom(facts.capacity, facts.lower_bound, qps, h)
     assert (
         html.unescape(cell.split(">", 1)[-1].rsplit("<", 1)[0] if cell.startswith("<") else cell)
         == want

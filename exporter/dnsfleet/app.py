@@ -26,7 +26,7 @@ from dnsfleet.selfmetrics import (
     process_families,
     scrape_duration_family,
 )
-from dnsfleet.status import History, Snapshot
+from dnsfleet.status import History, PageFacts, Snapshot
 from dnsfleet.statuspage import RUNBOOK_BASE_URL, StatusView
 
 log = logging.getLogger(__name__)
@@ -248,7 +248,7 @@ class Exporter:
             config=self.config,
             reload_status=self.reload_status,
             targets=list(self.prober.states.values()),
-            snapshot=self.last_snapshot,
+            facts=PageFacts.of(self.last_snapshot) if self.last_snapshot else None,
             history=self.status_history,
             runbook_base_url=self.runbook_base_url,
         )

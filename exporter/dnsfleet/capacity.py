@@ -101,6 +101,25 @@ def effective_capacity(hit_ratio: float, c_hit: float, c_miss: float) -> float:
     return 1 / (hit_ratio / c_hit + (1 - hit_ratio) / c_miss)
 
 
+def choose_capacity(
+    by_kind: Mapping[str, float], hit_ratio: float | None
+) -> tuple[float, str] | None:
+    """The figure a resolver's headroom is judged against, and its basis, chosen as the
+    recording rule ``target:dnsfleet_resolver_capacity_effective:qps`` does: the declared
+    figure, else the hit/miss mix at the live cache-hit ratio, else the miss figure, else the
+    (optimistic) hit figure. ``by_kind`` holds the positive figures by kind; None: none."""
+    if "declared" in by_kind:
+        return by_kind["declared"], "declared"
+    if "hit" in by_kind and "miss" in by_kind and hit_ratio is not None:
+        mix = effective_capacity(hit_ratio, by_kind["hit"], by_kind["miss"])
+        return mix, f"mix at {hit_ratio:.0%} cache hits"
+    if "miss" in by_kind:
+        return by_kind["miss"], "miss figure: no live cache-hit ratio"
+    if "hit" in by_kind:
+        return by_kind["hit"], "hit figure only: optimistic, assumes every query cached"
+    return None
+
+
 # ------------------------------------------------------------------ state file
 
 

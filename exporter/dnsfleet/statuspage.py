@@ -1,9 +1,10 @@
 """The status page at ``/``: an incident view for someone paged at night.
 
-It never probes. Each ``/metrics`` scrape leaves a snapshot of the families the page
-shows (resolver internals, canary and backend, stub failover, collector health; status.py);
-the page renders a :class:`StatusView` that ``app`` builds: the last snapshot, the prober's
-per-target results, and the reload state, and says how old they are. Restarts and cache
+It never probes. Each ``/metrics`` scrape leaves the facts the page shows (resolver
+internals, canary and backend, stub failover, collector health: status.PageFacts, a typed
+model; this module names no metric); the page renders a :class:`StatusView` that ``app``
+builds: those facts, the prober's per-target results, and the reload state, and says how old
+they are. Restarts and cache
 resets are remembered as events by comparing one snapshot with the next (status.History),
 so the page can say *when* they happened, not only that a counter moved. A failing target
 says since when it fails (the prober keeps that across reloads that keep the target) and
@@ -17,16 +18,16 @@ from __future__ import annotations
 
 import html
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dnsfleet import __version__
-from dnsfleet.capacity import effective_capacity
+from dnsfleet.capacity import choose_capacity
 from dnsfleet.config import Config
 from dnsfleet.prober import TargetState
 from dnsfleet.probes.ede import NOT_VALIDATING, ede_note
 from dnsfleet.selfmetrics import ReloadStatus
-from dnsfleet.status import History, Kept, Sample, Snapshot
+from dnsfleet.status import CanaryFacts, History, PageFacts, ResolverFacts, StubFacts
 
 REFRESH_SECONDS = 15
 # Where the runbooks are: the default of alerts/config.yml's runbook_base_url (a test keeps
@@ -45,7 +46,7 @@ class StatusView:
     config: Config
     reload_status: ReloadStatus
     targets: Sequence[TargetState]
-    snapshot: Snapshot | None
+    facts: PageFacts | None  # None until the first scrape
     history: History
     runbook_base_url: str
 
@@ -104,16 +105,16 @@ def failing_alert(site: str | None, site_failing: bool) -> str:
 def render(view: StatusView, *, metrics_path: str, now: float | None = None) -> str:
     now = time.time() if now is None else now
     e = html.escape
-    snap = view.snapshot
+    facts = view.facts
     failing = sum(1 for st in view.targets if st.last is not None and not st.last.success)
     parts = [
         *_banners(view, metrics_path=metrics_path, now=now),
         _summary(view, failing, metrics_path=metrics_path),
-        _targets_table(view, snap, view.history, now),
+        _targets_table(view, now),
     ]
-    if snap is not None:
-        parts.append(_stub_table(snap, runbooks=view.runbook_base_url))
-        parts.append(_collector_table(snap))
+    if facts is not None:
+        parts.append(_stub_table(facts, runbooks=view.runbook_base_url))
+        parts.append(_collector_table(facts))
 
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
@@ -132,7 +133,7 @@ sends no query to any resolver.</small></p>
 def _banners(view: StatusView, *, metrics_path: str, now: float) -> list[str]:
     """Reload state and the age of what is shown: the first things to trust or not."""
     e = html.escape
-    rs, snap = view.reload_status, view.snapshot
+    rs, snap = view.reload_status, view.facts
     if rs.successful:
         reload = (
             f'<p class="banner ok" id="reload">Configuration {e(view.config.source)} loaded '
@@ -164,18 +165,12 @@ def _banners(view: StatusView, *, metrics_path: str, now: float) -> list[str]:
 
 def _summary(view: StatusView, failing: int, *, metrics_path: str) -> str:
     e = html.escape
-    snap = view.snapshot
-    delays = snap.get(Kept.STUB_DELAY) if snap else ()
-    stub_failing = {
-        s.labels.get("resolv_conf")
-        for s in (snap.get(Kept.STUB_FAILING) if snap else ())
-        if s.value == 1
-    }
-    degraded = {
-        s.labels.get("resolv_conf") for s in delays if s.value >= DEGRADED_DELAY_SECONDS
-    } - stub_failing
-    collectors = snap.get(Kept.COLLECTOR_SUCCESS) if snap else ()
-    bad_collectors = [s for s in collectors if s.value != 1]
+    facts = view.facts
+    stubs = facts.stubs if facts else ()
+    stub_failing = {s.resolv_conf for s in stubs if s.failing}
+    degraded = {s.resolv_conf for s in stubs if s.delay >= DEGRADED_DELAY_SECONDS} - stub_failing
+    collectors = facts.collectors if facts else ()
+    bad_collectors = [c for c in collectors if not c.ok]
     summary = [
         f"{len(view.targets)} targets",
         _span("bad" if failing else "ok", f"{failing} failing"),
@@ -198,59 +193,7 @@ def _summary(view: StatusView, failing: int, *, metrics_path: str) -> str:
     )
 
 
-TargetModule = tuple[str | None, str | None]
-
-
-@dataclass(frozen=True, slots=True)
-class _Facts:
-    """What the last snapshot says of each target (by target, or by target and module)."""
-
-    stats_up: dict[str, list[Sample]]
-    start: dict[str, list[Sample]]
-    info: dict[str, list[Sample]]
-    capacity: dict[str, list[Sample]]
-    lower: dict[str, list[Sample]]
-    backend: dict[TargetModule, str]
-    usable: dict[TargetModule, float]
-    reason: dict[TargetModule, str]
-    cached: dict[TargetModule, float]
-    last_reset: dict[str, float]
-
-    @classmethod
-    def of(cls, snap: Snapshot | None) -> _Facts:
-        def by(name: str) -> dict[str, list[Sample]]:
-            return snap.by_target(name) if snap else {}
-
-        def get(name: str) -> tuple[Sample, ...]:
-            return snap.get(name) if snap else ()
-
-        def key(s: Sample) -> TargetModule:
-            return (s.labels.get("target"), s.labels.get("module"))
-
-        last_reset: dict[str, float] = {}
-        for s in get(Kept.LAST_CACHE_RESET):
-            tgt = s.labels.get("target", "")
-            last_reset[tgt] = max(last_reset.get(tgt, 0.0), s.value)
-        return cls(
-            stats_up=by(Kept.STATS_UP),
-            start=by(Kept.START_TIME),
-            info=by(Kept.INFO),
-            capacity=by(Kept.CAPACITY),
-            lower=by(Kept.CAPACITY_LOWER_BOUND),
-            backend={key(s): s.labels.get("backend", "") for s in get(Kept.BACKEND)},
-            usable={key(s): s.value for s in get(Kept.CANARY_USABLE)},
-            reason={
-                key(s): s.labels.get("reason", "")
-                for s in get(Kept.CANARY_UNUSABLE_REASON)
-                if s.value == 1
-            },
-            cached={key(s): s.value for s in get(Kept.CANARY_CACHED)},
-            last_reset=last_reset,
-        )
-
-
-def _targets_table(view: StatusView, snap: Snapshot | None, hist: History, now: float) -> str:
-    facts = _Facts.of(snap)
+def _targets_table(view: StatusView, now: float) -> str:
     # A site fails when none of its targets answered its last probe (DNSSiteDown's rule).
     site_ok: dict[str, bool] = {}
     for st in view.targets:
@@ -261,9 +204,7 @@ def _targets_table(view: StatusView, snap: Snapshot | None, hist: History, now: 
         view.targets,
         key=lambda s: (s.last is None or s.last.success, s.target.address, s.target.module),
     )
-    rows = [
-        _target_row(st, view, facts=facts, hist=hist, site_ok=site_ok, now=now) for st in states
-    ]
+    rows = [_target_row(st, view, site_ok=site_ok, now=now) for st in states]
     body = "\n".join(rows) or '<tr><td colspan="14">No targets configured.</td></tr>'
     return (
         "<h2>Resolvers</h2><p><small>Failing targets first, with the runbook of the alert "
@@ -277,35 +218,29 @@ def _targets_table(view: StatusView, snap: Snapshot | None, hist: History, now: 
     )
 
 
-def _target_row(
-    st: TargetState,
-    view: StatusView,
-    *,
-    facts: _Facts,
-    hist: History,
-    site_ok: dict[str, bool],
-    now: float,
-) -> str:
+def _target_row(st: TargetState, view: StatusView, *, site_ok: dict[str, bool], now: float) -> str:
     e = html.escape
-    t = st.target
-    key = (t.address, t.module)
+    t, hist = st.target, view.history
+    facts = view.facts
+    resolver = facts.resolvers.get(t.address) if facts else None
+    canary = facts.canaries.get((t.address, t.module)) if facts else None
     labels = " ".join(f"{k}={v}" for k, v in t.labels)
     result, since = _result_cells(st, view.runbook_base_url, site_ok, now)
     probed = f"{ago(now - st.last_wall)} ago" if st.last is not None else ""
     events = hist.events.get(t.address, ())
     ev = "<br>".join(f"{e(ev.what)} {ago(now - ev.wall)} ago" for ev in reversed(events))
     headroom = _headroom(
-        facts.capacity.get(t.address, []),
-        facts.lower.get(t.address, []),
+        resolver.capacity if resolver else {},
+        resolver.lower_bound if resolver else frozenset(),
         hist.qps.get(t.address),
         hist.hit_ratio.get(t.address),
     )
     return (
         f'<tr data-target="{e(t.address)}" data-module="{e(t.module)}">'
         f"<td>{e(t.address)}</td><td>{e(t.module)}</td><td>{e(labels)}</td>{result}"
-        f"<td>{since}</td><td>{probed}</td><td>{e(facts.backend.get(key, ''))}</td>"
-        f"<td>{_stats_cell(st, facts, now)}</td><td>{_canary_cell(key, facts)}</td>"
-        f"<td>{_latest_cell(t.address, facts, now)}</td><td>{ev}</td>"
+        f"<td>{since}</td><td>{probed}</td><td>{e(canary.backend if canary else '')}</td>"
+        f"<td>{_stats_cell(st, resolver, now)}</td><td>{_canary_cell(canary)}</td>"
+        f"<td>{_latest_cell(resolver, now)}</td><td>{ev}</td>"
         f"<td>{headroom}</td></tr>"
     )
 
@@ -334,68 +269,56 @@ def _result_cells(
     return result, since
 
 
-def _stats_cell(st: TargetState, facts: _Facts, now: float) -> str:
+def _stats_cell(st: TargetState, resolver: ResolverFacts | None, now: float) -> str:
     """The resolver's own statistics: readable (software, uptime), unreadable, or not."""
-    t = st.target
-    if t.stats is None:
+    if st.target.stats is None:
         return '<span class="unk">not configured</span>'
-    if t.address not in facts.stats_up:
+    if resolver is None or resolver.stats_up is None:
         return '<span class="unk">not read yet</span>'
-    if facts.stats_up[t.address][0].value != 1:
+    if not resolver.stats_up:
         return _span("bad", "UNREADABLE (restarts seen only by the canary)")
-    soft = facts.info.get(t.address)
-    sw = f"{soft[0].labels.get('software', '')} {soft[0].labels.get('version', '')}" if soft else ""
-    up = facts.start.get(t.address)
-    uptime = f", up {ago(now - up[0].value)}" if up else ""
-    return _span("ok", f"readable{': ' + sw.strip() if sw.strip() else ''}{uptime}")
+    sw = resolver.software
+    uptime = f", up {ago(now - resolver.started)}" if resolver.started is not None else ""
+    return _span("ok", f"readable{': ' + sw if sw else ''}{uptime}")
 
 
-def _canary_cell(key: TargetModule, facts: _Facts) -> str:
-    if key in facts.usable:
-        if facts.usable[key] == 1:
+def _canary_cell(canary: CanaryFacts | None) -> str:
+    if canary is not None and canary.usable is not None:
+        if canary.usable:
             return _span("ok", "usable")
-        return _span("warn", f"unusable: {facts.reason.get(key, 'unknown')}")
-    if key in facts.cached:
-        if facts.cached[key] == 1:
+        return _span("warn", f"unusable: {canary.unusable_reason}")
+    if canary is not None and canary.cached is not None:
+        if canary.cached:
             return _span("ok", "cached")
         return _span("warn", "authoritative: cannot see resets")
     return '<span class="unk">none</span>'
 
 
-def _latest_cell(address: str, facts: _Facts, now: float) -> str:
+def _latest_cell(resolver: ResolverFacts | None, now: float) -> str:
     """The last restart the resolver states and cache reset the canary saw, if known."""
     last = []
-    if address in facts.start:
-        last.append(f"restart {when(facts.start[address][0].value, now)}")
-    if address in facts.last_reset:
-        last.append(f"cache reset {when(facts.last_reset[address], now)}")
+    if resolver is not None and resolver.started is not None:
+        last.append(f"restart {when(resolver.started, now)}")
+    if resolver is not None and resolver.last_cache_reset is not None:
+        last.append(f"cache reset {when(resolver.last_cache_reset, now)}")
     return "<br>".join(html.escape(x) for x in last) or '<span class="unk">none seen</span>'
 
 
 def _headroom(
-    caps: list[Sample], lower: list[Sample], qps: float | None, hit_ratio: float | None
+    by_kind: Mapping[str, float], bound: frozenset[str], qps: float | None, hit: float | None
 ) -> str:
-    """The capacity cell, choosing the figure as the recording rule
-    target:dnsfleet_resolver_capacity_effective:qps does: declared, else the hit/miss mix at
-    the live cache-hit ratio, else the miss figure, else the (optimistic) hit figure."""
-    by_kind = {s.labels.get("kind", ""): s.value for s in caps if s.value > 0}
-    bound = {s.labels.get("kind", "") for s in lower if s.value == 1}
-    if not by_kind:
+    """The capacity cell: the figures by kind (``≥`` where only a lower bound), the one
+    chosen as the recording rule chooses it (capacity.choose_capacity), and the headroom at
+    the live rate."""
+    chosen = choose_capacity(by_kind, hit)
+    if chosen is None:
         return '<span class="unk">unknown</span>'
+    eff, basis = chosen
 
     def fig(kind: str) -> str:
         return f"{kind} {'≥' if kind in bound else ''}{by_kind[kind]:.0f}"
 
     figures = ", ".join(fig(k) for k in ("declared", "hit", "miss") if k in by_kind) + " qps"
-    if "declared" in by_kind:
-        eff, basis = by_kind["declared"], "declared"
-    elif "hit" in by_kind and "miss" in by_kind and hit_ratio is not None:
-        eff = effective_capacity(hit_ratio, by_kind["hit"], by_kind["miss"])
-        basis = f"mix at {hit_ratio:.0%} cache hits"
-    elif "miss" in by_kind:
-        eff, basis = by_kind["miss"], "miss figure: no live cache-hit ratio"
-    else:
-        eff, basis = by_kind["hit"], "hit figure only: optimistic, assumes every query cached"
     if qps is None:
         return f"capacity {eff:.0f} qps ({html.escape(basis)}; {figures})"
     head = 1 - qps / eff
@@ -405,48 +328,15 @@ def _headroom(
     )
 
 
-def _stub_table(snap: Snapshot, *, runbooks: str) -> str:
-    e = html.escape
-    delays = snap.get(Kept.STUB_DELAY)
-    if not delays and not snap.get(Kept.STUB_READABLE):
+def _stub_table(facts: PageFacts, *, runbooks: str) -> str:
+    if not facts.stub_watched:
         return ""
-    failing = {
-        (s.labels.get("resolv_conf"), s.labels.get("libc")): s.value
-        for s in snap.get(Kept.STUB_FAILING)
-    }
-    total = {s.labels.get("resolv_conf"): s.value for s in snap.get(Kept.STUB_NAMESERVERS)}
-    up: dict[str | None, float] = {}
-    for s in snap.get(Kept.STUB_NAMESERVER_UP):
-        up[s.labels.get("resolv_conf")] = up.get(s.labels.get("resolv_conf"), 0) + s.value
-    rows = []
-    for s in sorted(delays, key=lambda s: (-s.value, s.labels.get("resolv_conf", ""))):
-        path = s.labels.get("resolv_conf", "")
-        delay = _span("bad" if s.value >= 1 else "ok", f"{s.value:.2f}s")
-        # What its clients get: every lookup failing, every lookup waiting (degraded), or
-        # answered at once; with the runbook of the alert it raises.
-        if failing.get((path, s.labels.get("libc"))) == 1:
-            fails = (
-                _span("bad", "ALL LOOKUPS FAIL")
-                + " "
-                + runbook_link(runbooks, "DNSStubResolutionFailing")
-            )
-        elif s.value >= DEGRADED_DELAY_SECONDS:
-            fails = _span("warn", f"DEGRADED: +{s.value:.2f}s per lookup")
-            if s.value >= STUB_DELAY_ALERT_SECONDS:
-                fails += " " + runbook_link(runbooks, "DNSStubFailoverDelay")
-        else:
-            fails = _span("ok", "ok")
-        servers = f"{up.get(path, 0):.0f} of {total[path]:.0f} answer" if path in total else ""
-        rows.append(
-            f"<tr><td>{e(path)}</td><td>{e(s.labels.get('libc', ''))}</td>"
-            f"<td>{delay}</td><td>{servers}</td><td>{fails}</td></tr>"
-        )
-    for s in snap.get(Kept.STUB_READABLE):
-        if s.value == 0:
-            rows.append(
-                f"<tr><td>{e(s.labels.get('resolv_conf', ''))}</td><td></td>"
-                f"<td>{_span('bad', 'UNREADABLE')}</td><td></td><td></td></tr>"
-            )
+    rows = [_stub_row(stub, runbooks) for stub in facts.stubs]
+    rows += [
+        f"<tr><td>{html.escape(path)}</td><td></td>"
+        f"<td>{_span('bad', 'UNREADABLE')}</td><td></td><td></td></tr>"
+        for path in facts.unreadable_stubs
+    ]
     return (
         "<h2>Clients (resolv.conf)</h2><p><small>Modelled extra delay a lookup suffers "
         "from the failed nameservers listed before a working one.</small></p>"
@@ -455,20 +345,42 @@ def _stub_table(snap: Snapshot, *, runbooks: str) -> str:
     )
 
 
-def _collector_table(snap: Snapshot) -> str:
+def _stub_row(stub: StubFacts, runbooks: str) -> str:
     e = html.escape
-    durations = {s.labels.get("collector"): s.value for s in snap.get(Kept.COLLECTOR_DURATION)}
-    rows = []
-    for s in sorted(
-        snap.get(Kept.COLLECTOR_SUCCESS),
-        key=lambda s: (s.value == 1, s.labels.get("collector", "")),
-    ):
-        name = s.labels.get("collector", "")
-        state = _span("ok", "ok") if s.value == 1 else _span("bad", "FAILING (see the log)")
-        rows.append(
-            f'<tr data-collector="{e(name)}"><td>{e(name)}</td><td>{state}</td>'
-            f"<td>{durations.get(name, 0) * 1000:.1f} ms</td></tr>"
+    delay = _span("bad" if stub.delay >= 1 else "ok", f"{stub.delay:.2f}s")
+    # What its clients get: every lookup failing, every lookup waiting (degraded), or
+    # answered at once; with the runbook of the alert it raises.
+    if stub.failing:
+        fails = (
+            _span("bad", "ALL LOOKUPS FAIL")
+            + " "
+            + runbook_link(runbooks, "DNSStubResolutionFailing")
         )
+    elif stub.delay >= DEGRADED_DELAY_SECONDS:
+        fails = _span("warn", f"DEGRADED: +{stub.delay:.2f}s per lookup")
+        if stub.delay >= STUB_DELAY_ALERT_SECONDS:
+            fails += " " + runbook_link(runbooks, "DNSStubFailoverDelay")
+    else:
+        fails = _span("ok", "ok")
+    servers = (
+        f"{stub.answering:.0f} of {stub.nameservers:.0f} answer"
+        if stub.nameservers is not None
+        else ""
+    )
+    return (
+        f"<tr><td>{e(stub.resolv_conf)}</td><td>{e(stub.libc)}</td>"
+        f"<td>{delay}</td><td>{servers}</td><td>{fails}</td></tr>"
+    )
+
+
+def _collector_table(facts: PageFacts) -> str:
+    e = html.escape
+    rows = [
+        f'<tr data-collector="{e(c.name)}"><td>{e(c.name)}</td><td>'
+        + (_span("ok", "ok") if c.ok else _span("bad", "FAILING (see the log)"))
+        + f"</td><td>{c.duration * 1000:.1f} ms</td></tr>"
+        for c in facts.collectors
+    ]
     return (
         '<h2>Collectors</h2><table id="collectors"><tr><th>collector</th><th>state</th>'
         "<th>took</th></tr>\n" + "\n".join(rows) + "</table>"
