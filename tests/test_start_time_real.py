@@ -38,7 +38,9 @@ GAP = 0.25  # seconds between scrapes: the old start time flipped every half sec
 
 
 @dataclass
-class Daemon:
+class Watched:
+    """A daemon under test (any harness daemon), its name and its statistics config."""
+
     name: str
     thing: Any  # a harness daemon with start() and stop()
     stats: dict[str, str]
@@ -67,7 +69,7 @@ def in_parallel(calls: list[Callable[[], object]]) -> None:
 
 
 @pytest.fixture
-def daemons(tmp_path: Path, named: Named) -> Iterator[list[Daemon]]:
+def daemons(tmp_path: Path, named: Named) -> Iterator[list[Watched]]:
     upstream = {"example.test.": f"127.0.0.1@{named.port}"}
     bind = Named(tmp_path / "bind", zones={"own.test": "www IN A 192.0.2.1\n"})
     unbound = Unbound(tmp_path / "unbound", stubs=upstream)
@@ -84,27 +86,27 @@ def daemons(tmp_path: Path, named: Named) -> Iterator[list[Daemon]]:
         dnsdist.start()
         started.append(dnsdist)
         yield [
-            Daemon(
+            Watched(
                 "pdns-recursor",
                 pdns,
                 {"type": "pdns-recursor", "url": pdns.metrics_url, "api_key": pdns.api_key},
             ),
-            Daemon("dnsdist", dnsdist, {"type": "dnsdist", "url": dnsdist.metrics_url}),
-            Daemon(
+            Watched("dnsdist", dnsdist, {"type": "dnsdist", "url": dnsdist.metrics_url}),
+            Watched(
                 "unbound",
                 unbound,
                 {"type": "unbound", "control": f"unix://{unbound.control_socket}"},
             ),
-            Daemon("bind", bind, {"type": "bind", "url": bind.stats_url}),
-            Daemon("kresd", kresd, {"type": "knot-resolver", "url": kresd.metrics_url}),
-            Daemon("kresd-bare", bare, {"type": "knot-resolver", "url": bare.metrics_url}),
+            Watched("bind", bind, {"type": "bind", "url": bind.stats_url}),
+            Watched("kresd", kresd, {"type": "knot-resolver", "url": kresd.metrics_url}),
+            Watched("kresd-bare", bare, {"type": "knot-resolver", "url": bare.metrics_url}),
         ]
     finally:
         for thing in reversed(started):
             thing.stop()
 
 
-def exporter(tmp_path: Path, fleet: list[Daemon]) -> Exporter:
+def exporter(tmp_path: Path, fleet: list[Watched]) -> Exporter:
     path = tmp_path / "dnsfleet.yml"
     path.write_text(
         yaml.safe_dump(
@@ -141,7 +143,7 @@ def moves(values: list[float | None]) -> int:
     return sum(1 for a, b in pairwise(known) if a != b)
 
 
-def scrape_into(exp: Exporter, fleet: list[Daemon], seen: dict[str, Seen]) -> None:
+def scrape_into(exp: Exporter, fleet: list[Watched], seen: dict[str, Seen]) -> None:
     s = samples(asyncio.run(exp.scrape(8.0)).decode())
     state = cast(dict[Any, StartJudgement], exp.collector_state[STATE_KEY])
     last = {addr: j.last for (addr, _), j in state.items()}
@@ -161,7 +163,7 @@ def scrape_into(exp: Exporter, fleet: list[Daemon], seen: dict[str, Seen]) -> No
         entry.restarts = None if restarts is None else float(restarts)
 
 
-def test_start_time_moves_only_on_a_restart(tmp_path: Path, daemons: list[Daemon]) -> None:
+def test_start_time_moves_only_on_a_restart(tmp_path: Path, daemons: list[Watched]) -> None:
     exp = exporter(tmp_path, daemons)
     untouched: dict[str, Seen] = {}
     for i in range(SCRAPES):
@@ -178,7 +180,7 @@ def test_start_time_moves_only_on_a_restart(tmp_path: Path, daemons: list[Daemon
     before = {name: moves(seen.previous) for name, seen in untouched.items()}
     assert before["pdns-recursor"] > 0 and before["dnsdist"] > 0, before
 
-    def restart(d: Daemon) -> Callable[[], object]:
+    def restart(d: Watched) -> Callable[[], object]:
         return lambda: (d.thing.stop(), d.thing.start())
 
     in_parallel([restart(d) for d in daemons])
