@@ -13,9 +13,11 @@ from hypothesis import strategies as st
 
 from dnsfleet.dnstap.subdomains import SATURATED, Detector, Suspect, estimate
 
+ALPHABET = string.ascii_lowercase + string.digits
+
 
 def _label(rnd: random.Random, n: int = 12) -> str:
-    return "".join(rnd.choice(string.ascii_lowercase + string.digits) for _ in range(n))
+    return "".join(rnd.choices(ALPHABET, k=n))
 
 
 def _feed(detector: Detector, events: list[tuple[str, bool]], start: float, seconds: float) -> None:

@@ -75,10 +75,11 @@ class Insight:
         nx = rcode == 3
         if nx or rcode == 2 or t.detector.watching():
             name = qname_text(qname)
+            parent = None
             if nx or rcode == 2:
-                kind = "NXDOMAIN" if nx else "SERVFAIL"
-                t.domains[kind].current.add(psl.registered_domain(name))
-            t.detector.observe(name, nx, now)
+                parent = psl.registered_domain(name)
+                t.domains["NXDOMAIN" if nx else "SERVFAIL"].current.add(parent)
+            t.detector.observe(name, nx, now, parent)
 
     def families(self, labels: dict[str, dict[str, str]], now: float) -> list[Family]:
         dom = Family(

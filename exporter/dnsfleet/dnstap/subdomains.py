@@ -121,12 +121,14 @@ class Detector:
         (a caller may skip decoding their names otherwise)."""
         return bool(self._current is not None and self._current.tracked)
 
-    def observe(self, qname: str, nxdomain: bool, now: float) -> None:
-        """Count one answer (a CLIENT_RESPONSE) for `qname`; `nxdomain`: its rcode was 3."""
+    def observe(self, qname: str, nxdomain: bool, now: float, parent: str | None = None) -> None:
+        """Count one answer (a CLIENT_RESPONSE) for `qname`; `nxdomain`: its rcode was 3;
+        `parent`: its registered domain when the caller has it already."""
         current = self._roll(now)
         if not nxdomain and not current.tracked:
             return  # nothing tracked: only NXDOMAIN answers matter
-        parent = self._registered_domain(qname)
+        if parent is None:
+            parent = self._registered_domain(qname)
         state = current.tracked.get(parent)
         if state is None:
             if not nxdomain:
