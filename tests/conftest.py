@@ -111,6 +111,20 @@ def blackhole() -> Iterator[Blackhole]:
 KINDS = ("unit", "integration")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """The fast loop runs in two processes where there are two CPUs (pytest-xdist, as
+    `make test` does); `-n 0` (or `-p no:xdist`) keeps it in one."""
+    opt = config.option
+    if (
+        opt.markexpr.strip() == "unit"
+        and getattr(opt, "numprocesses", "absent") is None
+        and not os.environ.get("PYTEST_XDIST_WORKER")
+        and len(os.sched_getaffinity(0)) >= 2
+    ):
+        opt.numprocesses = 2
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """The fast loop, `pytest -m unit`, runs a tenth of each fuzz test's cases
     (harness.tools.examples); `make test` runs them all."""
