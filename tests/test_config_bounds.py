@@ -14,13 +14,9 @@ import pytest
 
 from dnsfleet import config, webconfig
 from dnsfleet.config import ConfigError
-from dnsfleet.config.reader import (
-    MAX_FILE_BYTES,
-    MAX_PREVIEW,
-    MAX_YAML_DEPTH,
-    MAX_YAML_NODES,
-    load_yaml,
-)
+from dnsfleet.config.files import MAX_FILE_BYTES
+from dnsfleet.config.values import MAX_PREVIEW
+from dnsfleet.config.yamlload import MAX_YAML_DEPTH, MAX_YAML_NODES, load_yaml
 
 pytestmark = pytest.mark.unit
 

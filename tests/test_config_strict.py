@@ -347,7 +347,7 @@ def test_errors_cite_line_and_column(tmp_path: Path, old: str, new: str, where: 
 @pytest.mark.unit
 def test_a_merged_value_is_found_through_the_merge_key() -> None:
     from dnsfleet.config.locate import find_mark
-    from dnsfleet.config.reader import compose_yaml
+    from dnsfleet.config.yamlload import compose_yaml
 
     root = compose_yaml(POSITIONS)
     mark = find_mark(root, ["modules", "b", "timeout"])

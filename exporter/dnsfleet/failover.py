@@ -14,7 +14,7 @@ from pathlib import Path
 
 from dnsfleet.collectors.stub import FileReport, assess
 from dnsfleet.config import ResolvConfWatch, parse_duration
-from dnsfleet.config.reader import duration_problem
+from dnsfleet.config.values import duration_problem
 from dnsfleet.hostfs import HostFS
 from dnsfleet.stubmodel import ServerState, Verdict
 

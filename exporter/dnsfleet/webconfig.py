@@ -48,12 +48,8 @@ from dnsfleet.config.checks import (
     read_keys,
 )
 from dnsfleet.config.checks import key as yaml_key
-from dnsfleet.config.reader import (
-    FileStamp,
-    Source,
-    read_regular_file,
-    read_yaml_source,
-)
+from dnsfleet.config.files import FileStamp, read_regular_file, read_yaml_source
+from dnsfleet.config.reader import Source
 
 log = logging.getLogger(__name__)
 

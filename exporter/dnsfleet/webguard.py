@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 
 from dnsfleet.config import ConfigError
-from dnsfleet.config.reader import FileStamp, file_stamp
+from dnsfleet.config.files import FileStamp, file_stamp
 from dnsfleet.httpserver import Request, Response, Router
 from dnsfleet.selfmetrics import ReloadStatus
 from dnsfleet.webconfig import (

@@ -30,10 +30,11 @@ from dnsfleet.config.document import (
     parse,
 )
 from dnsfleet.config.dump import to_yaml
+from dnsfleet.config.files import read_yaml_mapping
 from dnsfleet.config.host import HOST_COLLECTORS, HostConfig
 from dnsfleet.config.limits import Limits
 from dnsfleet.config.modules import DEFAULT_MODULE, TRANSPORTS, Module, Transport
-from dnsfleet.config.reader import ConfigError, Fields, Node, parse_duration, read_yaml_mapping
+from dnsfleet.config.reader import ConfigError, Fields, Node
 from dnsfleet.config.resolver import DEFAULT_CAPACITY_FILE, ResolverConfig
 from dnsfleet.config.stub import DEFAULT_RESOLV_CONF, ResolvConfWatch
 from dnsfleet.config.targets import (
@@ -45,6 +46,7 @@ from dnsfleet.config.targets import (
     StatsType,
     Target,
 )
+from dnsfleet.config.values import parse_duration
 from dnsfleet.config.zones import Zone
 
 __all__ = [

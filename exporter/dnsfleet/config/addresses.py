@@ -7,7 +7,8 @@ import socket
 from dataclasses import dataclass
 
 from dnsfleet.config.checks import JSON, Check
-from dnsfleet.config.reader import Node, quote
+from dnsfleet.config.reader import Node
+from dnsfleet.config.values import quote
 
 DEFAULT_DNS_PORT = 53
 

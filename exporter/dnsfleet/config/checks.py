@@ -20,7 +20,8 @@ import dns.rcode
 import dns.rdataclass
 import dns.rdatatype
 
-from dnsfleet.config.reader import Fields, Node, format_duration, quote
+from dnsfleet.config.reader import Fields, Node
+from dnsfleet.config.values import format_duration, quote
 from dnsfleet.dnswire import encode_name
 
 T = TypeVar("T")
@@ -211,7 +212,7 @@ class Boolean(Check):
         return {"type": "boolean"}
 
 
-# Go's time.ParseDuration syntax (reader.parse_duration), for editors.
+# Go's time.ParseDuration syntax (values.parse_duration), for editors.
 DURATION_PATTERN = r"^\s*[-+]?(0|((\d+(\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+)\s*$"
 
 

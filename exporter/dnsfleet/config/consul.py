@@ -19,7 +19,8 @@ from dnsfleet.config.checks import (
     key,
     read_keys,
 )
-from dnsfleet.config.reader import Node, quote
+from dnsfleet.config.reader import Node
+from dnsfleet.config.values import quote
 
 CONSUL_DNS_PORT = 8600
 CONSUL_DEFAULT_DNS = Endpoint("127.0.0.1", CONSUL_DNS_PORT)

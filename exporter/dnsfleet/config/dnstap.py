@@ -9,7 +9,8 @@ from typing import Any
 
 from dnsfleet.config.addresses import Address, Endpoint
 from dnsfleet.config.checks import JSON, AbsolutePath, Check, Duration, Integer, key, read_keys
-from dnsfleet.config.reader import Node, quote
+from dnsfleet.config.reader import Node
+from dnsfleet.config.values import quote
 
 MAX_IDENTITIES = 1024
 

@@ -21,20 +21,16 @@ from dnsfleet.config.checks import (
 )
 from dnsfleet.config.consul import ConsulConfig, _parse_consul
 from dnsfleet.config.dnstap import DnstapConfig, parse_dnstap
+from dnsfleet.config.files import read_yaml_source
 from dnsfleet.config.host import HostConfig, _parse_host
 from dnsfleet.config.limits import Limits, _parse_limits
 from dnsfleet.config.modules import DEFAULT_MODULE, Module, _parse_module
-from dnsfleet.config.reader import (
-    ConfigError,
-    Node,
-    Source,
-    collector_paused,
-    quote,
-    read_yaml_source,
-)
+from dnsfleet.config.reader import ConfigError, Node, Source
 from dnsfleet.config.resolver import ResolverConfig, _parse_resolver
 from dnsfleet.config.stub import DEFAULT_RESOLV_CONF, ResolvConfWatch, _parse_resolv_conf
 from dnsfleet.config.targets import Target, _check_one_internals_entry, _parse_target
+from dnsfleet.config.values import quote
+from dnsfleet.config.yamlload import collector_paused
 from dnsfleet.config.zones import ZONES_KEY, Zone
 
 BUILTIN_SOURCE = "<built-in default>"

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dnsfleet.config.checks import JSON, Check, Choice, ListOf, Regex, key, read_section
-from dnsfleet.config.reader import Node, quote
+from dnsfleet.config.reader import Node
+from dnsfleet.config.values import quote
 
 HOST_COLLECTORS = ("bonding", "nic", "cpu_latency")
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 import dns.rdatatype
 
 from dnsfleet.config.checks import AbsolutePath, DnsName, Duration, QueryType, key, read_keys
-from dnsfleet.config.reader import Node, quote
+from dnsfleet.config.reader import Node
+from dnsfleet.config.values import quote
 
 
 @dataclass(frozen=True)

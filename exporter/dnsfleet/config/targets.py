@@ -25,7 +25,8 @@ from dnsfleet.config.checks import (
     yaml_keys,
 )
 from dnsfleet.config.modules import Module
-from dnsfleet.config.reader import Node, quote
+from dnsfleet.config.reader import Node
+from dnsfleet.config.values import quote
 
 __all__ = [
     "HTTP_STATS_TYPES",

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from dnsfleet.config.checks import JSON, Check
-from dnsfleet.config.reader import ConfigError, Node, quote, read_regular_file
+from dnsfleet.config.files import read_regular_file
+from dnsfleet.config.reader import ConfigError, Node
+from dnsfleet.config.values import quote
 
 PEM_CERT = "-----BEGIN CERTIFICATE-----"
 DEFAULT_DOH_PATH = "/dns-query"

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 from dnsfleet.config.addresses import Address, Endpoint
 from dnsfleet.config.checks import DnsName, Duration, ListOf, Section, key, read_keys
-from dnsfleet.config.reader import Node, quote
+from dnsfleet.config.reader import Node
+from dnsfleet.config.values import quote
 
 DAY = 86400.0
 
