@@ -8,9 +8,7 @@ from dataclasses import dataclass, field
 from dnsfleet.config.addresses import Address, Endpoint
 from dnsfleet.config.checks import (
     Boolean,
-    DnsLabel,
     Duration,
-    HttpAddress,
     Integer,
     ListOf,
     Section,
@@ -19,6 +17,7 @@ from dnsfleet.config.checks import (
     key,
     read_keys,
 )
+from dnsfleet.config.concepts import DnsLabel, HttpAddress
 from dnsfleet.config.reader import Node
 from dnsfleet.config.values import quote
 

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dnsfleet.config.addresses import Address, Endpoint
-from dnsfleet.config.checks import JSON, AbsolutePath, Check, Duration, Integer, key, read_keys
+from dnsfleet.config.checks import JSON, Check, Duration, Integer, key, read_keys
+from dnsfleet.config.concepts import AbsolutePath
 from dnsfleet.config.reader import Node
 from dnsfleet.config.values import quote
 

@@ -9,16 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from dnsfleet.config.addresses import parse_address
-from dnsfleet.config.checks import (
-    AbsolutePath,
-    Cidrs,
-    ListOf,
-    MapOf,
-    Section,
-    ShortSection,
-    key,
-    read_keys,
-)
+from dnsfleet.config.checks import ListOf, MapOf, Section, ShortSection, key, read_keys
+from dnsfleet.config.concepts import AbsolutePath, Cidrs
 from dnsfleet.config.consul import ConsulConfig, _parse_consul
 from dnsfleet.config.dnstap import DnstapConfig, parse_dnstap
 from dnsfleet.config.files import read_yaml_source

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dnsfleet.config.checks import JSON, Check, Choice, ListOf, Regex, key, read_section
+from dnsfleet.config.checks import JSON, Check, Choice, ListOf, key, read_section
+from dnsfleet.config.concepts import Regex
 from dnsfleet.config.reader import Node
 from dnsfleet.config.values import quote
 

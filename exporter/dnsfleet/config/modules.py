@@ -10,20 +10,8 @@ import dns.rcode
 import dns.rdataclass
 import dns.rdatatype
 
-from dnsfleet.config.checks import (
-    Boolean,
-    Choice,
-    DnsName,
-    Duration,
-    Integer,
-    QueryClass,
-    QueryType,
-    Rcodes,
-    RE2List,
-    check_needs,
-    key,
-    read_keys,
-)
+from dnsfleet.config.checks import Boolean, Choice, Duration, Integer, check_needs, key, read_keys
+from dnsfleet.config.concepts import DnsName, QueryClass, QueryType, Rcodes, RE2List
 from dnsfleet.config.reader import Node
 from dnsfleet.config.transport import CaFile, DohUrl, DohUrlCheck
 

@@ -11,15 +11,7 @@ import argparse
 import dataclasses
 import json
 
-from dnsfleet.config.checks import (
-    JSON,
-    Check,
-    ListOf,
-    MapOf,
-    Section,
-    default_of,
-    yaml_keys,
-)
+from dnsfleet.config.checks import JSON, Check, ListOf, MapOf, Section, default_of, yaml_keys
 from dnsfleet.config.document import MONITORING_KEYS, Config
 from dnsfleet.config.targets import STATS_TYPES, StatsSource
 

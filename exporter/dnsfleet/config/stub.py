@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 import dns.rdatatype
 
-from dnsfleet.config.checks import AbsolutePath, DnsName, Duration, QueryType, key, read_keys
+from dnsfleet.config.checks import Duration, key, read_keys
+from dnsfleet.config.concepts import AbsolutePath, DnsName, QueryType
 from dnsfleet.config.reader import Node
 from dnsfleet.config.values import quote
 

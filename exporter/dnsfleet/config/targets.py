@@ -11,12 +11,9 @@ from typing import Any, Literal, cast
 from dnsfleet.config.addresses import Address, Endpoint, parse_address
 from dnsfleet.config.checks import (
     JSON,
-    LABEL_NAME_RE,
     Check,
     Choice,
     Duration,
-    HttpUrl,
-    Labels,
     Number,
     Section,
     String,
@@ -24,6 +21,7 @@ from dnsfleet.config.checks import (
     read_keys,
     yaml_keys,
 )
+from dnsfleet.config.concepts import LABEL_NAME_RE, HttpUrl, Labels
 from dnsfleet.config.modules import Module
 from dnsfleet.config.reader import Node
 from dnsfleet.config.values import quote

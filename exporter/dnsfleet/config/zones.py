@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dnsfleet.config.addresses import Address, Endpoint
-from dnsfleet.config.checks import DnsName, Duration, ListOf, Section, key, read_keys
+from dnsfleet.config.checks import Duration, ListOf, Section, key, read_keys
+from dnsfleet.config.concepts import DnsName
 from dnsfleet.config.reader import Node
 from dnsfleet.config.values import quote
 
