@@ -24,7 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dnsfleet.app import Exporter
 from dnsfleet.hostfs import HostFS
-from dnsfleet.httpserver import Request, Response, Router, serve
+from dnsfleet.httproutes import Request, Response, Router
+from dnsfleet.httpserver import serve
 from dnsfleet.web import make_router
 from tests.harness.metrics import promtool_check, value
 

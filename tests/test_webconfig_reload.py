@@ -21,7 +21,8 @@ import pytest
 import yaml
 
 from dnsfleet import webconfig, webguard
-from dnsfleet.httpserver import Request, Response, Router, serve
+from dnsfleet.httproutes import Request, Response, Router
+from dnsfleet.httpserver import serve
 from tests.harness.exporter import ExporterProcess, running_exporter
 from tests.harness.metrics import value
 from tests.harness.tools import binary

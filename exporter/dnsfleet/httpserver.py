@@ -1,10 +1,6 @@
-"""A small, strict HTTP/1.1 server on asyncio.Protocol.
-
-Why not aiohttp.web: importing it alone costs ~28 MB of RSS and ~150 µs of CPU per request,
-which is most of this exporter's budget (RSS < 40 MB with 1,000 targets, /probe at under a
-third of blackbox_exporter's CPU). The exporter serves a handful of GET endpoints to
-Prometheus and people; that needs request parsing with hard limits, keep-alive, timeouts,
-back-pressure and TLS (asyncio's own), not a framework.
+"""A small, strict HTTP/1.1 server on asyncio.Protocol: one connection's life (TLS upgrade,
+framing, keep-alive, timeouts, back-pressure). Why ours and not aiohttp.web or h11, with
+the figures: docs/design.md, "HTTP server and endpoints".
 
 Limits: request line and headers <= 16 KiB, body <= 64 KiB (Content-Length only; chunked
 request bodies are refused), a request's head must arrive within 15 s of its first byte (of
@@ -21,33 +17,28 @@ tokens, values carry no control bytes, HTTP/1.1 needs exactly one Host, only HTT
 1.1 are spoken, one Content-Length at most, ``Expect: 100-continue`` is answered, the
 absolute form of the request target is accepted (RFC 9112 §3.2.2), and a TLS ClientHello on
 a plain port gets a 400 at once. Any exception while answering ends in a 500 and a closed
-connection, never a hung one.
+connection, never a hung one. What a handler sees, and how a response is written out:
+httproutes.py.
 
 TLS: the listening socket is plain and each accepted connection is upgraded with
 ``loop.start_tls`` using the context its :class:`TLSSource` gives at that moment, so a
 reloaded web configuration applies whole to every new connection (a context changed in
 place keeps trust it should drop: OpenSSL can add CAs to a context, not remove them).
-
-Why not h11: it is the library this parser is held to, and its per-request cost was
-measured against this one (``bench/bench_http_parse.py``): see docs/design.md, "HTTP
-server and endpoints", for the figure.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import socket
 import ssl
 import struct
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from http import HTTPStatus
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Any
 
 from dnsfleet.httprequest import MAX_BODY, MAX_HEAD, BadRequest, frame, keeps_alive, split_target
+from dnsfleet.httproutes import Request, Response, Router, StaticTLS, TLSSource, failure
 
 log = logging.getLogger(__name__)
 
@@ -62,135 +53,6 @@ WRITE_HIGH_WATER = 64 * 1024
 SMALL_BODY = 64 * 1024
 
 
-class Request:
-    """One parsed request. A plain slotted class: it is built once per request."""
-
-    __slots__ = (
-        "arrived",
-        "body",
-        "headers",
-        "method",
-        "path",
-        "peer",
-        "peercert",
-        "query",
-        "repeated",
-        "tls_context",
-    )
-
-    def __init__(
-        self,
-        *,
-        method: str,
-        path: str,
-        query: Mapping[str, str],
-        headers: Mapping[str, str],
-        body: bytes = b"",
-        peer: str = "",
-        repeated: frozenset[str] = frozenset(),
-        peercert: Mapping[str, Any] | None = None,
-        arrived: float = 0.0,
-        tls_context: ssl.SSLContext | None = None,
-    ) -> None:
-        self.method = method
-        self.path = path
-        self.query = query  # first value of each parameter
-        self.headers = headers  # lower-cased names
-        self.body = body
-        self.peer = peer
-        # Parameters given more than once (``query`` keeps the first): /probe refuses them.
-        self.repeated = repeated
-        # The verified client certificate (ssl.getpeercert() form) on a TLS connection.
-        self.peercert = peercert
-        # loop.time() when the request's head was complete: deadlines count from here.
-        self.arrived = arrived
-        # The TLS context the connection was accepted under (None on plain HTTP).
-        self.tls_context = tls_context
-
-
-@dataclass(slots=True)
-class Response:
-    status: int = 200
-    body: bytes = b""
-    content_type: str = "text/plain; charset=utf-8"
-    headers: list[tuple[str, str]] = field(default_factory=list)
-    close: bool = False  # end the connection after this response
-    # End the connection without answering, as when a server closes an idle keep-alive
-    # connection: clients retry an idempotent request on a new one (Go's net/http does).
-    drop: bool = False
-
-    @classmethod
-    def text(cls, status: int, text: str) -> Response:
-        return cls(status=status, body=text.encode())
-
-
-Handler = Callable[[Request], Awaitable[Response]]
-# Runs before routing; returns a response to answer instead (e.g. 401), or None to go on.
-# May be a coroutine (basic auth verifies bcrypt hashes off the event loop).
-Guard = Callable[[Request], Awaitable[Response | None] | Response | None]
-
-
-class TLSSource(Protocol):
-    """Gives the TLS context a newly accepted connection is to use."""
-
-    async def context(self) -> ssl.SSLContext: ...
-
-
-class StaticTLS:
-    def __init__(self, ctx: ssl.SSLContext) -> None:
-        self.ctx = ctx
-
-    async def context(self) -> ssl.SSLContext:
-        return self.ctx
-
-
-class Router:
-    def __init__(self) -> None:
-        self.routes: dict[str, dict[str, Handler]] = {}
-        self.guards: list[Guard] = []
-        # Added to every response, refusals included (--web.config.file headers).
-        self.extra_headers: list[tuple[str, str]] = []
-
-    def add(self, method: str, path: str, handler: Handler) -> None:
-        self.routes.setdefault(path, {})[method] = handler
-        if method == "GET":
-            self.routes[path].setdefault("HEAD", handler)
-
-    async def dispatch(self, req: Request) -> Response:
-        resp = await self._dispatch(req)
-        if self.extra_headers:
-            resp.headers.extend(self.extra_headers)
-        return resp
-
-    async def _dispatch(self, req: Request) -> Response:
-        for guard in self.guards:
-            denied = guard(req)
-            if inspect.isawaitable(denied):
-                denied = await denied
-            if denied is not None:
-                return denied
-        methods = self.routes.get(req.path)
-        if methods is None:
-            return Response.text(404, "not found\n")
-        handler = methods.get(req.method)
-        if handler is None:
-            allow = ", ".join(sorted(methods))
-            return Response(405, b"method not allowed\n", headers=[("Allow", allow)])
-        try:
-            return await handler(req)
-        except Exception:
-            log.exception("handler for %s %s failed", req.method, req.path)
-            return Response(500, b"internal error\n", close=True)
-
-
-def _reason(status: int) -> str:
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return "Unknown"
-
-
-_REASONS = {s.value: s.phrase for s in HTTPStatus}
 _LINGER_RESET = struct.pack("ii", 1, 0)  # struct linger {l_onoff = 1, l_linger = 0}
 
 
@@ -479,16 +341,7 @@ class HTTPProtocol(asyncio.Protocol):
 
     def _write(self, resp: Response, *, head_only: bool = False) -> None:
         assert self.transport is not None
-        status = resp.status
-        head = (
-            f"HTTP/1.1 {status} {_REASONS.get(status) or _reason(status)}\r\n"
-            f"Content-Type: {resp.content_type}\r\n"
-            f"Content-Length: {len(resp.body)}\r\n"
-            f"Connection: {'keep-alive' if self.keep_alive else 'close'}\r\n"
-        )
-        if resp.headers:
-            head += "".join(f"{k}: {v}\r\n" for k, v in resp.headers)
-        data = (head + "\r\n").encode("latin-1")
+        data = resp.head(keep_alive=self.keep_alive)
         body = b"" if head_only else resp.body
         self.written += len(data) + len(body)
         if not body:
@@ -506,12 +359,7 @@ class HTTPProtocol(asyncio.Protocol):
         if self.transport is None:
             return
         self.closing = True
-        body = (reason + "\n").encode()
-        data = (
-            f"HTTP/1.1 {status} {_reason(status)}\r\nContent-Type: text/plain; "
-            f"charset=utf-8\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-            + body
-        )
+        data = failure(status, reason)
         self.written += len(data)
         self.transport.write(data)
         self.transport.close()

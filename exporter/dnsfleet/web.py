@@ -17,7 +17,7 @@ from dnsfleet.exposition import (
     render_bytes,
     render_openmetrics_bytes,
 )
-from dnsfleet.httpserver import Request, Response, Router
+from dnsfleet.httproutes import Request, Response, Router
 from dnsfleet.probehandler import ProbeHandler, Refusal, Refused
 from dnsfleet.probes.families import probe_exposition
 

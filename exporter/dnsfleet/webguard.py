@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from dnsfleet.config import ConfigError
 from dnsfleet.config.files import FileStamp, file_stamp
-from dnsfleet.httpserver import Request, Response, Router
+from dnsfleet.httproutes import Request, Response, Router
 from dnsfleet.selfmetrics import ReloadStatus
 from dnsfleet.webconfig import (
     BCRYPT_MAX_PASSWORD,
@@ -255,7 +255,7 @@ class LiveWebConfig:
         await asyncio.shield(self._reloading)
 
     async def context(self) -> ssl.SSLContext:
-        """The TLS context a connection accepted now must use (httpserver.TLSSource)."""
+        """The TLS context a connection accepted now must use (httproutes.TLSSource)."""
         await self.refresh()
         assert self.ssl_context is not None
         return self.ssl_context
