@@ -20,9 +20,7 @@ MAX_FUNCTION_LINES = 60
 
 # Over the limit when the limit came (issue 25), not split yet; the closing note of issue 25
 # says why each was left. Sizes are lines.
-LONG_FILES = {
-    "webconfig.py": 443,  # the file format and TLS contexts; reads its keys one by one
-}
+LONG_FILES: dict[str, int] = {}  # none: every file is within the limit
 LONG_FUNCTIONS = {
     "capacitytest.py:main": 77,
     "cli.py:exporter_parser": 76,  # one add_argument per flag
