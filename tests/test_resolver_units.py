@@ -14,7 +14,7 @@ from dnsfleet.capacity import (
     format_state,
     parse_state,
 )
-from dnsfleet.capacitytest import miss_name_count, miss_names
+from dnsfleet.capacityqueries import miss_name_count, miss_names
 from dnsfleet.collectors.resolver import stats_families
 from dnsfleet.collectors.resolver_capacity import capacity_families
 from dnsfleet.config import ConfigError, Endpoint, parse

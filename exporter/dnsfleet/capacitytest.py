@@ -27,8 +27,6 @@ The command sends real load: it refuses to run without ``--yes``.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import math
 import os
 import resource
 import secrets
@@ -37,7 +35,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 
 import dns.exception
 import dns.message
@@ -46,7 +43,13 @@ import dns.query
 import dns.rcode
 import dns.rdatatype
 
-from dnsfleet.capacity import KINDS, Measurement, QueryFile, atomic_file, read_state, record
+from dnsfleet.capacity import KINDS, Measurement, QueryFile, read_state, record
+from dnsfleet.capacityqueries import (
+    MAX_MISS_NAMES,
+    miss_name_count,
+    miss_names,
+    write_query_file,
+)
 from dnsfleet.capacityruns import (
     MIN_CLIENT_CPU_SHARE,
     RunOutput,
@@ -57,63 +60,6 @@ from dnsfleet.capacityruns import (
 )
 from dnsfleet.config import Endpoint
 from dnsfleet.parsers.resperf import capacity_from_plot, parse_plot, parse_resperf
-
-# More unique names than this would make a query file of gigabytes: ask for a shorter ramp.
-MAX_MISS_NAMES = 20_000_000
-
-
-# ------------------------------------------------------------------ query files
-
-
-def query_line(text: str) -> str:
-    """``NAME[/TYPE]`` on the command line -> a resperf query line."""
-    name, _, qtype = text.partition("/")
-    qtype = (qtype or "A").upper()
-    try:
-        dns.rdatatype.from_text(qtype)
-    except (dns.rdatatype.UnknownRdatatype, ValueError):
-        raise argparse.ArgumentTypeError(f"unknown query type in {text!r}") from None
-    if not name or any(c.isspace() for c in name):
-        raise argparse.ArgumentTypeError(f"invalid query {text!r}: want NAME[/TYPE]")
-    return f"{name} {qtype}"
-
-
-def zone_arg(text: str) -> str:
-    """``--miss-zone``: a DNS name, not the root."""
-    try:
-        zone = dns.name.from_text(text).to_text()
-    except dns.exception.DNSException as e:
-        raise argparse.ArgumentTypeError(f"invalid zone {text!r}: {e}") from None
-    if zone == ".":
-        raise argparse.ArgumentTypeError("--miss-zone: the root is not a test zone")
-    return zone
-
-
-def miss_name_count(max_qps: int, ramp: int) -> int:
-    """Names for a whole ramp without repeating one: a linear ramp from 0 to max_qps over
-    ramp seconds sends max_qps * ramp / 2 queries; 5 % spare for resperf's rounding."""
-    return math.ceil(max_qps * ramp / 2 * 1.05) + 100
-
-
-def miss_names(zone: str, count: int, run: str) -> Iterator[str]:
-    """Unique names under ``zone``: the run id makes them new to the resolver even after
-    earlier runs (which cached their own names)."""
-    for i in range(count):
-        yield f"q{i}-{run}.{zone}"
-
-
-def write_query_file(path: str, lines: Iterator[str] | list[str]) -> tuple[int, str]:
-    """Write lines atomically; return (count, sha256 of the file)."""
-    digest = hashlib.sha256()
-    count = 0
-    with atomic_file(path, ".queries.") as fh:
-        for line in lines:
-            raw = (line + "\n").encode("ascii")
-            digest.update(raw)
-            fh.write(raw)
-            count += 1
-    return count, digest.hexdigest()
-
 
 # ------------------------------------------------------------------ running resperf
 
@@ -296,24 +242,10 @@ def main(args: argparse.Namespace) -> int:
         return _fail(f"--target: {e}")
     kind = args.kind or ("both" if args.miss_zone else "hit")
     kinds = KINDS if kind == "both" else (kind,)
-    if "hit" in kinds and not args.queries:
-        return _fail("the cache-hit run needs at least one --query NAME[/TYPE]")
-    if "miss" in kinds and not args.miss_zone:
-        return _fail("the cache-miss run needs --miss-zone ZONE (a wildcard zone you serve)")
-    try:
-        dns.rdatatype.from_text(args.miss_type)
-    except (dns.rdatatype.UnknownRdatatype, ValueError):
-        return _fail(f"--miss-type: unknown query type {args.miss_type!r}")
-    if args.max_qps < 1 or args.ramp < 1 or not 0 <= args.max_loss <= 100:
-        return _fail("--max-qps and --ramp must be positive, --max-loss within 0..100")
-    if not 1 <= args.runs <= 20 or not 0 <= args.min_client_cpu <= 1:
-        return _fail("--runs within 1..20, --min-client-cpu within 0..1")
     names = miss_name_count(args.max_qps, args.ramp)
-    if "miss" in kinds and names > MAX_MISS_NAMES:
-        return _fail(
-            f"a miss run of this ramp needs {names} unique names (over "
-            f"{MAX_MISS_NAMES}); shorten --ramp or lower --max-qps"
-        )
+    refusal = _refusal(args, kinds, names)
+    if refusal is not None:
+        return _fail(refusal)
     host, port, key = endpoint.host, endpoint.port, endpoint.key()
     plan = (
         f"resperf against {key} ({' and '.join(f'cache-{k}' for k in kinds)}, "
@@ -337,16 +269,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         for k in kinds:
             path = os.path.join(query_dir, f"{safe_key}-{k}-{run}.txt")
-            if k == "hit":
-                warm(host, port, args.queries)
-                count, digest = write_query_file(path, list(args.queries))
-                qf = QueryFile(path=path, count=count, sha256=digest)
-            else:
-                check_miss_zone(host, port, args.miss_zone, args.miss_type, run)
-                count, digest = write_query_file(
-                    path, (f"{n} {args.miss_type}" for n in miss_names(args.miss_zone, names, run))
-                )
-                qf = QueryFile(path=path, count=count, sha256=digest, zone=args.miss_zone)
+            qf = _query_file(args, k, host=host, port=port, path=path, run=run, names=names)
             m = measure(
                 kind=k,
                 host=host,
@@ -363,6 +286,44 @@ def main(args: argparse.Namespace) -> int:
         return _finish(args, key, results)
     except (OSError, RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
         return _fail(str(e), 1)
+
+
+def _refusal(args: argparse.Namespace, kinds: tuple[str, ...], names: int) -> str | None:
+    """What is wrong with the flags, if anything: checked before anything is sent."""
+    if "hit" in kinds and not args.queries:
+        return "the cache-hit run needs at least one --query NAME[/TYPE]"
+    if "miss" in kinds and not args.miss_zone:
+        return "the cache-miss run needs --miss-zone ZONE (a wildcard zone you serve)"
+    try:
+        dns.rdatatype.from_text(args.miss_type)
+    except (dns.rdatatype.UnknownRdatatype, ValueError):
+        return f"--miss-type: unknown query type {args.miss_type!r}"
+    if args.max_qps < 1 or args.ramp < 1 or not 0 <= args.max_loss <= 100:
+        return "--max-qps and --ramp must be positive, --max-loss within 0..100"
+    if not 1 <= args.runs <= 20 or not 0 <= args.min_client_cpu <= 1:
+        return "--runs within 1..20, --min-client-cpu within 0..1"
+    if "miss" in kinds and names > MAX_MISS_NAMES:
+        return (
+            f"a miss run of this ramp needs {names} unique names (over "
+            f"{MAX_MISS_NAMES}); shorten --ramp or lower --max-qps"
+        )
+    return None
+
+
+def _query_file(
+    args: argparse.Namespace, kind: str, *, host: str, port: int, path: str, run: str, names: int
+) -> QueryFile:
+    """The query file of one run: the --query names (cache warmed first) for a hit run,
+    ``names`` unique names under the wildcard zone (checked first) for a miss run."""
+    if kind == "hit":
+        warm(host, port, args.queries)
+        count, digest = write_query_file(path, list(args.queries))
+        return QueryFile(path=path, count=count, sha256=digest)
+    check_miss_zone(host, port, args.miss_zone, args.miss_type, run)
+    count, digest = write_query_file(
+        path, (f"{n} {args.miss_type}" for n in miss_names(args.miss_zone, names, run))
+    )
+    return QueryFile(path=path, count=count, sha256=digest, zone=args.miss_zone)
 
 
 def _finish(args: argparse.Namespace, key: str, results: list[Measurement]) -> int:

@@ -121,7 +121,7 @@ class CanaryTracker:
     resets: int = 0
     last_reset: float | None = None  # epoch seconds
 
-    def observe(  # noqa: C901, PLR0912, PLR0915 (not split yet (issue 25 note))
+    def observe(
         self,
         ttl: int | None,
         *,
@@ -133,16 +133,11 @@ class CanaryTracker:
         """One canary answer (``ttl`` None: the query failed). True if it confirms a
         reset (then :attr:`last_reset` is when the reset was first seen)."""
         self.ttl = ttl
-        if ttl is None:
-            self.unusable = Unusable.QUERY_FAILING
+        refusal = self._refusal(ttl, backend, authoritative)
+        if refusal is not None or ttl is None:
+            self.unusable = refusal
             return False
-        if authoritative:
-            self.unusable = Unusable.AUTHORITATIVE
-            return False
-        if backend is None and self.pool:
-            self.unusable = Unusable.SEVERAL_CACHES
-            return False
-        self.longest_ttl = longest = max(self.longest_ttl, ttl)
+        self.longest_ttl = max(self.longest_ttl, ttl)
         since_last, self.last_at = (None if self.last_at is None else now - self.last_at), now
         key = backend or ""
         b = self.baselines.get(key)
@@ -151,46 +146,64 @@ class CanaryTracker:
         if b is None:
             new = Baseline(ttl, now, trusted=False)  # a first look proves nothing
         else:
-            elapsed = now - b.at
-            remaining = b.ttl - elapsed
-            window = max(PREFETCH_FRACTION * longest, PREFETCH_MIN_SECONDS)
-            if since_last is not None and longest + self.tolerance < since_last:
-                self.unusable = Unusable.TTL_BELOW_INTERVAL
-                new = Baseline(ttl, now, trusted=False)
-            elif elapsed >= 2.0 and ttl == b.ttl:
-                self.unusable = Unusable.TTL_STATIC
-                new = Baseline(ttl, now, trusted=False)
-            elif (
-                remaining > window + self.tolerance
-                and ttl < remaining - self.tolerance - TTL_GRANULARITY
-            ):
-                # Counted down faster than time while the record was alive: another cache
-                # answered under the same identity.
-                self.several_caches_at = now
-                new = Baseline(ttl, now, trusted=False)
-            elif b.trusted and is_cache_reset(
-                prev_ttl=b.ttl,
-                elapsed=elapsed,
-                ttl=ttl,
-                tolerance=self.tolerance,
-                longest_ttl=longest,
-            ):
-                if b.reset_at is not None:
-                    self.unconfirmed += 1  # jumped again: not counting down
-                new = Baseline(ttl, now, trusted=True, reset_at=wall)
-                self.candidate = key
-            elif ttl <= remaining + self.tolerance + TTL_GRANULARITY:
-                if ttl < b.ttl:  # the countdown goes on
-                    confirmed = b.reset_at
-                    self.unconfirmed = 0
-                    new = Baseline(ttl, now, trusted=True)
-                else:  # a second look within the same second proves nothing new
-                    new = Baseline(ttl, now, trusted=b.trusted, reset_at=b.reset_at)
-            else:
-                # Up after expiry or prefetch, or from an untrusted look: a full-TTL fetch
-                # is a new countdown; a short one (a stale answer) is not.
-                new = Baseline(ttl, now, trusted=ttl >= longest - self.tolerance - 1)
+            new, confirmed = self._follow(b, ttl, key, now=now, wall=wall, since_last=since_last)
         self.baselines[key] = new
+        return self._conclude(now, confirmed)
+
+    def _refusal(
+        self, ttl: int | None, backend: str | None, authoritative: bool
+    ) -> Unusable | None:
+        """Why this answer cannot be judged at all, if it cannot."""
+        if ttl is None:
+            return Unusable.QUERY_FAILING
+        if authoritative:
+            return Unusable.AUTHORITATIVE
+        if backend is None and self.pool:
+            return Unusable.SEVERAL_CACHES
+        return None
+
+    def _follow(
+        self, b: Baseline, ttl: int, key: str, *, now: float, wall: float, since_last: float | None
+    ) -> tuple[Baseline, float | None]:
+        """The answer against the backend's baseline ``b``: the next baseline, and when the
+        reset this answer confirms was first seen (None: it confirms none)."""
+        longest = self.longest_ttl
+        elapsed = now - b.at
+        remaining = b.ttl - elapsed
+        window = max(PREFETCH_FRACTION * longest, PREFETCH_MIN_SECONDS)
+        if since_last is not None and longest + self.tolerance < since_last:
+            self.unusable = Unusable.TTL_BELOW_INTERVAL
+            return Baseline(ttl, now, trusted=False), None
+        if elapsed >= 2.0 and ttl == b.ttl:
+            self.unusable = Unusable.TTL_STATIC
+            return Baseline(ttl, now, trusted=False), None
+        if (
+            remaining > window + self.tolerance
+            and ttl < remaining - self.tolerance - TTL_GRANULARITY
+        ):
+            # Counted down faster than time while the record was alive: another cache
+            # answered under the same identity.
+            self.several_caches_at = now
+            return Baseline(ttl, now, trusted=False), None
+        if b.trusted and is_cache_reset(
+            prev_ttl=b.ttl, elapsed=elapsed, ttl=ttl, tolerance=self.tolerance, longest_ttl=longest
+        ):
+            if b.reset_at is not None:
+                self.unconfirmed += 1  # jumped again: not counting down
+            self.candidate = key
+            return Baseline(ttl, now, trusted=True, reset_at=wall), None
+        if ttl <= remaining + self.tolerance + TTL_GRANULARITY:
+            if ttl < b.ttl:  # the countdown goes on
+                self.unconfirmed = 0
+                return Baseline(ttl, now, trusted=True), b.reset_at
+            # A second look within the same second proves nothing new.
+            return Baseline(ttl, now, trusted=b.trusted, reset_at=b.reset_at), None
+        # Up after expiry or prefetch, or from an untrusted look: a full-TTL fetch is a new
+        # countdown; a short one (a stale answer) is not.
+        return Baseline(ttl, now, trusted=ttl >= longest - self.tolerance - 1), None
+
+    def _conclude(self, now: float, confirmed: float | None) -> bool:
+        """What the answers so far make of the canary, and whether a reset is counted."""
         if self.unconfirmed >= 2 and self.unusable is None:
             self.unusable = Unusable.TTL_STATIC
         if self._several_caches(now) and self.unusable is None:

@@ -100,55 +100,55 @@ class ResolverWatch:
             canary_res, ident_res = await asyncio.gather(
                 _ask(target, canary, budget), _ask(target, ident, budget)
             )
-        if ident is not None:
-            backend = chaos_txt(ident_res) if ident_res is not None else None
-        else:
-            # With a canary, the identity of the canary's own answer: the backend label then
-            # describes the answer whose TTL the canary metrics show (round-robin sends the
-            # main probe and the canary to different backends).
-            backend = (
-                (nsid_of(canary_res) if canary_res else None) or nsid_of(result)
-                if canary is not None
-                else nsid_of(result)
-            )
-        self.observe_backend(st, backend)
+        self.observe_backend(st, _backend(result, canary, ident, canary_res, ident_res))
         if canary is not None:
-            ttl = None
-            authoritative = False
-            if canary_res is not None and canary_res.success and canary_res.response:
-                ttl = canary_res.response.min_ttl
-                authoritative = canary_res.response.authoritative
-                if authoritative and st.canary_cached is not False:
-                    log.warning(
-                        "canary %s on %s is answered authoritatively (local data or "
-                        "an authoritative server): its TTL does not count down, so "
-                        "cache resets cannot be seen; pick a name the resolver "
-                        "caches",
-                        canary[0].query_name,
-                        target.address,
-                    )
-                st.canary_cached = not authoritative
-            elif canary_res is not None:
-                log.debug(
-                    "canary %s on %s: %s", canary[0].query_name, target.address, canary_res.detail
-                )
-            # The canary's own identity: the main probe may have reached another backend.
-            st.canary.candidate = None
-            if st.canary.observe(
-                ttl,
-                now=time.monotonic(),
-                wall=time.time(),
-                backend=nsid_of(canary_res) if canary_res else None,
-                authoritative=authoritative,
-            ):
-                log.info(
-                    "cache reset on %s (backend %s) seen by canary %s",
-                    target.address,
-                    nsid_of(canary_res) if canary_res else None,
+            await self._observe_canary(st, target, canary, canary_res, deadline)
+
+    async def _observe_canary(
+        self,
+        st: WatchState,
+        target: Target,
+        canary: tuple[Module, Query],
+        canary_res: ProbeResult | None,
+        deadline: float,
+    ) -> None:
+        """The canary's answer into its tracker; a reset candidate is verified at once."""
+        ttl = None
+        authoritative = False
+        if canary_res is not None and canary_res.success and canary_res.response:
+            ttl = canary_res.response.min_ttl
+            authoritative = canary_res.response.authoritative
+            if authoritative and st.canary_cached is not False:
+                log.warning(
+                    "canary %s on %s is answered authoritatively (local data or "
+                    "an authoritative server): its TTL does not count down, so "
+                    "cache resets cannot be seen; pick a name the resolver "
+                    "caches",
                     canary[0].query_name,
+                    target.address,
                 )
-            if st.canary.candidate is not None:
-                await self._verify(st, target, canary, deadline)
+            st.canary_cached = not authoritative
+        elif canary_res is not None:
+            log.debug(
+                "canary %s on %s: %s", canary[0].query_name, target.address, canary_res.detail
+            )
+        # The canary's own identity: the main probe may have reached another backend.
+        st.canary.candidate = None
+        if st.canary.observe(
+            ttl,
+            now=time.monotonic(),
+            wall=time.time(),
+            backend=nsid_of(canary_res) if canary_res else None,
+            authoritative=authoritative,
+        ):
+            log.info(
+                "cache reset on %s (backend %s) seen by canary %s",
+                target.address,
+                nsid_of(canary_res) if canary_res else None,
+                canary[0].query_name,
+            )
+        if st.canary.candidate is not None:
+            await self._verify(st, target, canary, deadline)
 
     async def _verify(
         self, st: WatchState, target: Target, canary: tuple[Module, Query], deadline: float
@@ -177,6 +177,24 @@ class ResolverWatch:
             st.backend_changes += 1
             log.info("backend behind %s changed: %s -> %s", st.target.address, st.backend, backend)
         st.backend = backend
+
+
+def _backend(
+    result: ProbeResult,
+    canary: tuple[Module, Query] | None,
+    ident: tuple[Module, Query] | None,
+    canary_res: ProbeResult | None,
+    ident_res: ProbeResult | None,
+) -> str | None:
+    """The backend identity of this round: the CHAOS TXT answer where the module asks for
+    one; with a canary, the identity of the canary's own answer (the backend label then
+    describes the answer whose TTL the canary metrics show: round-robin sends the main
+    probe and the canary to different backends); else the main probe's NSID."""
+    if ident is not None:
+        return chaos_txt(ident_res) if ident_res is not None else None
+    if canary is not None:
+        return (nsid_of(canary_res) if canary_res else None) or nsid_of(result)
+    return nsid_of(result)
 
 
 async def _ask(
@@ -235,22 +253,37 @@ def canary_families(watch: ResolverWatch) -> list[Family]:
         "(not counted on a `backends: pool` target).",
         "counter",
     )
+    canary = _CanaryFamilies(ttl, cached, usable, why, resets, last)
     for st in watch.states.values():
-        c = st.canary
-        has_canary = st.target.module in watch.canary_queries
-        if has_canary:
-            resets.add_raw(st.labels, c.resets)
-            if st.canary_cached is not None:
-                cached.add_raw(st.labels, 1.0 if st.canary_cached else 0.0)
-            if c.ttl is not None:
-                ttl.add_raw(st.labels, c.ttl)
-            if c.last_reset is not None:
-                last.add_raw(st.labels, c.last_reset)
-            if c.baselines or c.unusable is not None:
-                usable.add_raw(st.labels, 0.0 if c.unusable else 1.0)
-            if c.unusable is not None:
-                why.add_raw(join_labels(st.labels, labelset([("reason", c.unusable.value)])), 1.0)
+        if st.target.module in watch.canary_queries:
+            canary.add(st)
         if st.backend is not None:
             info.add_raw(join_labels(st.labels, labelset([("backend", st.backend)])), 1.0)
             changes.add_raw(st.labels, st.backend_changes)
     return [ttl, cached, usable, why, resets, last, info, changes]
+
+
+@dataclass(frozen=True, slots=True)
+class _CanaryFamilies:
+    ttl: Family
+    cached: Family
+    usable: Family
+    why: Family
+    resets: Family
+    last: Family
+
+    def add(self, st: WatchState) -> None:
+        """The samples of one target's canary."""
+        c = st.canary
+        self.resets.add_raw(st.labels, c.resets)
+        if st.canary_cached is not None:
+            self.cached.add_raw(st.labels, 1.0 if st.canary_cached else 0.0)
+        if c.ttl is not None:
+            self.ttl.add_raw(st.labels, c.ttl)
+        if c.last_reset is not None:
+            self.last.add_raw(st.labels, c.last_reset)
+        if c.baselines or c.unusable is not None:
+            self.usable.add_raw(st.labels, 0.0 if c.unusable else 1.0)
+        if c.unusable is not None:
+            reason = labelset([("reason", c.unusable.value)])
+            self.why.add_raw(join_labels(st.labels, reason), 1.0)
