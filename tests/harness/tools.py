@@ -4,6 +4,7 @@ test (it would be a missing install step, not a reason to skip)."""
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 
@@ -30,18 +31,36 @@ def binary(name: str) -> str:
     pytest.fail(f"{name} is not installed: `make test` installs it (see Makefile TEST_DEBS)")
 
 
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+# Ports handed to daemons come from below the kernel's ephemeral range: a port the kernel
+# gave out for a bind to port 0 was free when asked, but the kernel could give it again to
+# any outgoing query of the suite (a probe, a resolver's upstream query) before the daemon
+# bound it ("address already in use"). Below the range only another explicit pick can
+# take it, one in thousands.
+PORT_RANGE = (10_000, max(10_001, _ephemeral_low()))
+
+
 def free_port(kind: int = socket.SOCK_DGRAM, host: str = "127.0.0.1") -> int:
-    """A port free for both UDP and TCP on ``host``."""
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
-            u.bind((host, 0))
-            port = int(u.getsockname()[1])
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
-                try:
-                    t.bind((host, port))
-                except OSError:
-                    continue
-            return port
+    """A port free for both UDP and TCP on ``host``, outside the ephemeral range."""
+    for _ in range(200):
+        port = random.randrange(*PORT_RANGE)
+        with (
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u,
+            socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t,
+        ):
+            try:
+                u.bind((host, port))
+                t.bind((host, port))
+            except OSError:
+                continue
+        return port
     raise RuntimeError("no free port")
 
 

@@ -35,7 +35,7 @@ if [ -n "$pk" ]; then
     echo "--- make test-packaging (ran alongside; $(($(date +%s) - start)) s wall)"
     cat "$log"
 fi
-# pytest's last line: "818 passed, 2 skipped in 461.20s".
+# pytest's last line: "818 passed, 2 skipped in 461.20s" (or "..., 1 error", "2 errors").
 count() { tail -1 "$2" | grep -Eo "[0-9]+ $1" | cut -d' ' -f1; }
 total() {
     local a b=
@@ -43,5 +43,6 @@ total() {
     if [ -n "$pk" ]; then b=$(count "$1" "$log"); fi
     echo $((${a:-0} + ${b:-0}))
 }
-echo "total: $(total passed) passed, $(total failed) failed, $(total skipped) skipped"
+echo "total: $(total passed) passed, $(total failed) failed, $(total error) errors," \
+    "$(total skipped) skipped"
 [ "$rc" = 0 ] && [ "$pkrc" = 0 ]
