@@ -4,8 +4,13 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # Two stamps on one venv: `make run` installs the runtime dependencies only; `make test`
-# (and the other developer targets) add the test extras on top.
-HASH := $(shell cat pyproject.toml | md5sum | cut -c1-8)
+# (and the other developer targets) add the test extras on top. Both install exact versions
+# with their hashes from the committed lock (requirements/*.txt, written by `make lock` from
+# pyproject.toml's ranges): the same set on every machine, whatever the registry serves today.
+LOCK_BUILD := requirements/build.txt
+LOCK_RUN := requirements/run.txt
+LOCK_TEST := requirements/test.txt
+HASH := $(shell cat pyproject.toml $(LOCK_BUILD) $(LOCK_RUN) $(LOCK_TEST) | md5sum | cut -c1-8)
 RUN_STAMP := $(VENV)/.installed-run-$(HASH)
 STAMP := $(VENV)/.installed-test-$(HASH)
 # What `make deb` builds the Debian package with (debian/control's Build-Depends).
@@ -31,16 +36,22 @@ BENCH_DEBS := prometheus-blackbox-exporter:prometheus-blackbox-exporter \
 ARGS ?=
 LINT_DIRS := $(wildcard exporter tests bench dashboards deploy alerts)
 
-.PHONY: run test test-packaging lint venv check-deps bench bench-host bench-soak stack dashboards alerts k8s deb clean
+.PHONY: run test lock test-packaging lint venv check-deps bench bench-host bench-soak stack dashboards alerts k8s deb clean
 
-$(RUN_STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[re2,dnstap]'
+# A new lock starts a new venv (--clear): nothing of an older set stays behind. dnsfleet
+# itself goes in last, without dependencies and with the locked setuptools, so nothing is
+# resolved here; pip check then proves the locked set satisfies pyproject.toml.
+$(RUN_STAMP): pyproject.toml $(LOCK_BUILD) $(LOCK_RUN)
+	$(PYTHON) -m venv --clear $(VENV)
+	$(BIN)/pip install -q --require-hashes -r $(LOCK_BUILD)
+	$(BIN)/pip install -q --require-hashes -r $(LOCK_RUN)
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
+	$(BIN)/pip check -q
 	touch $@
 
-$(STAMP): $(RUN_STAMP)
-	$(BIN)/pip install -q -e '.[test]'
+$(STAMP): $(RUN_STAMP) $(LOCK_TEST)
+	$(BIN)/pip install -q --require-hashes -r $(LOCK_TEST)
+	$(BIN)/pip check -q
 	touch $@
 
 venv: $(STAMP)
@@ -57,6 +68,11 @@ endef
 
 check-deps:
 	$(call install_debs,$(TEST_DEBS))
+
+## make lock: resolve pyproject.toml's ranges (and requirements/*.in) anew into the locked
+## versions and hashes that make run, make test and make bench install; review the diff, commit
+lock: $(STAMP)
+	requirements/lock.sh $(BIN)/uv
 
 ## make run: install what is needed and run the exporter on its built-in default
 run: $(RUN_STAMP)
@@ -84,7 +100,7 @@ lint: $(STAMP)
 ## benchmarks (by hand; print ratios against peers installed from Debian and PyPI)
 bench: $(STAMP) check-deps
 	$(call install_debs,$(BENCH_DEBS))
-	$(BIN)/python -m venv .venv-bench && .venv-bench/bin/pip install -q dns_exporter httpx dnstap-receiver
+	$(BIN)/python -m venv --clear .venv-bench && .venv-bench/bin/pip install -q --require-hashes -r requirements/bench.txt
 	PYTHONPATH=. $(BIN)/python bench/bench_probe.py $(ARGS)
 	PYTHONPATH=. $(BIN)/python bench/bench_encrypted.py  # issue 23: DoT/DoH /probe
 	PYTHONPATH=. $(BIN)/python bench/bench_dnstap.py  # issue 26: dnstap ingest
