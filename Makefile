@@ -34,7 +34,7 @@ TEST_DEBS := unbound:unbound named:bind9 dig:bind9-dnsutils prometheus:prometheu
 BENCH_DEBS := prometheus-blackbox-exporter:prometheus-blackbox-exporter \
               prometheus-node-exporter:prometheus-node-exporter wrk:wrk
 ARGS ?=
-LINT_DIRS := $(wildcard exporter tests bench dashboards deploy alerts)
+LINT_DIRS := $(wildcard exporter tests bench dashboards deploy alerts requirements)
 
 .PHONY: run test lock test-packaging lint venv check-deps bench bench-host bench-soak stack dashboards alerts k8s deb clean
 

@@ -8,7 +8,7 @@ uv=$1
 cd "$(dirname "$0")/.."
 # The inputs' digest: tests/test_lock.py recomputes it and says the lock is stale when
 # pyproject.toml's dependencies or a requirements/*.in file changed since.
-digest=$(python3 requirements/inputs.py)
+digest=$(python3 requirements/lockinputs.py)
 compile() {
     local out=$1
     shift

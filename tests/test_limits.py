@@ -8,6 +8,7 @@ import asyncio
 import gc
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -35,6 +36,7 @@ from tests.harness.exporter import EXPORTER, ExporterProcess, running_exporter
 from tests.harness.process import HttpOk, ManagedProcess
 from tests.harness.servers import Blackhole, Unbound, answer, scripted
 from tests.harness.tools import free_port
+from tests.test_config_bounds import EARLY
 from tests.wildcard import WildcardUnbound, answering_and_silent
 
 A_MODULE = {"query_name": "a.local.test.", "query_type": "A"}
@@ -560,3 +562,27 @@ def test_the_daemon_does_not_import_what_a_scrape_never_uses() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.split() == []
+
+
+@pytest.mark.integration
+def test_deep_nesting_is_refused_in_bounded_memory(tmp_path: Path) -> None:
+    """The same file in a process of its own whose address space is capped at 256 MiB (the
+    whole process peaks near 30 MiB here): a parser that built the levels would fail with
+    MemoryError or die instead of refusing."""
+    p = tmp_path / "deep.yml"
+    p.write_text("targets: " + "[" * 50_000 + "]" * 50_000 + "\n")
+    code = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (256 << 20, 256 << 20))\n"
+        "from dnsfleet import config\n"
+        "try:\n"
+        "    config.load(sys.argv[1])\n"
+        "except config.ConfigError as e:\n"
+        "    print(e)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(p)], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    m = re.fullmatch(rf"{re.escape(str(p))}:1:\d+: (.*)\n", out.stdout)
+    assert m and EARLY.fullmatch(m.group(1)), out.stdout
