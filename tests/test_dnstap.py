@@ -424,23 +424,28 @@ def test_ingest_exits_with_the_exporter_and_removes_its_socket(tmp_path: Path) -
 
 
 @pytest.mark.unit
-def test_a_dnstap_section_without_protobuf_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [("socket: /run/dnstap.sock", "socket"), ("listen: 127.0.0.1:6000", "listen")],
+)
+def test_a_dnstap_section_without_protobuf_is_refused_with_the_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, section: str, key: str
 ) -> None:
-    import importlib.util
-
+    """As on an install without protobuf: no ``google`` package at all, so importing the
+    parent fails (a mocked find_spec answering None hid that the check itself raised)."""
     from dnsfleet import config
 
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util,
-        "find_spec",
-        lambda name, *a: None if name == "google.protobuf" else real(name, *a),
-    )
+    for name in [m for m in sys.modules if m == "google" or m.startswith("google.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "google", None)  # type: ignore[arg-type]
     p = tmp_path / "dnsfleet.yml"
-    p.write_text("resolv_conf: []\ndnstap:\n  socket: /run/dnstap.sock\n")
-    with pytest.raises(config.ConfigError, match="needs the protobuf Python module"):
+    p.write_text(f"resolv_conf: []\ndnstap:\n  {section}\n")
+    with pytest.raises(config.ConfigError) as e:
         config.load(p)
+    assert str(e.value) == (
+        f"{p}:3:11: dnstap.{key}: dnstap needs the protobuf Python module, which is not "
+        "installed (pip install 'dnsfleet[dnstap]', or Debian's python3-protobuf)"
+    )
 
 
 # ------------------------------------------------------------------- bounded insight

@@ -120,8 +120,8 @@ def parse_dnstap(node: Node) -> DnstapConfig:
     f = node.fields()
     cfg = DnstapConfig(**read_keys(f, DnstapConfig))
     f.done()
-    if cfg.enabled and importlib.util.find_spec("google.protobuf") is None:
-        raise node.error(
+    if cfg.enabled and not _protobuf_installed():
+        raise node.child("socket" if cfg.socket else "listen").error(
             "dnstap needs the protobuf Python module, which is not installed (pip install "
             "'dnsfleet[dnstap]', or Debian's python3-protobuf)"
         )
@@ -131,3 +131,12 @@ def parse_dnstap(node: Node) -> DnstapConfig:
             "and unencrypted; run dnsfleet beside the resolver, or use the unix socket"
         )
     return cfg
+
+
+def _protobuf_installed() -> bool:
+    """find_spec imports the parent package first: without any ``google`` package installed
+    (no protobuf, no other namespace member) it raises instead of answering None."""
+    try:
+        return importlib.util.find_spec("google.protobuf") is not None
+    except ModuleNotFoundError:
+        return False
