@@ -18,19 +18,6 @@ DEB_BUILD_DEBS := dpkg-buildpackage:dpkg-dev dh:debhelper dh_python3:dh-python \
              /usr/share/dh-python/dhpython/build/plugin_pyproject.py:pybuild-plugin-pyproject \
              /usr/share/doc/python3-all:python3-all \
              /usr/lib/python3/dist-packages/setuptools:python3-setuptools
-# Debian packages the tests drive for real (binary -> package).
-TEST_DEBS := unbound:unbound named:bind9 dig:bind9-dnsutils prometheus:prometheus \
-             promtool:prometheus prometheus-alertmanager:prometheus-alertmanager \
-             amtool:prometheus-alertmanager resperf:dnsperf dnsperf:dnsperf ip:iproute2 \
-             getent:libc-bin unshare:util-linux unbound-checkconf:unbound \
-             setpriv:util-linux curl:curl chromium:chromium kresd:knot-resolver \
-             pdns_recursor:pdns-recursor dnsdist:dnsdist systemd-analyze:systemd \
-             /usr/lib/x86_64-linux-gnu/knot-resolver/kres_modules/http.lua:knot-resolver-module-http \
-             dnssec-signzone:bind9-utils kdig:knot-dnsutils openssl:openssl faketime:faketime \
-             prometheus-bind-exporter:prometheus-bind-exporter fstrm_capture:fstrm-bin \
-             dnstap-ldns:dnstap-ldns lintian:lintian mmdebstrap:mmdebstrap \
-             /usr/share/publicsuffix/public_suffix_list.dat:publicsuffix \
-             shellcheck:shellcheck $(DEB_BUILD_DEBS)
 BENCH_DEBS := prometheus-blackbox-exporter:prometheus-blackbox-exporter \
               prometheus-node-exporter:prometheus-node-exporter wrk:wrk
 ARGS ?=
@@ -66,8 +53,16 @@ define install_debs
 	fi
 endef
 
+# What the suite uses beyond the venv is tests/needs.txt (program or file, Debian package):
+# install the packages of whatever is missing, then name anything still missing and stop.
 check-deps:
-	$(call install_debs,$(TEST_DEBS))
+	@debs="$$($(PYTHON) tests/harness/needs.py --debs)"; \
+	if [ -n "$$debs" ]; then \
+	  echo "installing Debian packages: $$debs"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends $$debs >/dev/null; \
+	fi
+	$(PYTHON) tests/harness/needs.py
 
 ## make lock: resolve pyproject.toml's ranges (and requirements/*.in) anew into the locked
 ## versions and hashes that make run, make test and make bench install; review the diff, commit

@@ -23,6 +23,7 @@ if sys.dont_write_bytecode and not os.environ.get("DNSFLEET_NO_PYCACHE"):
     sys.pycache_prefix = str(ROOT / ".pytest_cache" / "pycache")
     sys.dont_write_bytecode = False
 
+from tests.harness import needs  # noqa: E402
 from tests.harness.servers import Blackhole, Named, Unbound  # noqa: E402
 
 # example.test: authoritative on BIND; unbound reaches it through a stub-zone.
@@ -80,6 +81,31 @@ def loopback_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(socket.socket, "sendto", _guarded(_real_sendto, -1))
     yield
     assert not VIOLATIONS, f"non-loopback traffic attempted: {VIOLATIONS}"
+
+
+def _undeclared_program(event: str, args: tuple[Any, ...]) -> None:
+    """Every process a test starts from a system directory is listed in tests/needs.txt
+    (which `make test` installs and checks): otherwise the test depends on what happened to
+    be on the machine. Refused where it starts, naming the program. (A program a child
+    starts, behind `env` or `sh -c`, is not seen here.) With DNSFLEET_NEEDS_RECORD=FILE the
+    programs are written to FILE instead, to draw the list up."""
+    if event != "subprocess.Popen":
+        return
+    executable, argv = args[0], args[1]
+    first = executable or (argv if isinstance(argv, str | bytes | os.PathLike) else argv[0])
+    program = os.fsdecode(first)
+    path = program if "/" in program else needs.find(program)
+    if path is None or os.path.dirname(path) not in needs.SYSTEM_DIRS:
+        return
+    name = os.path.basename(path)
+    if record := os.environ.get("DNSFLEET_NEEDS_RECORD"):
+        with open(record, "a") as f:
+            f.write(f"{name} {path}\n")
+    elif name not in needs.programs():
+        raise RuntimeError(f"{path} is not in tests/needs.txt: add it with its Debian package")
+
+
+sys.addaudithook(_undeclared_program)
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ from dnsfleet.dnstap.psl import PublicSuffixList, split_labels
 
 # The list's own test cases (CC0), as Debian's `publicsuffix` 20230209.2326-1 ships them in
 # /usr/share/doc/publicsuffix/examples/ (copied: images often drop /usr/share/doc); the list
-# itself is the package's (TEST_DEBS).
+# itself is the package's (tests/needs.txt).
 CASES = Path(__file__).parent / "fixtures" / "psl" / "test_psl.txt"
 CASE = re.compile(r"^checkPublicSuffix\(('[^']*'|null), ('[^']*'|null)\);", re.MULTILINE)
 

@@ -47,7 +47,7 @@ def actionlint(path: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.integration
 def test_release_workflow_passes_actionlint() -> None:
-    assert shutil.which("shellcheck"), "shellcheck (TEST_DEBS) checks the run: scripts"
+    assert shutil.which("shellcheck"), "shellcheck (tests/needs.txt) checks the run: scripts"
     out = actionlint(WORKFLOW)
     assert out.returncode == 0, out.stdout + out.stderr
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 import socket
 
 import pytest
 
-SEARCH = ("/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/local/bin")
+from tests.harness import needs
 
 
 def num(value: float | None) -> float:
@@ -21,14 +20,14 @@ def num(value: float | None) -> float:
 
 
 def binary(name: str) -> str:
-    path = shutil.which(name)
+    """The path of a program the suite needs: it must be listed in tests/needs.txt, and
+    `make test` installed it."""
+    if name not in needs.programs():
+        pytest.fail(f"{name} is not in tests/needs.txt: add it with its Debian package")
+    path = needs.find(name)
     if path:
         return path
-    for d in SEARCH:
-        cand = os.path.join(d, name)
-        if os.access(cand, os.X_OK):
-            return cand
-    pytest.fail(f"{name} is not installed: `make test` installs it (see Makefile TEST_DEBS)")
+    pytest.fail(f"{name} is not installed: `make test` installs it (tests/needs.txt)")
 
 
 def _ephemeral_low() -> int:
