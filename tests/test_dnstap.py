@@ -437,7 +437,7 @@ def test_a_dnstap_section_without_protobuf_is_refused_with_the_hint(
 
     for name in [m for m in sys.modules if m == "google" or m.startswith("google.")]:
         monkeypatch.delitem(sys.modules, name)
-    monkeypatch.setitem(sys.modules, "google", None)  # type: ignore[arg-type]
+    monkeypatch.setitem(sys.modules, "google", None)
     p = tmp_path / "dnsfleet.yml"
     p.write_text(f"resolv_conf: []\ndnstap:\n  {section}\n")
     with pytest.raises(config.ConfigError) as e:
