@@ -5,6 +5,7 @@ Installing it with apt into a chroot of each Debian release is tests/test_packag
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -58,6 +59,13 @@ def test_architecture_all_on_debians_python_packages(deb: Path) -> None:
         assert f'"{dist}>={low}' in pyproject, dist
     assert {"adduser", "procps"} <= set(depends)
     assert not [d for d in depends if "re2" in d]
+    # dnstap (the dnstap extra) works on the package as documented: Debian's module of
+    # it is installed with it by default. Debian numbers python3-protobuf as the C++
+    # library: 3.21 is the Python module 4.21, the extra's lower bound.
+    assert re.search(r'^dnstap = \["protobuf>=4\.21,', pyproject, re.M)
+    recommends = {d.strip().split(" ")[0]: d.strip() for d in field(deb, "Recommends").split(",")}
+    dnstap = {**depends, **recommends}.get("python3-protobuf", "")
+    assert dnstap.startswith("python3-protobuf (>= 3.21"), (depends, recommends)
 
 
 def test_contents(deb: Path) -> None:
@@ -75,7 +83,7 @@ def test_contents(deb: Path) -> None:
         "/etc/default/dnsfleet-exporter",
         "/usr/lib/python3/dist-packages/dnsfleet/cli.py",
         "/usr/share/man/man1/dnsfleet-exporter.1.gz",
-        "/usr/share/doc/dnsfleet/deployment.md.gz",
+        "/usr/share/doc/dnsfleet/docs/deployment.md",
     ):
         assert path in paths, path
     # Pure Python, byte-compiled at install (py3compile), no bundled dependency.
@@ -92,6 +100,35 @@ def test_contents(deb: Path) -> None:
         check=True,
     ).stdout
     assert script.startswith("#! /usr/bin/python3\n") or script.startswith("#!/usr/bin/python3\n")
+
+
+LINK = re.compile(r"\]\(([^)#:\s]+)(?:#[^)]*)?\)")  # relative: no scheme, no bare anchor
+
+
+def test_readme_links_into_docs_resolve_where_the_package_installs_them(deb: Path) -> None:
+    """README.md's documents are in the package (debian/dnsfleet.docs), under the names
+    and layout its links and theirs name, uncompressed: a link followed in
+    /usr/share/doc/dnsfleet reaches the file."""
+    listed = (ROOT / "debian" / "dnsfleet.docs").read_text().split()
+    linked = sorted(set(LINK.findall((ROOT / "README.md").read_text())))
+    into_docs = [link for link in linked if link.startswith("docs/")]
+    assert {"docs/configuration.md", "docs/metrics.md", "docs/deployment.md"} <= set(into_docs)
+    for link in into_docs:
+        assert link in listed or "docs" in listed, f"{link}: not in debian/dnsfleet.docs"
+    doc = "/usr/share/doc/dnsfleet/"
+    paths = {
+        line.split()[-1].removeprefix("./" + doc[1:])
+        for line in dpkg_deb("--contents", str(deb)).splitlines()
+    }
+    assert "README.md" in paths
+    # Every link from the README or a shipped document to README.md or into docs/ (links
+    # into the repository's alerts/, which the package does not carry, are left aside).
+    sources = ["README.md", *sorted(p for p in paths if re.fullmatch(r"docs/.*\.md", p))]
+    for source in sources:
+        for link in LINK.findall((ROOT / source).read_text()):
+            target = os.path.normpath(Path(source).parent / link)
+            if target == "README.md" or target.startswith("docs/"):
+                assert target in paths, f"{source}: {link} -> {doc}{target}: not installed"
 
 
 def test_lintian(deb: Path) -> None:

@@ -5,8 +5,9 @@ dependencies come from that release, the unit passes ``systemd-analyze verify`` 
 scored by ``systemd-analyze security``, the exporter runs from the package as its user
 against a loopback unbound (probes with dnspython, unbound statistics, a CoreDNS-style
 statistics page over aiohttp, basic auth with bcrypt), regexes are refused without
-google-re2, and remove then purge leave the file list as it was before the install. On
-Debian 12 the package also upgrades the 0.1.0 package (a frozen copy of the one the
+google-re2, dnstap loads and decodes with the python3-protobuf the package recommends, and
+remove then purge leave the file list as it was before the install. On Debian 12 the
+package also upgrades the 0.1.0 package (a frozen copy of the one the
 dpkg-deb script built, tests/fixtures/deb). Debian 11's python3 is too old: apt refuses
 the package there.
 
@@ -203,6 +204,9 @@ def test_installs_and_runs_from_the_package(runs: dict[str, Run], release: str, 
     re2 = read(out, f"{rnd}.re2-check")
     assert "fail_if_matches: regular expressions need the google-re2 Python module" in re2
     assert re2.rstrip().endswith("rc=1")
+    # dnstap works with Debian's python3-protobuf, which the package recommends.
+    assert read(out, f"{rnd}.dnstap-check").startswith("configuration valid: ")
+    assert read(out, f"{rnd}.dnstap-decode").strip() == "6"  # CLIENT_RESPONSE
     # Run as its user against the chroot's unbound, with basic auth (bcrypt).
     assert read(out, f"{rnd}.user").strip() == "dnsfleet"
     scrape = read(out, f"{rnd}.scrape")

@@ -24,8 +24,10 @@ snapshot() {
         -prune -o -print | sort > "$out/$1"
 }
 
-# The dependencies first (apt resolves the package's own Depends), and what the run needs.
-$apt satisfy "$(dpkg-deb -f "$new" Depends)" > "$out/deps.log" 2>&1
+# The dependencies first (apt resolves the package's own Depends, and its Recommends, which
+# apt installs with it by default), and what the run needs.
+$apt satisfy "$(dpkg-deb -f "$new" Depends), $(dpkg-deb -f "$new" Recommends)" \
+    > "$out/deps.log" 2>&1
 $apt install unbound > "$out/unbound-install.log" 2>&1
 snapshot files-before
 
@@ -115,6 +117,9 @@ modules:
 targets:
   - {address: 127.0.0.1:$UNBOUND_PORT, module: m}
 CONF
+cat > /tmp/dnstap.yml <<CONF
+dnstap: {socket: /tmp/dnstap.sock}
+CONF
 chmod 644 /tmp/web.yml /tmp/run.yml
 
 # install, run, remove, purge: $1 names the round.
@@ -129,6 +134,18 @@ round() {
         > "$out/$r.config-check" 2>&1 || echo "rc=$?" >> "$out/$r.config-check"
     dnsfleet-exporter --config.file=/tmp/re2.yml --config.check \
         > "$out/$r.re2-check" 2>&1 || echo "rc=$?" >> "$out/$r.re2-check"
+    # dnstap with Debian's python3-protobuf (the Recommends): the section loads, and a
+    # frame decodes with the package's schema.
+    dnsfleet-exporter --config.file=/tmp/dnstap.yml --config.check \
+        > "$out/$r.dnstap-check" 2>&1 || echo "rc=$?" >> "$out/$r.dnstap-check"
+    python3 - > "$out/$r.dnstap-decode" 2>&1 <<'PY' || echo "rc=$?" >> "$out/$r.dnstap-decode"
+from dnsfleet.dnstap.message import Dnstap, parse_frame
+
+d = Dnstap(type=1)
+d.message.type = 6
+d.message.response_message = bytes(12)
+print(parse_frame(d.SerializeToString()).message.type)
+PY
     unit=$(dpkg -L dnsfleet | grep '/dnsfleet-exporter.service$')
     echo "$unit" > "$out/$r.unit-path"
     systemd-analyze verify "$unit" > "$out/$r.verify" 2>&1 || echo "rc=$?" >> "$out/$r.verify"
