@@ -14,7 +14,6 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -258,20 +257,7 @@ def test_dockerfile_copies_what_exists_in_the_context() -> None:
 def test_image_entrypoint_runs_natively_as_its_user(tmp_path: Path) -> None:
     """ENTRYPOINT and CMD of the image, run with the native interpreter as the image's
     USER (10001, no capability) with the host's /proc and /sys at /host as compose mounts
-    them: the configuration loads and every host collector reads the host.
-
-    The interpreter is Debian's (the venv's may live where uid 10001 cannot read, under
-    /root); the packages are the venv's, the lock's versions that the image installs, so
-    the test needs no Python package of Debian's."""
-    native = subprocess.run(
-        ["/usr/bin/python3", "-c", "import sys; print(*sys.version_info[:2])"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout.split()
-    if [int(v) for v in native] != list(sys.version_info[:2]):
-        pytest.skip(f"/usr/bin/python3 is {'.'.join(native)}: the venv's packages are not its")
+    them: the configuration loads and every host collector reads the host."""
     text = DOCKERFILE.read_text().replace("\\\n", " ")
     entry = json.loads(re.search(r"^ENTRYPOINT (.*)$", text, re.M).group(1))  # type: ignore[union-attr]
     cmd = json.loads(re.search(r"^CMD (.*)$", text, re.M).group(1))  # type: ignore[union-attr]
@@ -292,7 +278,7 @@ def test_image_entrypoint_runs_natively_as_its_user(tmp_path: Path) -> None:
             work,
             [
                 "env",
-                f"PYTHONPATH={ROOT / 'exporter'}:{sysconfig.get_path('platlib')}",
+                f"PYTHONPATH={ROOT / 'exporter'}",
                 "/usr/bin/python3",
                 "-c",
                 "import sys; from dnsfleet.cli import exporter_main; sys.exit(exporter_main())",
