@@ -5,7 +5,9 @@ target's failure (reason ``internal``), never a failed scrape."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,8 +24,10 @@ from dnsfleet.probes import ProbeResult, Reason
 from dnsfleet.probes.tlsconn import earliest_not_after
 from dnsfleet.selfmetrics import LAG_WINDOW, LoopLag
 from dnsfleet.web import MAX_SCRAPE_TIMEOUT, BadTimeout, make_router, parse_scrape_timeout
+from tests.harness.exporter import EXPORTER
 from tests.harness.hostiledoh import HostileDoH
 from tests.harness.metrics import value
+from tests.harness.process import ManagedProcess, Ready
 from tests.harness.servers import Blackhole, ScriptedServer, answer
 
 
@@ -343,3 +347,35 @@ def test_an_exception_while_probing_one_target_is_its_internal_failure(
         assert "dnsfleet_probe_failures_total" in fams
 
     run(go())
+
+
+# ---------------------------------------------------------------- the start-up log
+
+
+@pytest.mark.integration
+def test_the_start_up_log_names_the_port_bound(tmp_path: Path) -> None:
+    """With `--web.listen-address=127.0.0.1:0` the kernel picks the port; the log used to
+    say port 0. It names the port bound now, and that port answers."""
+    conf = tmp_path / "dnsfleet.yml"
+    conf.write_text(yaml.safe_dump({"resolv_conf": [], "modules": {"m": {}}, "targets": []}))
+    proc = ManagedProcess(
+        [*EXPORTER, "--web.listen-address=127.0.0.1:0", f"--config.file={conf}"],
+        tmp_path / "exporter.log",
+        what="exporter",
+    )
+    listening = re.compile(r"listening on http://127\.0\.0\.1:(\d+)/metrics")
+
+    class Logged(Ready):
+        def __call__(self) -> bool:
+            return listening.search(proc.output()) is not None
+
+    try:
+        proc.wait_until(Logged(), timeout=30)
+        m = listening.search(proc.output())
+        assert m is not None
+        port = int(m.group(1))
+        assert port != 0
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/healthy", timeout=10) as r:
+            assert r.status == 200
+    finally:
+        proc.stop(timeout=10)
