@@ -25,7 +25,7 @@ import yaml
 from deploy.kubernetes.generate import _Dumper
 
 from dnsfleet.exposition import format_value
-from dnsfleet.prober import LATENCY_BUCKETS
+from dnsfleet.proberecord import LATENCY_BUCKETS
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "alerts" / "config.yml"

@@ -171,6 +171,7 @@ CATALOG = (
     "DNSResolverStatsUnreadable",
     "DNSResolverCanaryUnusable",
     "DNSFleetConfigReloadFailed",
+    "DNSFleetEventLoopLag",
     "DNSFleetTargetsDropped",
     "DNSFleetSeriesVanished",
     "DNSFleetExportersAbsent",

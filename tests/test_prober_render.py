@@ -13,7 +13,8 @@ import pytest
 from dnsfleet.config import parse
 from dnsfleet.dnswire import Response
 from dnsfleet.exposition import format_value, render
-from dnsfleet.prober import LATENCY_BUCKETS, Prober, TargetState
+from dnsfleet.prober import Prober, TargetState
+from dnsfleet.proberecord import LATENCY_BUCKETS
 from dnsfleet.probes import REASONS, ProbeResult, Reason
 from dnsfleet.probes.result import Exchange, judge
 

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from dnsfleet import config as config_mod
 from dnsfleet import malloc
@@ -15,9 +16,12 @@ from dnsfleet.config import Config, ConfigError, Module, Target
 from dnsfleet.exposition import Family, TextFamily, merge, render_bytes
 from dnsfleet.hostfs import HostFS
 from dnsfleet.parsers.resolvconf import parse_resolv_conf
-from dnsfleet.prober import Prepared, Prober, ProbeRecord
+from dnsfleet.prober import Prepared, Prober
+from dnsfleet.proberecord import ProbeRecord
 from dnsfleet.probes import ProbeResult
 from dnsfleet.selfmetrics import (
+    CONCURRENT_CYCLES,
+    LoopLag,
     ReloadStatus,
     cycle_end_family,
     descriptor_budget,
@@ -32,6 +36,27 @@ from dnsfleet.statuspage import RUNBOOK_BASE_URL, StatusView
 log = logging.getLogger(__name__)
 
 MIN_PROBE_TIMEOUT = 0.05
+# Cycles of different budgets running at once (a short-deadline client, an HA pair with two
+# scrape timeouts, a person's curl): beyond this a request that finds no cycle of its budget
+# gets a kept one or a 503. selfmetrics.probe_concurrency sizes probe sockets for it.
+MAX_CYCLES_IN_FLIGHT = CONCURRENT_CYCLES
+# Complete cycles kept as fallbacks of shorter requests (~0.3 MB each at 1,000 targets).
+MAX_KEPT_CYCLES = 4
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Cycle:
+    budget: float  # seconds the probes were given, from the starting request's header
+    deadline: float  # loop time
+    started: float  # loop time
+    task: asyncio.Task[list[Family | TextFamily]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    budget: float
+    record: ProbeRecord
+    rest: list[Family | TextFamily]
 
 
 class Exporter:
@@ -42,10 +67,13 @@ class Exporter:
         self.config_file = config_file
         self.prober = Prober()
         self.collector_state: dict[str, object] = {}
-        # The scrape in flight: requests that arrive meanwhile share its result.
-        self._inflight: asyncio.Future[list[Family | TextFamily]] | None = None
-        # The last cycle that completed: its probe record and its other families.
-        self._last_cycle: tuple[ProbeRecord, list[Family | TextFamily]] | None = None
+        # The cycles in flight, each with the budget its probes were given; a request
+        # shares one whose budget is at least its own (see scrape_families).
+        self._cycles: list[_Cycle] = []
+        # Complete cycles kept as fallbacks, older to newer, budgets falling (see _keep).
+        self._kept: list[_Kept] = []
+        # The event loop's lag (cli.py starts it with the server; absent in --once).
+        self.loop_lag: LoopLag | None = None
         self.started = time.time()
         self.config = self._load()
         self.prober.configure(self.config)
@@ -171,51 +199,84 @@ class Exporter:
     async def scrape_families(
         self, header_timeout: float | None = None, *, arrived: float | None = None
     ) -> list[Family | TextFamily]:
-        """The freshest complete probe-and-collect cycle this request can have within its
-        own budget, counted from ``arrived`` (loop time).
+        """The freshest complete probe-and-collect cycle that gave its probes at least this
+        request's budget, within that budget counted from ``arrived`` (loop time).
 
-        A request that arrives while a cycle is in flight shares it instead of starting
-        another (ten concurrent scrapes used to run ten cycles back to back). If that cycle
-        cannot finish within this request's budget (it was started by a request with a
-        longer timeout, or the machine is starved), the request gets the last complete
-        cycle instead, whose ``dnsfleet_scrape_cycle_end_timestamp_seconds`` says when it
-        ended; TimeoutError only when no cycle has completed yet. Before, a person's
-        ``curl /metrics`` could make Prometheus' shorter-timeout scrape a 503 (``up`` 0)."""
+        Deadlines belong to the requester (docs/design.md, "Whose deadline"): a request
+        shares a cycle in flight only if that cycle's budget is at least its own, so a
+        client asking for 0.5 s never cuts short the probes a 10 s scrape waits for; a
+        request that finds none starts its own cycle beside the others (at most
+        MAX_CYCLES_IN_FLIGHT). A request that shares a longer cycle which cannot end in time
+        gets the freshest complete cycle whose budget was at least its own, whose
+        ``dnsfleet_scrape_cycle_end_timestamp_seconds`` says when it ended; it shares such
+        a cycle only when that fallback exists, so the first short scrape beside a long
+        one runs its own cycle rather than getting a 503. TimeoutError when nothing fits."""
         loop = asyncio.get_running_loop()
         start = loop.time() if arrived is None else arrived
-        deadline = start + self.scrape_budget(header_timeout)
-        inflight = self._inflight
-        if inflight is None or inflight.done():
-            inflight = self._inflight = loop.create_task(self._scrape(deadline))
-            inflight.add_done_callback(self._scrape_done)
-        # The probes stop at the budget; half the offset is left to render and send.
-        answer_by = deadline + self.config.limits.scrape_timeout_offset / 2
-        try:
-            return await asyncio.wait_for(
-                asyncio.shield(inflight), max(answer_by - loop.time(), 0.001)
-            )
-        except TimeoutError:
-            last = self.last_cycle
-            if last is None:
-                raise
-            return last
+        budget = self.scrape_budget(header_timeout)
+        deadline = start + budget
+        cycle = self._cycle_for(budget, deadline)
+        if cycle is None and len(self._cycles) < MAX_CYCLES_IN_FLIGHT:
+            cycle = self._start_cycle(budget, deadline)
+        if cycle is not None:
+            # The probes stop at the budget; half the offset is left to render and send.
+            answer_by = deadline + self.config.limits.scrape_timeout_offset / 2
+            try:
+                return await asyncio.wait_for(
+                    asyncio.shield(cycle.task), max(answer_by - loop.time(), 0.001)
+                )
+            except TimeoutError:
+                pass
+        kept = self._kept_for(budget)
+        if kept is None:
+            raise TimeoutError
+        return [*kept.record.families(), *kept.rest]
 
-    def _scrape_done(self, task: asyncio.Future[list[Family | TextFamily]]) -> None:
-        if self._inflight is task:
-            self._inflight = None
+    def _cycle_for(self, budget: float, deadline: float) -> _Cycle | None:
+        """The freshest cycle in flight this request may share: its probes got at least
+        ``budget``, and it ends by ``deadline`` or a complete cycle is there to fall back
+        on."""
+        fallback = self._kept_for(budget) is not None
+        fits = [
+            c for c in self._cycles if c.budget >= budget and (c.deadline <= deadline or fallback)
+        ]
+        return max(fits, key=lambda c: c.started, default=None)
 
-    async def _scrape(self, deadline: float) -> list[Family | TextFamily]:
+    def _kept_for(self, budget: float) -> _Kept | None:
+        return next((k for k in reversed(self._kept) if k.budget >= budget), None)
+
+    def _start_cycle(self, budget: float, deadline: float) -> _Cycle:
+        loop = asyncio.get_running_loop()
+        cycle = _Cycle(
+            budget, deadline, loop.time(), loop.create_task(self._scrape(budget, deadline))
+        )
+        self._cycles.append(cycle)
+        cycle.task.add_done_callback(lambda _: self._cycles.remove(cycle))
+        return cycle
+
+    def _keep(self, kept: _Kept) -> None:
+        """Keep ``kept`` as the fallback of requests whose budget is at most its own. The
+        list runs from older to newer with budgets falling: a newer cycle replaces every
+        older one of a budget no larger (it serves all their requests, fresher)."""
+        self._kept = [k for k in self._kept if k.budget > kept.budget]
+        self._kept.append(kept)
+        if len(self._kept) > MAX_KEPT_CYCLES:
+            # The second newest goes: its requests fall back on an older cycle of a larger
+            # budget, never on one that gave its probes less.
+            del self._kept[-2]
+
+    async def _scrape(self, budget: float, deadline: float) -> list[Family | TextFamily]:
         loop = asyncio.get_running_loop()
         malloc.trim()  # the previous scrape's buffers are all free by now
         cfg = self.config
         start = loop.time()
         ctx = CollectContext(fs=self.fs, config=cfg, deadline=deadline, state=self.collector_state)
-        _, collected = await asyncio.gather(
+        results, collected = await asyncio.gather(
             self.prober.probe_all(cfg, deadline, self.max_concurrent_probes(cfg)),
             run_collectors(ctx, COLLECTORS),
         )
         self.scrapes_total += 1
-        record = self.prober.record()
+        record = self.prober.record(results)
         rest: list[Family | TextFamily] = [
             *merge(collected),
             *exporter_families(
@@ -226,17 +287,20 @@ class Exporter:
                 scrapes_total=self.scrapes_total,
                 web_reload=self.web_config_status() if self.web_config_status else None,
                 probe_concurrency=self.max_concurrent_probes(cfg),
+                internal_errors=self.prober.internal_errors,
             ),
         ]
+        if self.loop_lag is not None:
+            rest.append(self.loop_lag.family())
         took = loop.time() - start
         wall = time.time()
         rest.append(scrape_duration_family(took))
         rest.append(cycle_end_family(wall))
         rest.extend(process_families())
-        # Kept until the next cycle completes: a request that cannot wait for a cycle in
-        # flight is answered with it (see scrape_families). The probe families as their
-        # record, not their text: 0.3 MB instead of 3.4 MB at 1,000 targets.
-        self._last_cycle = (record, rest)
+        # Kept until a newer cycle of at least its budget completes: a request that cannot
+        # wait for a cycle in flight is answered with it (see scrape_families). The probe
+        # families as their record, not their text: 0.3 MB instead of 3.4 MB at 1,000 targets.
+        self._keep(_Kept(budget, record, rest))
         fams = [*record.families(), *rest]
         self.last_snapshot = Snapshot.of(fams, wall=wall, duration=took)
         self.status_history.update(self.last_snapshot, (t.address for t in cfg.targets))
@@ -252,14 +316,6 @@ class Exporter:
             history=self.status_history,
             runbook_base_url=self.runbook_base_url,
         )
-
-    @property
-    def last_cycle(self) -> list[Family | TextFamily] | None:
-        """The families of the last cycle that completed, rendered again from its record."""
-        if self._last_cycle is None:
-            return None
-        record, rest = self._last_cycle
-        return [*record.families(), *rest]
 
     async def probe_one(
         self,

@@ -22,6 +22,7 @@ from dnsfleet.config import DEFAULT_CAPACITY_FILE, ConfigError, parse_address
 from dnsfleet.config import schema as config_schema
 from dnsfleet.hostfs import HostFS
 from dnsfleet.httpserver import serve as http_serve
+from dnsfleet.selfmetrics import LoopLag
 from dnsfleet.statuspage import RUNBOOK_BASE_URL
 from dnsfleet.stubmodel import LIBCS
 from dnsfleet.web import DEFAULT_MAX_REQUESTS, make_router
@@ -192,18 +193,23 @@ async def serve(exp: Exporter, args: argparse.Namespace) -> int:
     loop.add_signal_handler(signal.SIGHUP, exp.request_reload)
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
+    exp.loop_lag = LoopLag()
+    exp.loop_lag.start()
+    # The port bound, not the one asked for: with port 0 the kernel picks it.
+    bound = server.sockets[0].getsockname()[1] if server.sockets else port
     log.info(
         "dnsfleet-exporter %s listening on %s://%s:%d%s (config: %s, %d targets)",
         __version__,
         "https" if tls else "http",
         host or "*",
-        port,
+        bound,
         args.telemetry_path,
         exp.config.source,
         len(exp.config.targets),
     )
     await stop.wait()
     log.info("shutting down")
+    exp.loop_lag.stop()
     server.close()
     await server.wait_closed()
     return 0

@@ -15,34 +15,18 @@ import socket
 import time
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from itertools import accumulate
 
 from dnsfleet.config import Config, Module, Target
 from dnsfleet.dnswire import Query
-from dnsfleet.exposition import Family, TextFamily, format_value, labelset
+from dnsfleet.exposition import Family, TextFamily, labelset
+from dnsfleet.proberecord import LATENCY_BUCKETS, ProbeRecord
 from dnsfleet.probes import REASONS, Exchange, ProbeResult, Reason, failed, judge, probe, query_for
 from dnsfleet.probes.ede import code_label
-from dnsfleet.probes.families import compile_template, label_prefix, probe_result_families
 from dnsfleet.probes.udp import exchange_many
 from dnsfleet.restarts import ResolverWatch, canary_families
 
 log = logging.getLogger(__name__)
 
-LATENCY_BUCKETS: tuple[float, ...] = (
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-)
 _NOT_STARTED = failed(Reason.TIMEOUT, 0.0, "scrape deadline reached before the probe could start")
 
 TargetKey = tuple[str, str]  # (address, module)
@@ -111,6 +95,7 @@ class Prober:
         self.states: dict[TargetKey, TargetState] = {}
         self.queries: dict[str, Query] = {}
         self.probes_total = 0
+        self.internal_errors = 0  # probes that ended in an exception of ours (_internal)
         # Canary TTLs and backend identities (issue 4), queried in the same probe round.
         self.watch = ResolverWatch()
 
@@ -151,26 +136,32 @@ class Prober:
         self.states = prepared.states
         self.watch.configure(cfg)
 
-    async def probe_all(self, cfg: Config, deadline: float, concurrency: int | None = None) -> None:
+    async def probe_all(
+        self, cfg: Config, deadline: float, concurrency: int | None = None
+    ) -> dict[TargetKey, ProbeResult]:
         """Probe every configured target once, at most ``concurrency`` at a time (default
-        limits.max_concurrent_probes); ``deadline`` is in ``loop.time()`` terms.
+        limits.max_concurrent_probes); ``deadline`` is in ``loop.time()`` terms. Returns
+        this cycle's result per target: cycles of different budgets may run at once
+        (app.py), and each reports its own, while the counters add up every probe.
 
         Plain UDP probes (no canary or identity query in the same round) go out as one
         batch (udp.exchange_many): in a 1,000-target cycle a task, a future and a timer per
         probe cost more CPU than the probes' system calls. The rest, one task each. The
         concurrency limit is shared between the two in proportion."""
         states = list(self.states.values())
+        results: dict[TargetKey, ProbeResult] = {}
         if not states:
-            return
+            return results
         self.probes_total += len(states)
         limit = concurrency or cfg.limits.max_concurrent_probes
         batch = [st for st in states if self._batchable(cfg.modules[st.target.module])]
         each = [st for st in states if not self._batchable(cfg.modules[st.target.module])]
         batch_limit = max(1, limit * len(batch) // len(states))
         await asyncio.gather(
-            self._probe_batch(cfg, batch, deadline, batch_limit),
-            self._probe_each(cfg, each, deadline, max(1, limit - batch_limit)),
+            self._probe_batch(cfg, batch, deadline, batch_limit, results),
+            self._probe_each(cfg, each, deadline, max(1, limit - batch_limit), results),
         )
+        return results
 
     async def probe_one(
         self,
@@ -192,13 +183,34 @@ class Prober:
             query = query_for(module)
         else:
             query = self.queries.get(module.name) or query_for(module)
-        return await probe(
-            sockaddr=target.sockaddr,
-            family=target.family,
-            module=module,
-            query=query,
-            timeout=min(module.timeout, timeout),
+        start = time.monotonic()
+        try:
+            return await probe(
+                sockaddr=target.sockaddr,
+                family=target.family,
+                module=module,
+                query=query,
+                timeout=min(module.timeout, timeout),
+            )
+        except Exception as e:
+            return self._internal(target, e, time.monotonic() - start)
+
+    def _internal(self, target: Target, e: Exception, duration: float) -> ProbeResult:
+        """The barrier around one target: an exception of ours while probing or judging it
+        (a parser's corner, a peer's bytes no check foresaw) is that target's failure with
+        reason ``internal``, counted and logged with its traceback; the other targets and
+        the scrape go on (a certificate whose notAfter was not a time used to fail every
+        /metrics with a 500)."""
+        self.internal_errors += 1
+        log.error(
+            "probe %s (%s): internal error: %s: %s",
+            target.address,
+            target.module,
+            type(e).__name__,
+            e,
+            exc_info=e,
         )
+        return failed(Reason.INTERNAL, duration, f"internal error: {type(e).__name__}: {e}")
 
     def _batchable(self, module: Module) -> bool:
         # The watch's canary and identity queries ride in the probe's concurrency slot.
@@ -209,7 +221,12 @@ class Prober:
         )
 
     async def _probe_batch(
-        self, cfg: Config, states: list[TargetState], deadline: float, concurrency: int
+        self,
+        cfg: Config,
+        states: list[TargetState],
+        deadline: float,
+        concurrency: int,
+        out: dict[TargetKey, ProbeResult],
     ) -> None:
         if not states:
             return
@@ -220,9 +237,14 @@ class Prober:
             # Recorded at once, as the per-task path does: the previous result is freed as
             # its successor arrives (held until the batch ended, the two generations took
             # ~3 MB more heap at 1,000 targets).
-            result = _NOT_STARTED if ex is None else judge(ex, modules[i])
+            st = states[i]
+            try:
+                result = _NOT_STARTED if ex is None else judge(ex, modules[i])
+            except Exception as e:
+                result = self._internal(st.target, e, ex.duration if ex else 0.0)
             results[i] = result
-            self._record(states[i], result)
+            out[(st.target.address, st.target.module)] = result
+            self._record(st, result)
 
         await exchange_many(
             [
@@ -235,10 +257,19 @@ class Prober:
         )
         for st, module, result in zip(states, modules, results, strict=True):
             if result is not _NOT_STARTED:
-                await self.watch.after_probe(st.target, module, result, deadline=deadline)
+                try:
+                    await self.watch.after_probe(st.target, module, result, deadline=deadline)
+                except Exception as e:
+                    # The probe's own result stands; the watch's round is what failed.
+                    self._internal(st.target, e, 0.0)
 
     async def _probe_each(
-        self, cfg: Config, states: list[TargetState], deadline: float, concurrency: int
+        self,
+        cfg: Config,
+        states: list[TargetState],
+        deadline: float,
+        concurrency: int,
+        out: dict[TargetKey, ProbeResult],
     ) -> None:
         loop = asyncio.get_running_loop()
         sem = asyncio.Semaphore(concurrency)
@@ -248,17 +279,22 @@ class Prober:
             module = cfg.modules[t.module]
             async with sem:
                 budget = min(module.timeout, deadline - loop.time())
-                if budget <= 0:
-                    result = _NOT_STARTED
-                else:
-                    result = await probe(
-                        sockaddr=st.sockaddr,
-                        family=st.family,
-                        module=module,
-                        query=self.queries[t.module],
-                        timeout=budget,
-                    )
-                    await self.watch.after_probe(t, module, result, deadline=deadline)
+                start = time.monotonic()
+                try:
+                    if budget <= 0:
+                        result = _NOT_STARTED
+                    else:
+                        result = await probe(
+                            sockaddr=st.sockaddr,
+                            family=st.family,
+                            module=module,
+                            query=self.queries[t.module],
+                            timeout=budget,
+                        )
+                        await self.watch.after_probe(t, module, result, deadline=deadline)
+                except Exception as e:
+                    result = self._internal(t, e, time.monotonic() - start)
+            out[(t.address, t.module)] = result
             self._record(st, result)
 
         await asyncio.gather(*(one(st) for st in states))
@@ -275,121 +311,28 @@ class Prober:
                 result.detail,
             )
 
-    def record(self) -> ProbeRecord:
+    def record(self, results: dict[TargetKey, ProbeResult] | None = None) -> ProbeRecord:
         """What the per-target families say now, copied (counters as tuples) so that a
-        later cycle does not change it: kept as the last complete cycle's (app.py), in a
-        tenth of the memory of its rendered text."""
+        later cycle does not change it: kept as a complete cycle's (app.py), in a tenth of
+        the memory of its rendered text. ``results``: the cycle's own result per target
+        (another cycle of a shorter budget may have finished meanwhile); a target it did
+        not probe (added by a reload meanwhile) shows its last result."""
+        results = results or {}
         return ProbeRecord(
             rows=[
                 (
                     st.labels,
-                    st.last,
+                    results.get(key, st.last),
                     st.probes,
                     tuple(st.failures),
                     tuple(st.buckets),
                     st.latency_sum,
                     tuple(st.ede_counts.items()),
                 )
-                for st in self.states.values()
+                for key, st in self.states.items()
             ],
             canary=canary_families(self.watch),
         )
 
     def families(self) -> list[TextFamily | Family]:
         return self.record().families()
-
-
-# labels, last result, probes, failures by reason, latency buckets, latency sum, EDE counts
-EdeCounts = tuple[tuple[str, int], ...]
-RecordRow = tuple[str, ProbeResult | None, int, tuple[int, ...], tuple[int, ...], float, EdeCounts]
-
-
-@dataclass(frozen=True, slots=True)
-class ProbeRecord:
-    rows: list[RecordRow]
-    canary: list[Family]
-
-    def families(self) -> list[TextFamily | Family]:
-        """The per-target families, each rendered with one format call per target from a
-        template shared by all targets (a 1,000-target cycle wrote 36,000 lines one
-        f-string at a time)."""
-        rows = self.rows
-        fams = probe_result_families([(row[0], row[1]) for row in rows])
-        attempts = "".join([_ATTEMPTS.format(labels, probes) for labels, _, probes, *_ in rows])
-        failures = "".join(
-            [_failures_block(label_prefix(labels), *fails) for labels, _, _, fails, *_ in rows]
-        )
-        hist = "".join(
-            [
-                _histogram_block(
-                    label_prefix(labels), labels, format_value(latency_sum), *accumulate(buckets)
-                )
-                for labels, _, _, _, buckets, latency_sum, _ in rows
-            ]
-        )
-        ede = "".join(
-            [
-                f'{_EDE_TOTAL_NAME}{{{label_prefix(labels)}code="{code}"}} {n}\n'
-                for labels, *_, counts in rows
-                for code, n in counts
-            ]
-        )
-        return [
-            *fams,
-            TextFamily(
-                _FAILURES_NAME,
-                "Failed probes per target by reason since the exporter started.",
-                "counter",
-                failures,
-            ),
-            # The denominator of the failure ratio: a share of failed probes needs the
-            # probes, and counting them here stays right when two Prometheus servers scrape
-            # one exporter (each scrape is a probe; a sample count per server is not).
-            TextFamily(
-                _ATTEMPTS_NAME,
-                "Probes sent to this target on /metrics since the exporter "
-                "started, answered or not.",
-                "counter",
-                attempts,
-            ),
-            TextFamily(
-                _LATENCY_NAME,
-                "Latency of probes that got an answer (any rcode).",
-                "histogram",
-                hist,
-            ),
-            TextFamily(
-                _EDE_TOTAL_NAME,
-                "Answers carrying each Extended DNS Error code (RFC 8914; other: "
-                "unregistered) since the exporter started.",
-                "counter",
-                ede,
-            ),
-            *self.canary,
-        ]
-
-
-# Each block's {p} is the labels prefix (see label_prefix), {l} the labels alone; doubled braces
-# are the exposition's own.
-_FAILURES_NAME = "dnsfleet_probe_failures_total"
-_ATTEMPTS_NAME = "dnsfleet_probe_attempts_total"
-_LATENCY_NAME = "dnsfleet_probe_latency_seconds"
-_EDE_TOTAL_NAME = "dnsfleet_probe_extended_errors_total"
-_ATTEMPTS = _ATTEMPTS_NAME + "{{{}}} {}\n"
-_failures_block = compile_template(
-    "failures",
-    "p, " + ", ".join(f"f{i}" for i in range(len(REASONS))),
-    "".join(
-        f'{_FAILURES_NAME}{{{{{{p}}reason="{r.value}"}}}} {{f{i}}}\n' for i, r in enumerate(REASONS)
-    ),
-)
-_LE_TEXT = (*(format_value(b) for b in LATENCY_BUCKETS), "+Inf")
-_histogram_block = compile_template(
-    "histogram",
-    "p, l, s, " + ", ".join(f"a{i}" for i in range(len(_LE_TEXT))),
-    "".join(
-        f'{_LATENCY_NAME}_bucket{{{{{{p}}le="{le}"}}}} {{a{i}}}\n' for i, le in enumerate(_LE_TEXT)
-    )
-    + f"{_LATENCY_NAME}_sum{{{{{{l}}}}}} {{s}}\n"
-    + f"{_LATENCY_NAME}_count{{{{{{l}}}}}} {{a{len(_LE_TEXT) - 1}}}\n",
-)

@@ -13,6 +13,7 @@ of the running process (``/proc/self``), never through --path.procfs.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import platform
 import resource
@@ -59,6 +60,7 @@ def exporter_families(
     scrapes_total: int,
     web_reload: ReloadStatus | None = None,
     probe_concurrency: int | None = None,
+    internal_errors: int = 0,
 ) -> list[Family]:
     """Pure: the exporter's own state after a scrape."""
     web: list[Family] = []
@@ -90,6 +92,12 @@ def exporter_families(
             probes_total
         ),
         Family("dnsfleet_scrapes_total", "/metrics scrapes served.", "counter").add(scrapes_total),
+        Family(
+            "dnsfleet_probe_internal_errors_total",
+            "Probes of one target that ended in an exception of the exporter's own (reason "
+            "internal; the log has the traceback), on /metrics and /probe.",
+            "counter",
+        ).add(internal_errors),
         *web,
         *(
             []
@@ -110,6 +118,9 @@ def scrape_duration_family(took: float) -> Family:
         "dnsfleet_scrape_duration_seconds", "Time this exporter spent on the current scrape."
     ).add(took)
 
+
+# /metrics cycles of different budgets that may run at once (app.MAX_CYCLES_IN_FLIGHT).
+CONCURRENT_CYCLES = 3
 
 # Descriptors kept for everything but probe sockets: the HTTP server's connections
 # (--web.max-requests scrapes, /probe clients, keep-alive), collectors' files, statistics
@@ -132,12 +143,12 @@ def descriptor_budget() -> tuple[int, int]:
 
 def probe_concurrency(configured: int, soft_limit: int, in_use: int) -> int:
     """Pure: how many probes may be in flight at once, each holding a socket. The
-    configured ``limits.max_concurrent_probes``, lowered so that a /metrics cycle and
-    /probe requests (each capped at this, so together twice it) fit in the open-file limit
-    beside what is open already and FD_HEADROOM: with ``ulimit -n 256`` and 1,024, 755 of
-    1,000 healthy targets failed with EMFILE as network_error."""
+    configured ``limits.max_concurrent_probes``, lowered so that CONCURRENT_CYCLES /metrics
+    cycles of different budgets and /probe requests (each capped at this) fit in the
+    open-file limit beside what is open already and FD_HEADROOM: with ``ulimit -n 256``
+    and 1,024, 755 of 1,000 healthy targets failed with EMFILE as network_error."""
     spare = soft_limit - in_use - FD_HEADROOM
-    return max(1, min(configured, spare // 2))
+    return max(1, min(configured, spare // (CONCURRENT_CYCLES + 1)))
 
 
 def cycle_end_family(wall: float) -> Family:
@@ -208,3 +219,62 @@ def process_families() -> list[Family]:
         )
     )
     return fams
+
+
+# The lag probe: a sleep of LAG_TICK, again and again; the gauge is the largest lateness
+# seen in the last LAG_WINDOW seconds.
+LAG_TICK = 0.1
+LAG_WINDOW = 16
+
+
+class LoopLag:
+    """How late the event loop serves what is due: a task sleeps LAG_TICK over and over and
+    notes how much later than asked it woke. A probe socket that keeps the loop busy, a
+    CPU-bound render or a blocking call all show here before /-/healthy times out. The
+    figure is the largest lag of the last LAG_WINDOW seconds, kept as per-second maxima in
+    a ring: every scraper sees the same value whatever its interval, and a stall between
+    two scrapes is not missed (it is reported when the loop runs again)."""
+
+    __slots__ = ("_max", "_second", "_task")
+
+    def __init__(self) -> None:
+        self._second = [-1] * LAG_WINDOW
+        self._max = [0.0] * LAG_WINDOW
+        self._task: asyncio.Task[None] | None = None
+
+    def observe(self, now: float, lag: float) -> None:
+        sec = int(now)
+        i = sec % LAG_WINDOW
+        if self._second[i] != sec:
+            self._second[i], self._max[i] = sec, 0.0
+        self._max[i] = max(self._max[i], lag)
+
+    def current(self, now: float) -> float:
+        sec = int(now)
+        return max(
+            (m for s, m in zip(self._second, self._max, strict=True) if sec - s < LAG_WINDOW),
+            default=0.0,
+        )
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            asked = loop.time() + LAG_TICK
+            await asyncio.sleep(LAG_TICK)
+            now = loop.time()
+            self.observe(now, max(0.0, now - asked))
+
+    def family(self) -> Family:
+        return Family(
+            "dnsfleet_event_loop_lag_seconds",
+            f"Largest lateness of the event loop over the last {LAG_WINDOW} s: how much "
+            f"later than due a {LAG_TICK:g} s sleep woke.",
+        ).add(self.current(asyncio.get_running_loop().time()))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import logging
+import re
 from collections.abc import Awaitable, Callable
 
 from dnsfleet import statuspage
@@ -30,15 +31,42 @@ REFUSAL_STATUS = {Refusal.INVALID: 400, Refusal.FORBIDDEN: 403, Refusal.BUSY: 50
 DEFAULT_MAX_REQUESTS = 40
 
 
+# The largest X-Prometheus-Scrape-Timeout-Seconds taken (seconds): Prometheus' own
+# scrape_timeout is at most its scrape_interval, minutes at the very most.
+MAX_SCRAPE_TIMEOUT = 300.0
+# What Prometheus sends (strconv.FormatFloat(t, 'f', -1, 64)): digits, perhaps a fraction.
+_TIMEOUT_TEXT = re.compile(r"[0-9]{1,6}(?:\.[0-9]{1,9})?")
+
+
+class BadTimeout(ValueError):
+    """The scrape timeout header is present but not a usable deadline."""
+
+
+def parse_scrape_timeout(raw: str | None) -> float | None:
+    """The requester's scrape timeout in seconds, or None when it sent none (the
+    configured default applies). Strict: a decimal number above 0 and at most
+    MAX_SCRAPE_TIMEOUT; anything else (``inf``, ``nan``, ``-1``, ``0``, ``1e3``, ``10s``)
+    raises BadTimeout, which the endpoints answer with 400. A deadline nobody can meet, or
+    one that never comes, is the requester's mistake to hear about, not one to guess at:
+    ``inf`` used to be taken, and a cycle started with it never ended."""
+    if raw is None or not raw.strip():
+        return None
+    text = raw.strip()
+    if not _TIMEOUT_TEXT.fullmatch(text):
+        raise BadTimeout(
+            f"X-Prometheus-Scrape-Timeout-Seconds {text[:32]!r} is not a number of seconds"
+        )
+    v = float(text)
+    if not 0 < v <= MAX_SCRAPE_TIMEOUT:
+        raise BadTimeout(
+            f"X-Prometheus-Scrape-Timeout-Seconds {text!r} is not above 0 and at most "
+            f"{MAX_SCRAPE_TIMEOUT:g}"
+        )
+    return v
+
+
 def scrape_timeout_header(request: Request) -> float | None:
-    raw = request.headers.get("x-prometheus-scrape-timeout-seconds")
-    if not raw:
-        return None
-    try:
-        v = float(raw)
-    except ValueError:
-        return None
-    return v if v > 0 else None
+    return parse_scrape_timeout(request.headers.get("x-prometheus-scrape-timeout-seconds"))
 
 
 def wants_openmetrics(accept: str) -> bool:
@@ -103,11 +131,15 @@ class Handlers:
             return _bad(
                 503, f"too many concurrent scrapes (--web.max-requests {self.max_requests})"
             )
+        try:
+            header_timeout = scrape_timeout_header(request)
+        except BadTimeout as e:
+            return _bad(400, str(e))
         self.metrics_in_flight += 1
         try:
             try:
                 fams = await self.exp.scrape_families(
-                    scrape_timeout_header(request), arrived=request.arrived or None
+                    header_timeout, arrived=request.arrived or None
                 )
             except TimeoutError:
                 return _bad(503, "the scrape did not finish within this request's scrape timeout")
@@ -132,8 +164,12 @@ class Handlers:
         )
 
     async def probe(self, request: Request) -> Response:
+        try:
+            header_timeout = scrape_timeout_header(request)
+        except BadTimeout as e:
+            return _bad(400, str(e))
         outcome = await self.probe_handler.handle(
-            request.query, repeated=request.repeated, header_timeout=scrape_timeout_header(request)
+            request.query, repeated=request.repeated, header_timeout=header_timeout
         )
         if isinstance(outcome, Refused):
             return _bad(REFUSAL_STATUS[outcome.kind], outcome.reason)

@@ -279,8 +279,10 @@ class ScriptedServer:
         tcp_raw: bool = False,
         tcp_handler: Handler | None = None,
         port: int | None = None,
+        udp_delay: float = 0.0,
     ) -> None:
         self.handler = handler
+        self.udp_delay = udp_delay
         self.tcp_handler = tcp_handler or handler
         self.tcp_raw = tcp_raw
         self.port = free_port() if port is None else port
@@ -313,9 +315,16 @@ class ScriptedServer:
             except (TimeoutError, OSError):
                 continue
             self.received += 1
-            for reply in self.handler(data):
-                with contextlib.suppress(OSError):
-                    self.udp.sendto(reply, peer)
+            replies = self.handler(data)
+            if self.udp_delay:
+                threading.Timer(self.udp_delay, self._send, (replies, peer)).start()
+            else:
+                self._send(replies, peer)
+
+    def _send(self, replies: list[bytes], peer: tuple[str, int]) -> None:
+        for reply in replies:
+            with contextlib.suppress(OSError):
+                self.udp.sendto(reply, peer)
 
     def _serve_tcp(self) -> None:
         while not self._stop.is_set():

@@ -89,7 +89,15 @@ def _on_event(ev: Any, h2c: Any, sid: int, r: _Response) -> None:
     elif getattr(ev, "stream_id", None) != sid:
         return
     elif isinstance(ev, h2.events.ResponseReceived):
-        r.status = next((int(v) for k, v in ev.headers if k == b":status"), None)
+        status = next((v for k, v in ev.headers if k == b":status"), None)
+        if status is not None and not (len(status) == 3 and status.isdigit()):
+            # h2 passes :status as sent; RFC 9110 §15: three digits.
+            r.failure = (
+                Reason.MALFORMED,
+                f"HTTP/2 :status {bytes(status)[:16]!r} is not a status code",
+            )
+        else:
+            r.status = int(status) if status is not None else None
     elif isinstance(ev, h2.events.DataReceived):
         r.body += ev.data
         h2c.acknowledge_received_data(ev.flow_controlled_length, sid)

@@ -24,6 +24,7 @@ class Reason(StrEnum):
     TLS_HANDSHAKE = "tls_handshake"  # tls/https: the TLS handshake (or ALPN h2) failed
     CERTIFICATE = "certificate"  # tls/https: untrusted, expired or wrong-name certificate
     HTTP_STATUS = "http_status"  # https: an HTTP status other than 200
+    INTERNAL = "internal"  # the exporter's own exception while probing or judging: a bug
 
 
 REASONS: tuple[Reason, ...] = tuple(Reason)

@@ -19,6 +19,9 @@ async def _read_exactly(
     # prefix and closes reads as a broken answer (malformed), not as a network error.
     buf = bytearray()
     while len(buf) < n:
+        # A turn for the loop before each read (tlsconn.recv says why): a peer trickling
+        # its answer a byte at a time while the socket stays readable must not hold it.
+        await asyncio.sleep(0)
         chunk = await loop.sock_recv(sock, n - len(buf))
         if not chunk:
             raise EOFError(f"connection closed after {got[0]} bytes of the response")

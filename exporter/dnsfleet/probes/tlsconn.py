@@ -14,6 +14,7 @@ import asyncio
 import socket
 import ssl
 import time
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -37,6 +38,17 @@ VERIFY_KIND = {
     62: "name mismatch",  # hostname
     64: "name mismatch",  # IP address
 }
+
+
+async def recv(loop: asyncio.AbstractEventLoop, sock: socket.socket, n: int) -> bytes:
+    """``loop.sock_recv`` that always lets the loop run first. sock_recv returns at once,
+    without suspending, while the socket holds data: a peer that keeps it readable (HTTP/2
+    PING frames, frames h2 ignores, a trickle of padding) kept a read loop running without
+    ever giving the loop a turn, so the probe's own timeout never fired and every other
+    request waited (a 3 s /probe took 61 s, /-/healthy as long). One turn per read costs
+    a few microseconds; the probe's deadline is then met whatever the peer sends."""
+    await asyncio.sleep(0)
+    return await loop.sock_recv(sock, n)
 
 
 @lru_cache(maxsize=64)
@@ -70,9 +82,25 @@ def earliest_expiry(sslobj: Any) -> float | None:
         get = getattr(inner, "get_unverified_chain", None)
     if get is None:
         return None
-    chain = get() or []
-    times = [ssl.cert_time_to_seconds(c.get_info()["notAfter"]) for c in chain]
-    return float(min(times)) if times else None
+    return earliest_not_after([c.get_info() for c in get() or []])
+
+
+def earliest_not_after(infos: Iterable[Mapping[str, Any]]) -> float | None:
+    """Pure: the earliest ``notAfter`` of certificates described as ``getpeercert()``
+    dicts, epoch seconds; None when there is none, or when any certificate's notAfter is
+    missing or not a time (``ssl.cert_time_to_seconds`` raises on it): the earliest expiry
+    of a chain with an unreadable date is not known, so the series is left out rather than
+    made up from the others. The handshake itself was judged by OpenSSL already."""
+    times: list[float] = []
+    for info in infos:
+        text = info.get("notAfter")
+        if not isinstance(text, str):
+            return None
+        try:
+            times.append(float(ssl.cert_time_to_seconds(text)))
+        except (ValueError, OverflowError):
+            return None
+    return min(times) if times else None
 
 
 def classify_tls_error(e: BaseException) -> tuple[Reason, str]:
@@ -113,7 +141,7 @@ class Connection:
             await self.loop.sock_sendall(self.sock, self.out.read())
 
     async def _fill(self) -> None:
-        data = await self.loop.sock_recv(self.sock, 65536)
+        data = await recv(self.loop, self.sock, 65536)
         if not data:
             self.inc.write_eof()
         else:

@@ -33,6 +33,7 @@ from dnsfleet.probes.reasons import Reason, classify_oserror
 from dnsfleet.probes.result import Exchange
 
 MAX_DATAGRAM = 65535
+READ_BURST = 64
 _DGRAM_NONBLOCK = socket.SOCK_DGRAM | socket.SOCK_NONBLOCK
 
 
@@ -159,7 +160,12 @@ class _Probe:
 
     def readable(self) -> None:
         mux = self.mux
-        while self.sock is not None:
+        # At most READ_BURST datagrams per turn: a peer flooding datagrams that are not
+        # our answer as fast as they are read would otherwise hold the loop here for good.
+        # The mux's epoll is level-triggered, so what is left wakes the loop again.
+        for _ in range(READ_BURST):
+            if self.sock is None:
+                return
             try:
                 n = self.sock.recv_into(mux.buf)
             except (BlockingIOError, InterruptedError):

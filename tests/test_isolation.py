@@ -1,0 +1,381 @@
+"""One bad party spoils nothing: a requester's deadline never shortens another's probes, a
+hostile peer cannot hold the event loop, and an exception while probing one target is that
+target's failure (reason ``internal``), never a failed scrape."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dnsfleet import prober as prober_mod
+from dnsfleet.app import Exporter
+from dnsfleet.hostfs import HostFS
+from dnsfleet.httpserver import serve
+from dnsfleet.probes import ProbeResult, Reason
+from dnsfleet.probes.tlsconn import earliest_not_after
+from dnsfleet.selfmetrics import LAG_WINDOW, LoopLag
+from dnsfleet.web import MAX_SCRAPE_TIMEOUT, BadTimeout, make_router, parse_scrape_timeout
+from tests.harness.exporter import EXPORTER
+from tests.harness.hostiledoh import HostileDoH
+from tests.harness.metrics import value
+from tests.harness.process import ManagedProcess, Ready
+from tests.harness.servers import Blackhole, ScriptedServer, answer
+
+
+def exporter(tmp_path: Path, doc: dict[str, Any]) -> Exporter:
+    p = tmp_path / "dnsfleet.yml"
+    p.write_text(yaml.safe_dump({"resolv_conf": [], **doc}))
+    return Exporter(fs=HostFS(), config_file=str(p))
+
+
+@asynccontextmanager
+async def served(exp: Exporter) -> AsyncIterator[int]:
+    srv = await serve(make_router(exp), "127.0.0.1", 0)
+    try:
+        yield srv.sockets[0].getsockname()[1]
+    finally:
+        srv.close()
+        await srv.wait_closed()
+
+
+async def get(port: int, path: str, *, timeout_header: str | None = None) -> tuple[int, str]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    head = f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+    if timeout_header is not None:
+        head += f"X-Prometheus-Scrape-Timeout-Seconds: {timeout_header}\r\n"
+    writer.write((head + "\r\n").encode())
+    try:
+        async with asyncio.timeout(60):
+            raw = await reader.read()
+    finally:
+        writer.close()
+    code = int(raw.split(b" ", 2)[1])
+    return code, raw.partition(b"\r\n\r\n")[2].decode()
+
+
+def run(coro: Awaitable[None]) -> None:
+    asyncio.run(coro)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- the timeout header
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("raw", "want"),
+    [(None, None), ("", None), (" ", None), ("10", 10.0), ("0.5", 0.5), (" 9.75 ", 9.75)],
+)
+def test_scrape_timeout_header_values(raw: str | None, want: float | None) -> None:
+    assert parse_scrape_timeout(raw) == want
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "raw",
+    ["inf", "Infinity", "nan", "-1", "0", "0.0", "1e3", "10s", "0x10", "1_0",
+     str(MAX_SCRAPE_TIMEOUT + 1), "99999999"],
+)  # fmt: skip
+def test_scrape_timeout_header_refusals(raw: str) -> None:
+    with pytest.raises(BadTimeout):
+        parse_scrape_timeout(raw)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("raw", ["inf", "nan", "-3", "1e9"])
+def test_a_bad_timeout_header_is_a_400(tmp_path: Path, raw: str) -> None:
+    exp = exporter(tmp_path, {"modules": {"m": {}}, "targets": []})
+
+    async def go() -> None:
+        async with served(exp) as port:
+            for path in ("/metrics", "/probe?target=127.0.0.1&module=m"):
+                code, body = await get(port, path, timeout_header=raw)
+                assert code == 400, (path, body)
+                assert "X-Prometheus-Scrape-Timeout-Seconds" in body
+            assert exp.scrapes_total == 0  # no cycle was started for it
+
+    run(go())
+
+
+# ---------------------------------------------------------------- whose deadline
+
+
+def _slow_resolver() -> ScriptedServer:
+    return ScriptedServer(
+        lambda q: [answer(q, "www.example.test. 60 IN A 192.0.2.1")], udp_delay=0.1
+    )
+
+
+@pytest.mark.integration
+def test_a_short_deadline_client_never_shortens_a_long_scrape(tmp_path: Path) -> None:
+    """A client sending `X-Prometheus-Scrape-Timeout-Seconds: 0.5` without pause beside a
+    10 s scraper; the resolver answers in 100 ms. The short client's cycles give probes
+    50 ms and see `timeout`, which it asked for; the long scraper must see every answer.
+    Before, the long scrape joined the short client's cycle and got its cut-short results."""
+    dns = _slow_resolver()
+    exp = exporter(
+        tmp_path,
+        {
+            "modules": {"m": {"query_name": "www.example.test", "timeout": "2s"}},
+            "targets": [{"address": dns.address, "module": "m"}],
+        },
+    )
+    short_timeouts = [0]
+
+    async def short_client(port: int, stop: asyncio.Event) -> None:
+        for _ in range(400):  # bounded: ~0.05 s each
+            if stop.is_set():
+                return
+            code, body = await get(port, "/metrics", timeout_header="0.5")
+            labels = {"target": dns.address, "module": "m", "reason": "timeout"}
+            if code == 200 and value(body, "dnsfleet_probe_failure", **labels) == 1:
+                short_timeouts[0] += 1
+
+    async def go() -> None:
+        async with served(exp) as port:
+            stop = asyncio.Event()
+            flood = asyncio.create_task(short_client(port, stop))
+            long_success = []
+            for _ in range(8):
+                await asyncio.sleep(0.13)
+                code, body = await get(port, "/metrics", timeout_header="10")
+                assert code == 200
+                long_success.append(
+                    value(body, "dnsfleet_probe_success", target=dns.address, module="m")
+                )
+            stop.set()
+            await flood
+            assert long_success == [1.0] * 8
+            assert short_timeouts[0], "the short client never saw its own 50 ms probes time out"
+
+    try:
+        run(go())
+    finally:
+        dns.close()
+
+
+@pytest.mark.integration
+def test_a_short_scrape_beside_the_first_long_cycle_gets_its_own(tmp_path: Path) -> None:
+    """No cycle has completed yet and a long one is in flight (a silent target holds it):
+    a short scrape used to join it and get a 503 at its deadline; it runs its own cycle
+    now, and sees the silent target time out within its own budget."""
+    hole = Blackhole()
+    exp = exporter(
+        tmp_path,
+        {
+            "modules": {"silent": {"timeout": "5s"}},
+            "targets": [{"address": hole.address, "module": "silent"}],
+        },
+    )
+
+    async def go() -> None:
+        async with served(exp) as port:
+            long = asyncio.create_task(get(port, "/metrics", timeout_header="4"))
+            await asyncio.sleep(0.3)
+            code, body = await get(port, "/metrics", timeout_header="1")
+            assert code == 200, body
+            labels = {"target": hole.address, "module": "silent", "reason": "timeout"}
+            assert value(body, "dnsfleet_probe_failure", **labels) == 1
+            assert (await long)[0] == 200
+
+    try:
+        run(go())
+    finally:
+        hole.close()
+
+
+# ---------------------------------------------------------------- a loop that cannot starve
+
+
+def _doh_module(ca: Path, timeout: str) -> dict[str, Any]:
+    return {"query_name": "www.example.test", "transport": "https", "tls_ca_file": str(ca),
+            "timeout": timeout}  # fmt: skip
+
+
+@pytest.mark.integration
+def test_a_doh_peer_flooding_pings_cannot_hold_the_loop(tmp_path: Path) -> None:
+    """The endpoint keeps the socket readable with PING frames for 20 s and never answers.
+    /probe with a 2 s module timeout ends with `timeout` well before the flood does, and
+    /-/healthy is answered meanwhile. Before, both waited for the flood to end."""
+    doh = HostileDoH("ping_flood", flood_for=20.0)
+    exp = exporter(
+        tmp_path,
+        {
+            "modules": {"doh": _doh_module(doh.write_ca(tmp_path / "ca.pem"), "2s")},
+            "targets": [{"address": doh.address, "module": "doh"}],
+        },
+    )
+    exp.loop_lag = LoopLag()
+
+    async def go() -> None:
+        assert exp.loop_lag is not None
+        exp.loop_lag.start()
+        async with served(exp) as port:
+            t0 = time.monotonic()
+            probe = asyncio.create_task(get(port, f"/probe?target={doh.address}&module=doh"))
+            await asyncio.sleep(0.5)
+            healthy = [await get(port, "/-/healthy") for _ in range(3)]
+            code, body = await probe
+            took = time.monotonic() - t0
+            assert [c for c, _ in healthy] == [200, 200, 200]
+            assert code == 200
+            assert value(body, "dnsfleet_probe_failure", reason="timeout") == 1, body
+            assert took < 12, f"/probe took {took:.1f} s with a 2 s module timeout"
+            assert doh.connections == 1
+            # The loop's lag is measured and shows no stall of the flood's length.
+            code, metrics = await get(port, "/metrics", timeout_header="4")
+            lag = value(metrics, "dnsfleet_event_loop_lag_seconds")
+            assert lag is not None and lag < 10, lag
+        exp.loop_lag.stop()
+
+    try:
+        run(go())
+    finally:
+        doh.close()
+
+
+@pytest.mark.unit
+def test_loop_lag_is_the_largest_of_its_window() -> None:
+    lag = LoopLag()
+    assert lag.current(1000.0) == 0.0
+    lag.observe(1000.2, 0.004)
+    lag.observe(1003.5, 2.5)
+    lag.observe(1004.1, 0.001)
+    assert lag.current(1005.0) == 2.5
+    assert lag.current(1003.0 + LAG_WINDOW) == 0.001  # the 2.5 s second left the window
+    assert lag.current(1004.0 + LAG_WINDOW + 1) == 0.0
+
+
+# ---------------------------------------------------------------- a barrier per target
+
+
+@pytest.mark.integration
+def test_doh_status_that_is_not_a_number_fails_that_probe_only(tmp_path: Path) -> None:
+    """`:status: abc` used to raise ValueError out of the probe and make every /metrics a
+    500; it is that target's `malformed` now, and the other target still answers."""
+    doh = HostileDoH("bad_status")
+    dns = ScriptedServer(lambda q: [answer(q, "www.example.test. 60 IN A 192.0.2.1")])
+    exp = exporter(
+        tmp_path,
+        {
+            "modules": {
+                "doh": _doh_module(doh.write_ca(tmp_path / "ca.pem"), "3s"),
+                "udp": {"query_name": "www.example.test"},
+            },
+            "targets": [
+                {"address": doh.address, "module": "doh"},
+                {"address": dns.address, "module": "udp"},
+            ],
+        },
+    )
+
+    async def go() -> None:
+        async with served(exp) as port:
+            code, body = await get(port, "/metrics", timeout_header="5")
+            assert code == 200, body
+            assert value(body, "dnsfleet_probe_failure", target=doh.address, module="doh",
+                         reason="malformed") == 1  # fmt: skip
+            assert value(body, "dnsfleet_probe_success", target=dns.address, module="udp") == 1
+
+    try:
+        run(go())
+    finally:
+        doh.close()
+        dns.close()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("infos", "want"),
+    [
+        ([{"notAfter": "Jan  1 00:00:00 2030 GMT"}, {"notAfter": "Jan  1 00:00:00 2029 GMT"}],
+         1861920000.0),
+        ([{"notAfter": "not a time"}], None),
+        ([{"notAfter": "Jan  1 00:00:00 2030 GMT"}, {"notAfter": "Feb 31 99:99:99 2030 GMT"}],
+         None),
+        ([{"notAfter": "Jan  1 00:00:00 2030 GMT"}, {}], None),
+        ([{"notAfter": 12}], None),
+        ([], None),
+    ],
+)  # fmt: skip
+def test_earliest_expiry_tolerates_a_date_that_is_not_a_time(
+    infos: list[dict[str, object]], want: float | None
+) -> None:
+    assert earliest_not_after(infos) == want
+
+
+@pytest.mark.unit
+def test_an_exception_while_probing_one_target_is_its_internal_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A probe that raises (here: a stand-in for the certificate code's ValueError) fails
+    its own target with reason `internal`, is counted, and the other target and the whole
+    record render as usual."""
+    exp = exporter(
+        tmp_path,
+        {
+            "modules": {"t": {"transport": "tcp"}},
+            "targets": [{"address": "127.0.0.1:1053", "module": "t"},
+                        {"address": "127.0.0.2:1053", "module": "t"}],
+        },
+    )  # fmt: skip
+    ok = ProbeResult(True, None, 0.001, 0, 1, "ok")
+
+    async def fake_probe(*, sockaddr: tuple[str, int], **_: object) -> ProbeResult:
+        if sockaddr[0] == "127.0.0.1":
+            raise ValueError("time data 'not a time' does not match format")
+        return ok
+
+    monkeypatch.setattr(prober_mod, "probe", fake_probe)
+
+    async def go() -> None:
+        deadline = asyncio.get_running_loop().time() + 5
+        results = await exp.prober.probe_all(exp.config, deadline)
+        bad = results[("127.0.0.1:1053", "t")]
+        assert bad.reason is Reason.INTERNAL and "ValueError" in bad.detail
+        assert results[("127.0.0.2:1053", "t")] is ok
+        assert exp.prober.internal_errors == 1
+        fams = {f.name for f in exp.prober.record(results).families()}
+        assert "dnsfleet_probe_failures_total" in fams
+
+    run(go())
+
+
+# ---------------------------------------------------------------- the start-up log
+
+
+@pytest.mark.integration
+def test_the_start_up_log_names_the_port_bound(tmp_path: Path) -> None:
+    """With `--web.listen-address=127.0.0.1:0` the kernel picks the port; the log used to
+    say port 0. It names the port bound now, and that port answers."""
+    conf = tmp_path / "dnsfleet.yml"
+    conf.write_text(yaml.safe_dump({"resolv_conf": [], "modules": {"m": {}}, "targets": []}))
+    proc = ManagedProcess(
+        [*EXPORTER, "--web.listen-address=127.0.0.1:0", f"--config.file={conf}"],
+        tmp_path / "exporter.log",
+        what="exporter",
+    )
+    listening = re.compile(r"listening on http://127\.0\.0\.1:(\d+)/metrics")
+
+    class Logged(Ready):
+        def __call__(self) -> bool:
+            return listening.search(proc.output()) is not None
+
+    try:
+        proc.wait_until(Logged(), timeout=30)
+        m = listening.search(proc.output())
+        assert m is not None
+        port = int(m.group(1))
+        assert port != 0
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/healthy", timeout=10) as r:
+            assert r.status == 200
+    finally:
+        proc.stop(timeout=10)
