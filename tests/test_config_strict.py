@@ -35,7 +35,7 @@ def load_text(tmp_path: Path, text: str) -> config.Config:
     [
         (
             BASE + 'targets: [{address: 127.0.0.1, module: m, labels: {"site\\n": x}}]\n',
-            "targets[0].labels.site\n: invalid label name",
+            "targets[0].labels.site\\n: invalid label name",  # the newline as an escape
         ),
         (
             BASE + "targets: [{address: 127.0.0.1, module: m, labels: {backend: x}}]\n",

@@ -13,6 +13,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import dns.edns
 import dns.message
@@ -32,6 +33,17 @@ from tests.harness.tools import binary, num
 pytestmark = pytest.mark.integration
 
 IDENTITY = "unbound-a"
+
+
+def mapped(sock: Path, identity: str, address: str) -> dict[str, Any]:
+    """The dnstap section with ``identity`` naming a target at ``address`` (an identity
+    naming no target is refused). The target's probes ask TXT for localhost., which the
+    counts here (A and AAAA responses, SERVFAILs) leave out."""
+    return {
+        "modules": {"probe": {"query_name": "localhost.", "query_type": "TXT"}},
+        "targets": [{"address": address, "module": "probe"}],
+        "dnstap": {"socket": str(sock), "identities": {identity: address}},
+    }
 
 
 def dnstap_clause(sock: Path) -> str:
@@ -178,7 +190,7 @@ def test_expired_signatures_are_servfail_with_their_ede(tmp_path: Path) -> None:
         u.extra_config = dnstap_clause(sock)
         exp = exporter(
             tmp_path,
-            {"targets": [], "dnstap": {"socket": str(sock), "identities": {IDENTITY: u.address}}},
+            mapped(sock, IDENTITY, u.address),
         )
         u.start()
         got: collections.Counter[tuple[str, tuple[int, ...]]] = collections.Counter()
@@ -217,7 +229,7 @@ def test_dnsdist_responses_carry_their_query_time(tmp_path: Path) -> None:
     )
     exp = exporter(
         tmp_path,
-        {"targets": [], "dnstap": {"socket": str(sock), "identities": {"dnsdist-edge": d.address}}},
+        mapped(sock, "dnsdist-edge", d.address),
     )
     try:
         backend.start()
@@ -252,7 +264,7 @@ def test_a_stalled_listener_never_blocks_the_resolver(tmp_path: Path) -> None:
     )
     exp = exporter(
         tmp_path,
-        {"targets": [], "dnstap": {"socket": str(sock), "identities": {IDENTITY: u.address}}},
+        mapped(sock, IDENTITY, u.address),
     )
     ingest = exp.collector_state["dnstap"]
     assert isinstance(ingest, Ingest)
@@ -366,7 +378,7 @@ def test_knot_resolver_counts_and_latency(tmp_path: Path) -> None:
     )
     exp = exporter(
         tmp_path,
-        {"targets": [], "dnstap": {"socket": str(sock), "identities": {"kresd-a": k.address}}},
+        mapped(sock, "kresd-a", k.address),
     )
     try:
         deadline = time.monotonic() + 30
@@ -424,7 +436,7 @@ def test_a_random_subdomain_flood_is_flagged_and_nothing_else(
     )
     exp = exporter(
         tmp_path,
-        {"targets": [], "dnstap": {"socket": str(sock), "identities": {IDENTITY: u.address}}},
+        mapped(sock, IDENTITY, u.address),
     )
     rnd = random.Random(26)
     lines = []

@@ -1,7 +1,8 @@
 """Log lines (``--log.format=logfmt|json``): every line the exporter writes in a whole run
 (start, scrapes, a probe failure, a good and a bad reload, shutdown) parses with a strict
 logfmt parser, or with json.loads, into ts, level, source and msg first, as promslog
-writes them. A property test round-trips any message through both formats."""
+writes them. A property test round-trips any message through both formats (control and
+bidi characters come back as their visible escapes, tests/test_escapes.py)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dnsfleet import logs
+from dnsfleet.escapes import escape
 from tests.harness.exporter import ExporterProcess
 from tests.harness.metrics import matching, samples, value
 from tests.harness.servers import Unbound
@@ -93,7 +95,8 @@ def test_any_message_round_trips(msg: str, attr: str) -> None:
         line = formatter().format(_record(msg, target=attr))
         assert "\n" not in line and "\r" not in line
         rec = check_line(line, fmt)
-        assert rec["msg"] == msg and rec["target"] == attr
+        # Exactly what was logged, control and bidi characters as visible escapes.
+        assert rec["msg"] == escape(msg) and rec["target"] == escape(attr)
         assert rec["level"] == "warn" and rec["source"] == "app.py:42"
 
 

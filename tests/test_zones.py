@@ -1,5 +1,6 @@
-"""Issue 23, pure: RFC 1982 serial arithmetic, the hand-written DS digest and key tag
-against dnspython's dns.dnssec, and the `zones` section's errors."""
+"""Issue 23, pure: RFC 1982 serial arithmetic, signature times read as RFC 4034 §3.1.5 says,
+the hand-written DS digest and key tag against dnspython's dns.dnssec, the zone checks'
+share of the open-file budget, and the `zones` section's errors."""
 
 from __future__ import annotations
 
@@ -21,9 +22,12 @@ from dnsfleet.collectors.zones import (
     ds_of,
     key_tag,
     newest_serial,
+    rrset_expiry,
     serial_lt,
+    signature_window,
 )
 from dnsfleet.config import ConfigError
+from dnsfleet.selfmetrics import share_descriptors
 
 pytestmark = pytest.mark.unit
 
@@ -98,6 +102,72 @@ def test_newest_serial() -> None:
     assert newest_serial([4294967290, 5]) == 5
     assert newest_serial([0, 2**31]) is None
     assert newest_serial([7]) == 7
+
+
+NOW = 1_795_000_000  # 2026-11-18
+WRAP = 2**32  # 2106-02-07T06:28:16Z: the 32-bit fields wrap to 0
+DAY = 86400
+
+
+@pytest.mark.parametrize(
+    ("inception", "expiration", "now", "window"),
+    [
+        # (fields as on the wire, now) -> (inception, expiration as Unix times, valid)
+        (NOW - 3600, NOW + DAY, NOW, (NOW - 3600, NOW + DAY, True)),
+        (NOW - 3600, 0xFFFFFFFF, NOW, (NOW - 3600, -1, False)),  # not 2106: 1969, expired
+        (NOW + 3600, NOW + DAY, NOW, (NOW + 3600, NOW + DAY, False)),  # not yet valid
+        (NOW - 10 * DAY, NOW - DAY, NOW, (NOW - 10 * DAY, NOW - DAY, False)),  # expired
+        (NOW, NOW, NOW, (NOW, NOW, True)),  # both ends inclusive
+        (NOW - DAY, NOW + 2**31 - 1, NOW, (NOW - DAY, NOW + 2**31 - 1, True)),
+        # Distance 2**31 is undefined in RFC 1982: never read as the future.
+        (NOW - DAY, (NOW + 2**31) % WRAP, NOW, (NOW - DAY, NOW - 2**31, False)),
+        # Across the wrap: signed just before it, expiring after it.
+        (WRAP - 1000, 500, WRAP - 100, (WRAP - 1000, WRAP + 500, True)),
+        (WRAP - 500, 5000, WRAP + 1000, (WRAP - 500, WRAP + 5000, True)),
+        (WRAP - 500, 5000, WRAP + 6000, (WRAP - 500, WRAP + 5000, False)),
+        # Expiration before inception: valid at no time.
+        (NOW + DAY, NOW - DAY, NOW, (NOW + DAY, NOW - DAY, False)),
+    ],
+)
+def test_signature_window(
+    inception: int, expiration: int, now: int, window: tuple[int, int, bool]
+) -> None:
+    w = signature_window(inception, expiration, now)
+    assert (w.inception, w.expiration, w.valid) == window
+
+
+@pytest.mark.parametrize(
+    ("sigs", "exported"),
+    [
+        ([], None),  # unsigned
+        ([(NOW - DAY, NOW + 5 * DAY), (NOW - DAY, NOW + 3 * DAY)], NOW + 3 * DAY),
+        # An expired signature beside a valid one: the set still validates.
+        ([(NOW - 9 * DAY, NOW - DAY), (NOW - DAY, NOW + 3 * DAY)], NOW + 3 * DAY),
+        ([(NOW + 3600, NOW + 3 * DAY), (NOW - DAY, NOW + 5 * DAY)], NOW + 5 * DAY),
+        # None valid: when the set stopped validating, so the expiry alert fires.
+        ([(NOW - DAY, 0xFFFFFFFF)], -1),
+        ([(NOW + 3600, NOW + 30 * DAY)], NOW),
+        ([(NOW - 9 * DAY, NOW - DAY), (NOW - 9 * DAY, NOW - 5)], NOW - 5),
+    ],
+)
+def test_rrset_expiry(sigs: list[tuple[int, int]], exported: int | None) -> None:
+    assert rrset_expiry(sigs, NOW) == exported
+
+
+@pytest.mark.parametrize(
+    ("cap", "probes", "zones", "shares"),
+    [
+        (1024, 10, 0, (1024, 0)),
+        (1024, 10, 20, (1004, 20)),  # both fit: the zones take what they need
+        (100, 900, 100, (90, 10)),  # neither fits: in proportion
+        (182, 1, 601, (1, 181)),  # 600 silent zones under `ulimit -n 512`
+        (1, 5, 5, (1, 1)),  # at least one each
+    ],
+)
+def test_zone_sockets_share_the_cycle_budget(
+    cap: int, probes: int, zones: int, shares: tuple[int, int]
+) -> None:
+    assert share_descriptors(cap, probes=probes, zones=zones) == shares
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from dnsfleet import config as config_mod
 from dnsfleet import malloc
 from dnsfleet.collectors import COLLECTORS, CollectContext, run_collectors
 from dnsfleet.collectors import dnstap as dnstap_collector
+from dnsfleet.collectors.zones import zone_sockets
 from dnsfleet.config import Config, ConfigError, Module, Target
 from dnsfleet.exposition import Family, TextFamily, merge, render_bytes
 from dnsfleet.hostfs import HostFS
@@ -29,6 +30,7 @@ from dnsfleet.selfmetrics import (
     probe_concurrency,
     process_families,
     scrape_duration_family,
+    share_descriptors,
 )
 from dnsfleet.status import History, PageFacts, Snapshot
 from dnsfleet.statuspage import RUNBOOK_BASE_URL, StatusView
@@ -270,9 +272,14 @@ class Exporter:
         malloc.trim()  # the previous scrape's buffers are all free by now
         cfg = self.config
         start = loop.time()
-        ctx = CollectContext(fs=self.fs, config=cfg, deadline=deadline, state=self.collector_state)
+        probe_cap, zone_cap = share_descriptors(
+            self.max_concurrent_probes(cfg), probes=len(cfg.targets), zones=zone_sockets(cfg.zones)
+        )
+        ctx = CollectContext(
+            fs=self.fs, config=cfg, deadline=deadline, state=self.collector_state, sockets=zone_cap
+        )
         results, collected = await asyncio.gather(
-            self.prober.probe_all(cfg, deadline, self.max_concurrent_probes(cfg)),
+            self.prober.probe_all(cfg, deadline, probe_cap),
             run_collectors(ctx, COLLECTORS),
         )
         self.scrapes_total += 1

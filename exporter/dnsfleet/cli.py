@@ -20,6 +20,7 @@ from dnsfleet.app import Exporter
 from dnsfleet.capacityruns import MIN_CLIENT_CPU_SHARE
 from dnsfleet.config import DEFAULT_CAPACITY_FILE, ConfigError, parse_address
 from dnsfleet.config import schema as config_schema
+from dnsfleet.escapes import escape
 from dnsfleet.hostfs import HostFS
 from dnsfleet.httpserver import serve as http_serve
 from dnsfleet.selfmetrics import LoopLag
@@ -134,7 +135,7 @@ def _invalid(args: argparse.Namespace, text: str) -> int:
     """--config.check prints its verdict for a person; the daemon logs it like every other
     line it writes, so log shippers parse it too."""
     if args.config_check:
-        print(text, file=sys.stderr)
+        print(escape(text), file=sys.stderr)
     else:
         log.error("%s", text)
     return 1
@@ -158,7 +159,7 @@ def exporter_main(argv: Sequence[str] | None = None) -> int:
     if args.config_check:
         cfg = exp.config
         print(
-            f"configuration valid: {cfg.source}: {len(cfg.modules)} modules, "
+            f"configuration valid: {escape(cfg.source)}: {len(cfg.modules)} modules, "
             f"{len(cfg.targets)} targets"
         )
         return 0

@@ -12,6 +12,10 @@ than space, ``=`` and ``"``; otherwise it is quoted with backslash escapes (the 
 Go's slog ``needsQuoting``), so a message with spaces, quotes or newlines is still exactly
 one line that logfmt parsers (go-logfmt, Loki's ``logfmt`` stage, Vector's
 ``parse_logfmt``) read back unchanged.
+
+Control and bidi characters in every value are written as visible escapes first
+(:func:`dnsfleet.escapes.escape`), in both formats: a parser gives back ``\x1b``, never an
+ESC a terminal or log viewer would obey. A traceback keeps its line breaks.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import logging
 import sys
 import time
 from typing import Any, TextIO
+
+from dnsfleet.escapes import escape
 
 FORMATS = ("logfmt", "json")
 LEVELS = {
@@ -77,19 +83,20 @@ def fields(record: logging.LogRecord, formatter: logging.Formatter) -> dict[str,
     out: dict[str, Any] = {
         "ts": timestamp(record.created),
         "level": level_name(record.levelno),
-        "source": f"{record.filename}:{record.lineno}",
-        "msg": record.getMessage(),
+        "source": escape(f"{record.filename}:{record.lineno}"),
+        "msg": escape(record.getMessage()),
     }
     for key, value in vars(record).items():
         if key not in _STANDARD:
             # promslog renames a caller's attribute that collides with a reserved key.
-            out["logged_" + key if key in _RESERVED else key] = value
+            name = escape("logged_" + key if key in _RESERVED else key)
+            out[name] = escape(value) if isinstance(value, str) else value
     if record.exc_info:
-        out["err"] = formatter.formatException(record.exc_info)
+        out["err"] = escape(formatter.formatException(record.exc_info), keep_newlines=True)
     elif record.exc_text:
-        out["err"] = record.exc_text
+        out["err"] = escape(record.exc_text, keep_newlines=True)
     if record.stack_info:
-        out["stack"] = record.stack_info
+        out["stack"] = escape(record.stack_info, keep_newlines=True)
     return out
 
 
@@ -109,7 +116,7 @@ class JSONFormatter(logging.Formatter):
 
 
 def _text(v: object) -> str:
-    return str(v)
+    return escape(str(v))
 
 
 FORMATTERS: dict[str, type[logging.Formatter]] = {

@@ -151,6 +151,21 @@ def probe_concurrency(configured: int, soft_limit: int, in_use: int) -> int:
     return max(1, min(configured, spare // (CONCURRENT_CYCLES + 1)))
 
 
+def share_descriptors(cap: int, *, probes: int, zones: int) -> tuple[int, int]:
+    """Pure: one cycle's socket cap (see :func:`probe_concurrency`) split between the probes
+    (``probes`` targets, a socket each at a time) and the zone checks (``zones``
+    nameservers, likewise): (probes in flight, zone sockets). Both get what they need when
+    it fits, else the cap in proportion to the need, at least one each. Zone sockets
+    outside the budget once let 600 silent zones under ``ulimit -n 512`` take every
+    descriptor: a healthy nameserver read as down with EMFILE."""
+    if zones <= 0:
+        return cap, 0
+    if probes + zones <= cap:
+        return cap - zones, zones
+    share = max(1, min(zones, cap * zones // max(1, probes + zones)))
+    return max(1, cap - share), share
+
+
 def cycle_end_family(wall: float) -> Family:
     return Family(
         "dnsfleet_scrape_cycle_end_timestamp_seconds",

@@ -42,6 +42,9 @@ class CollectContext:
     config: Config
     deadline: float  # loop.time() by which the scrape must be done
     state: dict[str, Any]  # per-collector state kept between scrapes, keyed by collector
+    # Sockets the zone checks may hold at once: their share of the cycle's open-file
+    # budget (app.py splits it with the probes; selfmetrics.share_descriptors).
+    sockets: int = 64
 
 
 HostCollectFn = Callable[[HostFS, Config], list[Family]]

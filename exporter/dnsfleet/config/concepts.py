@@ -218,13 +218,21 @@ class Labels(Check):
 
 
 class Cidrs(Check):
+    """Networks, each normalised once: an IPv4-mapped IPv6 network (``::ffff:10.0.0.0/104``)
+    is the IPv4 network it maps (``10.0.0.0/8``), as /probe judges a ``::ffff:a.b.c.d``
+    target by the IPv4 host it reaches; left mapped, the entry matched nothing."""
+
     def read(self, node: Node) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
         out = []
         for item in node.sequence():
             try:
-                out.append(ipaddress.ip_network(item.string(), strict=False))
+                net = ipaddress.ip_network(item.string(), strict=False)
             except ValueError as e:
                 raise item.error(f"invalid CIDR: {e}") from None
+            mapped = net.network_address.ipv4_mapped if net.version == 6 else None
+            if mapped is not None and net.prefixlen >= 96:
+                net = ipaddress.ip_network(f"{mapped}/{net.prefixlen - 96}")
+            out.append(net)
         return tuple(out)
 
     def schema(self) -> JSON:

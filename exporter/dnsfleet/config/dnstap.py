@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
 
-from dnsfleet.config.addresses import Address, Endpoint
+from dnsfleet.config.addresses import Address, Endpoint, parse_address
 from dnsfleet.config.checks import JSON, Check, Duration, Integer, key, read_keys
 from dnsfleet.config.concepts import AbsolutePath
 from dnsfleet.config.reader import Node
+from dnsfleet.config.targets import Target
 from dnsfleet.config.values import quote
 
 MAX_IDENTITIES = 1024
@@ -140,3 +142,30 @@ def _protobuf_installed() -> bool:
         return importlib.util.find_spec("google.protobuf") is not None
     except ModuleNotFoundError:
         return False
+
+
+def resolve_identities(node: Node, cfg: DnstapConfig, targets: tuple[Target, ...]) -> DnstapConfig:
+    """Each identity names a configured target by its address, normalised as targets are
+    (``ip`` is ``ip:53``; ``[::1]:53`` is ``::1``; without a port, a target at that IP on
+    another port): it is written back as that target's own address, the ``target`` label
+    its probe series carry, so the target's labels (``site``) reach the dnstap series.
+    An identity naming no target is an error: its series would join nothing."""
+    if not cfg.identities:
+        return cfg
+    out: list[tuple[str, str]] = []
+    for identity, named in cfg.identities:
+        where = node.child("identities").child(identity)
+        try:
+            host, port, scope = parse_address(named)
+            explicit = parse_address(named, default_port=0)[1] != 0
+        except ValueError as e:
+            raise where.error(f"{quote(named)} names no target: {e}") from None
+        same = [t for t in targets if (t.host, t.scope_id) == (host, scope)]
+        match = [t for t in same if t.port == port] or ([] if explicit else same)
+        if not match:
+            raise where.error(
+                f"{quote(named)} names no target (an identity maps to the address of an "
+                "entry under targets)"
+            )
+        out.append((identity, match[0].address))
+    return dataclasses.replace(cfg, identities=tuple(out))

@@ -12,7 +12,7 @@ from dnsfleet.config.addresses import parse_address
 from dnsfleet.config.checks import ListOf, MapOf, Section, ShortSection, key, read_keys
 from dnsfleet.config.concepts import AbsolutePath, Cidrs
 from dnsfleet.config.consul import ConsulConfig, _parse_consul
-from dnsfleet.config.dnstap import DnstapConfig, parse_dnstap
+from dnsfleet.config.dnstap import DnstapConfig, parse_dnstap, resolve_identities
 from dnsfleet.config.files import read_yaml_source
 from dnsfleet.config.host import HostConfig, _parse_host
 from dnsfleet.config.limits import Limits, _parse_limits
@@ -80,22 +80,16 @@ def parse(data: Any, *, source: str, text: Source | None = None) -> Config:
         modules[name] = _parse_module(name, mnode)
     target_nodes: list[Node] = f.opt("targets", [], Node.sequence)
     targets = tuple(_parse_target(t, modules) for t in target_nodes)
-    seen: set[tuple[str, str]] = set()
-    for i, t in enumerate(targets):
-        if (t.address, t.module) in seen:
-            raise (
-                root.child("targets")
-                .child(i)
-                .error(f"duplicate target {quote(t.address)} with module {quote(t.module)}")
-            )
-        seen.add((t.address, t.module))
+    _check_no_duplicate_target(root, targets)
     _check_one_internals_entry(root, targets)
+    values = read_keys(f, Config, skip=("modules", "targets"))
+    values["dnstap"] = resolve_identities(root.child("dnstap"), values["dnstap"], targets)
     cfg = Config(
         source=source,
         modules=modules,
         targets=targets,
         raw=data if isinstance(data, dict) else {},
-        **read_keys(f, Config, skip=("modules", "targets")),
+        **values,
     )
     if len(targets) > cfg.limits.max_targets:
         raise root.child("targets").error(
@@ -111,6 +105,26 @@ def parse(data: Any, *, source: str, text: Source | None = None) -> Config:
             "`targets: []` to run only the host collectors on purpose)"
         )
     return cfg
+
+
+def _check_no_duplicate_target(root: Node, targets: tuple[Target, ...]) -> None:
+    """A target is its address (IP, port, IPv6 zone; ``ip`` is ``ip:53``, ``[::1]:53`` is
+    ``::1``) and its module: two entries for one would probe the resolver twice and export
+    two series sets for it under two spellings."""
+    first: dict[tuple[str, int, int, str], int] = {}
+    for i, t in enumerate(targets):
+        j = first.setdefault((t.host, t.port, t.scope_id, t.module), i)
+        if j == i:
+            continue
+        same = "" if targets[j].address == t.address else f" ({quote(targets[j].address)})"
+        raise (
+            root.child("targets")
+            .child(i)
+            .error(
+                f"duplicate target {quote(t.address)} with module {quote(t.module)}: the "
+                f"same address as targets[{j}]{same}"
+            )
+        )
 
 
 # A config must set at least one of these, if only to an empty list (see parse); a key

@@ -21,12 +21,18 @@ from dnsfleet.config.values import (
     quote,
 )
 from dnsfleet.config.yamlload import compose_yaml
+from dnsfleet.escapes import escape
 
 T = TypeVar("T")
 
 
 class ConfigError(Exception):
-    """A configuration problem, with the file and key path in the message."""
+    """A configuration problem, with the file and key path in the message. The message is
+    escaped once here (dnsfleet.escapes), whatever part of it came from the file: keys,
+    values, YAML's own complaints."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(escape(message))
 
 
 class Source:

@@ -1,12 +1,14 @@
 """Values in configuration messages and durations: how a value is described and quoted in
 an error (never growing with the value), and Go's duration syntax read and written as the
-Prometheus ecosystem writes it. Pure; imports nothing of dnsfleet."""
+Prometheus ecosystem writes it. Pure; imports only the escape every output applies."""
 
 from __future__ import annotations
 
 import math
 import re
 from typing import Any
+
+from dnsfleet.escapes import escape
 
 
 def describe(v: Any) -> str:
@@ -29,13 +31,16 @@ MAX_PREVIEW = 80
 
 
 def preview(v: Any) -> str:
-    """``v`` for a message: containers by kind (never walked), scalars cut to MAX_PREVIEW."""
+    """``v`` for a message: containers by kind (never walked), scalars cut to MAX_PREVIEW,
+    control and bidi characters escaped (a value is printed to a terminal or a log)."""
     if isinstance(v, dict | list | tuple | set):
         return describe(v) if isinstance(v, dict | list) else type(v).__name__
     if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 256:
         return "a very large integer"  # str() of a huge int is quadratic
     s = str(v)
-    return s if len(s) <= MAX_PREVIEW else f"{s[:MAX_PREVIEW]}... ({len(s)} characters)"
+    if len(s) > MAX_PREVIEW:
+        return f"{escape(s[:MAX_PREVIEW])}... ({len(s)} characters)"
+    return escape(s)
 
 
 def quote(v: Any) -> str:

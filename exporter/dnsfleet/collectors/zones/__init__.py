@@ -1,98 +1,62 @@
 """Zone integrity at the zone's own nameservers (issue 23): SOA serials compared with RFC 1982
-serial arithmetic, the earliest RRSIG expiry of the SOA and DNSKEY sets, and whether a
-DNSKEY matches the DS the parent publishes.
+serial arithmetic, the RRSIG validity of the SOA and DNSKEY sets, and whether a DNSKEY
+matches the DS the parent publishes.
 
-Every nameserver of every zone is asked concurrently, RD clear, DO set, EDNS 1232 (a DNSKEY
-set with its signatures exceeds 512 octets), over UDP and again over TCP when truncated;
-only an authoritative (AA) answer counts. The parent's servers are asked for the zone's DS.
-
-The DS digest is computed with hashlib (RFC 4034 5.1.4: the digest of the owner name in
-canonical wire form followed by the DNSKEY RDATA), not ``dns.dnssec.make_ds``: importing
-``dns.dnssec`` pulls in ``cryptography`` when it is installed (+8 MiB RSS), and its default
-policy refuses SHA-1 digests, which parents still publish. tests/test_zones.py checks the
-two agree for digest types 1, 2 and 4.
+Every nameserver of every zone is asked, RD clear, DO set, EDNS 1232 (a DNSKEY set with its
+signatures exceeds 512 octets), over UDP and again over TCP when truncated, each within its
+own deadline and the cycle's open-file share (:mod:`.ask`); only an authoritative (AA)
+answer counts. The parent's servers are asked for the zone's DS. The arithmetic is in
+:mod:`.dnssec`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from dnsfleet.collectors.base import DEADLINE_MARGIN, CollectContext, Collector
+from dnsfleet.collectors.zones.ask import Asker, ZoneError, ZoneReason, ask, reason_of
+from dnsfleet.collectors.zones.dnssec import (
+    DIGESTS,
+    DsRecord,
+    ds_matches,
+    ds_of,
+    key_tag,
+    newest_serial,
+    rrset_expiry,
+    serial_lt,
+    signature_time,
+    signature_window,
+)
 from dnsfleet.config import Endpoint, Zone
-from dnsfleet.dnswire import Malformed, Query, build_query, decode_message
 from dnsfleet.exposition import Family
-from dnsfleet.probes import tcp, udp
 
 log = logging.getLogger(__name__)
 
-SOA, DNSKEY, DS, RRSIG = 6, 48, 43, 46
-ZONE_KEY_FLAG = 0x0100  # DNSKEY flags bit 7 (RFC 4034 2.1.1)
-DIGESTS = {1: hashlib.sha1, 2: hashlib.sha256, 4: hashlib.sha384}
-HALF = 2**31
+SOA, DNSKEY, DS = 6, 48, 43
 STATE_KEY = "zones"
 
+__all__ = [
+    "COLLECTOR",
+    "DsRecord",
+    "ZoneError",
+    "ZoneReason",
+    "ds_matches",
+    "ds_of",
+    "key_tag",
+    "newest_serial",
+    "rrset_expiry",
+    "serial_lt",
+    "signature_time",
+    "signature_window",
+    "zone_sockets",
+]
 
-# --------------------------------------------------------------------------- pure
-
-
-def serial_lt(a: int, b: int) -> bool:
-    """RFC 1982 3.2: ``a < b`` in 32-bit serial arithmetic. The pair at distance exactly
-    2**31 is undefined: neither is less."""
-    return a != b and ((a < b and b - a < HALF) or (a > b and a - b > HALF))
-
-
-def newest_serial(serials: list[int]) -> int | None:
-    """The serial no other is newer than, or None when serial arithmetic cannot order them
-    (a pair at distance 2**31, or spread over more than half the serial space)."""
-    for s in serials:
-        if all(t == s or serial_lt(t, s) for t in serials):
-            return s
-    return None
-
-
-def key_tag(rdata: bytes) -> int:
-    """RFC 4034 Appendix B (algorithm 1 is obsolete and not handled)."""
-    acc = 0
-    for i, b in enumerate(rdata):
-        acc += b if i & 1 else b << 8
-    acc += (acc >> 16) & 0xFFFF
-    return acc & 0xFFFF
-
-
-@dataclass(frozen=True, slots=True)
-class DsRecord:
-    key_tag: int
-    algorithm: int
-    digest_type: int
-    digest: bytes
-
-
-def ds_of(owner_wire: bytes, dnskey_rdata: bytes, digest_type: int) -> DsRecord | None:
-    """The DS of a DNSKEY (RFC 4034 5.1.4), None for a digest type not known here."""
-    h = DIGESTS.get(digest_type)
-    if h is None:
-        return None
-    return DsRecord(
-        key_tag(dnskey_rdata),
-        dnskey_rdata[3],
-        digest_type,
-        h(owner_wire + dnskey_rdata).digest(),
-    )
-
-
-def ds_matches(owner_wire: bytes, ds_set: list[DsRecord], dnskeys: list[bytes]) -> bool:
-    """A validator's rule: some DS of a digest type it knows matches some zone key."""
-    for ds in ds_set:
-        for key in dnskeys:
-            flags = int.from_bytes(key[:2], "big")
-            if flags & ZONE_KEY_FLAG and ds_of(owner_wire, key, ds.digest_type) == ds:
-                return True
-    return False
+Signatures = tuple[tuple[int, int], ...]  # (inception, expiration) fields as on the wire
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,12 +65,12 @@ class SoaView:
 
     serial: int
     refresh: int
-    soa_rrsig_expiry: int | None  # earliest, epoch seconds
+    soa_rrsigs: Signatures
     dnskeys: tuple[bytes, ...]  # DNSKEY RDATA in wire form
-    dnskey_rrsig_expiry: int | None
+    dnskey_rrsigs: Signatures
 
 
-def _rrsig_expiry(msg: Any, name: Any, covers: int) -> int | None:
+def _rrsigs(msg: Any, name: Any, covers: int) -> Signatures:
     import dns.rdataclass  # noqa: PLC0415 - with dns.message, already loaded by decode
     import dns.rdatatype  # noqa: PLC0415
 
@@ -118,73 +82,41 @@ def _rrsig_expiry(msg: Any, name: Any, covers: int) -> int | None:
         covers=dns.rdatatype.RdataType(covers),
     )
     if rrset is None:
-        return None
-    return min(int(sig.expiration) for sig in rrset)
+        return ()
+    return tuple((int(sig.inception), int(sig.expiration)) for sig in rrset)
 
 
-# --------------------------------------------------------------------------- network
-
-
-class ZoneError(Exception):
-    """A nameserver gave no usable answer; the message says why."""
-
-
-async def _ask(
-    ep: Endpoint, zone: str, qtype: int, timeout: float
-) -> Any:  # dns.message.Message, imported lazily
-    query: Query = build_query(
-        zone, qtype, recursion_desired=False, dnssec_ok=True, nsid=False, payload=1232
-    )
-    ex = await udp.exchange(sockaddr=ep.sockaddr, family=ep.family, query=query, timeout=timeout)
-    if ex.response is not None and ex.response.truncated:
-        ex = await tcp.exchange(
-            sockaddr=ep.sockaddr, family=ep.family, query=query, timeout=timeout
-        )
-    if ex.response is None:
-        raise ZoneError(f"{ex.error.value if ex.error else 'error'}: {ex.detail}")
-    try:
-        msg = decode_message(ex.response.wire)
-    except Malformed as e:
-        raise ZoneError(str(e)) from None
-    if msg.rcode() != 0:
-        import dns.rcode  # noqa: PLC0415
-
-        raise ZoneError(f"rcode {dns.rcode.to_text(msg.rcode())}")
-    return msg
-
-
-async def _view(ep: Endpoint, zone: Zone, timeout: float) -> SoaView:
+async def _view(ep: Endpoint, zone: Zone, end: float) -> SoaView:
     import dns.flags  # noqa: PLC0415
     import dns.name  # noqa: PLC0415
     import dns.rdataclass  # noqa: PLC0415
     import dns.rdatatype  # noqa: PLC0415
 
     name = dns.name.from_text(zone.apex)
-    soa_msg, key_msg = await asyncio.gather(
-        _ask(ep, zone.apex, SOA, timeout), _ask(ep, zone.apex, DNSKEY, timeout)
-    )
+    soa_msg = await ask(ep, zone.apex, SOA, end)
     if not soa_msg.flags & dns.flags.AA:
-        raise ZoneError("not authoritative for the zone (no AA)")
+        raise ZoneError(ZoneReason.NOT_AUTHORITATIVE, "not authoritative for the zone (no AA)")
     soa = soa_msg.get_rrset(soa_msg.answer, name, dns.rdataclass.IN, dns.rdatatype.SOA)
     if soa is None or not len(soa):
-        raise ZoneError("no SOA in the answer")
+        raise ZoneError(ZoneReason.NO_SOA, "no SOA in the answer")
+    key_msg = await ask(ep, zone.apex, DNSKEY, end)
     rd = soa[0]
     keys = key_msg.get_rrset(key_msg.answer, name, dns.rdataclass.IN, dns.rdatatype.DNSKEY)
     return SoaView(
         serial=int(rd.serial),
         refresh=int(rd.refresh),
-        soa_rrsig_expiry=_rrsig_expiry(soa_msg, name, SOA),
+        soa_rrsigs=_rrsigs(soa_msg, name, SOA),
         dnskeys=tuple(k.to_digestable() for k in keys) if keys is not None else (),
-        dnskey_rrsig_expiry=_rrsig_expiry(key_msg, name, DNSKEY),
+        dnskey_rrsigs=_rrsigs(key_msg, name, DNSKEY),
     )
 
 
-async def _ds_set(ep: Endpoint, zone: Zone, timeout: float) -> list[DsRecord]:
+async def _ds_set(ep: Endpoint, zone: Zone, end: float) -> list[DsRecord]:
     import dns.name  # noqa: PLC0415
     import dns.rdataclass  # noqa: PLC0415
     import dns.rdatatype  # noqa: PLC0415
 
-    msg = await _ask(ep, zone.apex, DS, timeout)
+    msg = await ask(ep, zone.apex, DS, end)
     rrset = msg.get_rrset(
         msg.answer, dns.name.from_text(zone.apex), dns.rdataclass.IN, dns.rdatatype.DS
     )
@@ -222,9 +154,15 @@ class ZoneFamilies:
             "dnsfleet_zone_soa_refresh_seconds",
             "SOA REFRESH of the newest serial: how long a secondary may lag by design.",
         )
+        self.failure = Family(
+            "dnsfleet_zone_nameserver_failure_reason",
+            "1 for why the nameserver gave no usable answer in this scrape (only while it fails).",
+        )
         self.expiry = Family(
             "dnsfleet_zone_rrsig_expiry_timestamp_seconds",
-            "Earliest expiration of the RRSIGs over the SOA or DNSKEY set at the nameserver.",
+            "Earliest expiration of the RRSIGs over the SOA or DNSKEY set valid now at the "
+            "nameserver (RFC 4034 serial arithmetic); when none is valid, when the set "
+            "stopped validating.",
         )
         self.warning = Family(
             "dnsfleet_zone_signature_warning_seconds",
@@ -246,6 +184,7 @@ class ZoneFamilies:
     def all(self) -> list[Family]:
         return [
             self.up,
+            self.failure,
             self.serial,
             self.refresh,
             self.expiry,
@@ -255,20 +194,28 @@ class ZoneFamilies:
             self.ds_match,
         ]
 
-    def nameservers(self, zone: Zone, views: list[SoaView | BaseException]) -> list[SoaView]:
-        """Per-nameserver series; the views that answered."""
+    def nameservers(
+        self, zone: Zone, views: list[SoaView | BaseException], now: float
+    ) -> list[SoaView]:
+        """Per-nameserver series; the views that answered. ``now``: Unix time, against
+        which signature times are read."""
         answered: list[SoaView] = []
         for ep, v in zip(zone.nameservers, views, strict=True):
             labels = {"zone": zone.apex, "nameserver": ep.key()}
             if isinstance(v, BaseException):
-                unexpected = not isinstance(v, ZoneError | OSError)
-                (log.warning if unexpected else log.debug)("zone %s at %s: %r", zone.apex, ep, v)
+                reason = reason_of(v)
+                if reason is ZoneReason.INTERNAL_ERROR:
+                    log.warning("zone %s at %s: %r", zone.apex, ep, v, exc_info=v)
+                else:
+                    log.debug("zone %s at %s: %s", zone.apex, ep, v)
                 self.up.add(0, labels)
+                self.failure.add(1, {**labels, "reason": reason.value})
                 continue
             self.up.add(1, labels)
             answered.append(v)
             self.serial.add(v.serial, labels)
-            for kind, exp in (("SOA", v.soa_rrsig_expiry), ("DNSKEY", v.dnskey_rrsig_expiry)):
+            for kind, sigs in (("SOA", v.soa_rrsigs), ("DNSKEY", v.dnskey_rrsigs)):
+                exp = rrset_expiry(sigs, now)
                 if exp is not None:
                     self.expiry.add(exp, {**labels, "type": kind})
         return answered
@@ -308,6 +255,12 @@ class ZoneFamilies:
             self.ds_match.add(1 if match else 0, {"zone": zone.apex})
 
 
+def zone_sockets(zones: tuple[Zone, ...]) -> int:
+    """Sockets the zone checks would hold at once with no limit: one per nameserver and
+    parent server asked (each asks one question at a time)."""
+    return sum(len(z.nameservers) + len(z.parent_nameservers) for z in zones)
+
+
 async def collect(ctx: CollectContext) -> list[Family]:
     loop = asyncio.get_running_loop()
     state: dict[str, ZoneState] = ctx.state.setdefault(STATE_KEY, {})
@@ -315,22 +268,26 @@ async def collect(ctx: CollectContext) -> list[Family]:
     live = {z.apex for z in ctx.config.zones}
     for gone in set(state) - live:
         del state[gone]
+    asker = Asker(slots=ctx.sockets, hard_end=ctx.deadline - DEADLINE_MARGIN)
 
     async def one(zone: Zone) -> None:
-        budget = min(zone.timeout, ctx.deadline - DEADLINE_MARGIN - loop.time())
-        if budget <= 0:
+        if asker.hard_end - loop.time() <= 0:
             return
         views, ds_sets = await asyncio.gather(
             asyncio.gather(
-                *(_view(ep, zone, budget) for ep in zone.nameservers), return_exceptions=True
+                *(asker.run(zone.timeout, partial(_view, ep, zone)) for ep in zone.nameservers),
+                return_exceptions=True,
             ),
             asyncio.gather(
-                *(_ds_set(ep, zone, budget) for ep in zone.parent_nameservers),
+                *(
+                    asker.run(zone.timeout, partial(_ds_set, ep, zone))
+                    for ep in zone.parent_nameservers
+                ),
                 return_exceptions=True,
             ),
         )
         fams.warning.add(zone.signature_warning, {"zone": zone.apex})
-        answered = fams.nameservers(zone, views)
+        answered = fams.nameservers(zone, views, time.time())
         if answered:
             fams.serials(zone, answered, state.setdefault(zone.apex, ZoneState()))
         fams.ds(zone, answered, ds_sets)
