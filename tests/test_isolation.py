@@ -155,6 +155,15 @@ def test_a_short_deadline_client_never_shortens_a_long_scrape(tmp_path: Path) ->
             await flood
             assert long_success == [1.0] * 8
             assert short_timeouts[0], "the short client never saw its own 50 ms probes time out"
+            # The counters that the SLO rules read hold no cut-short probe: the short
+            # client saw its own timeouts, nobody else counts them.
+            code, body = await get(port, "/metrics", timeout_header="10")
+            labels = {"target": dns.address, "module": "m"}
+            assert value(body, "dnsfleet_probe_failures_total", reason="timeout", **labels) in (
+                None,
+                0,
+            )
+            assert value(body, "dnsfleet_probe_attempts_total", **labels) == 9
 
     try:
         run(go())
@@ -185,6 +194,44 @@ def test_a_short_scrape_beside_the_first_long_cycle_gets_its_own(tmp_path: Path)
             labels = {"target": hole.address, "module": "silent", "reason": "timeout"}
             assert value(body, "dnsfleet_probe_failure", **labels) == 1
             assert (await long)[0] == 200
+
+    try:
+        run(go())
+    finally:
+        hole.close()
+
+
+@pytest.mark.integration
+def test_a_timeout_is_counted_only_when_the_modules_own_timeout_ended_it(
+    tmp_path: Path,
+) -> None:
+    """A silent target: a scrape that gives its probe the module's whole 0.5 s counts the
+    timeout; one whose 0.2 s deadline ends the wait first reports the timeout to its
+    requester and counts nothing (it says nothing about the target)."""
+    hole = Blackhole()
+    exp = exporter(
+        tmp_path,
+        {
+            "modules": {"silent": {"timeout": "500ms"}},
+            "targets": [{"address": hole.address, "module": "silent"}],
+        },
+    )
+    labels = {"target": hole.address, "module": "silent"}
+
+    async def go() -> None:
+        async with served(exp) as port:
+            counts = []
+            for header in ("10", "0.7", "10"):
+                code, body = await get(port, "/metrics", timeout_header=header)
+                assert code == 200, body
+                assert value(body, "dnsfleet_probe_failure", reason="timeout", **labels) == 1
+                counts.append(
+                    (
+                        value(body, "dnsfleet_probe_attempts_total", **labels),
+                        value(body, "dnsfleet_probe_failures_total", reason="timeout", **labels),
+                    )
+                )
+            assert counts == [(1, 1), (1, 1), (2, 2)]
 
     try:
         run(go())

@@ -32,6 +32,16 @@ _NOT_STARTED = failed(Reason.TIMEOUT, 0.0, "scrape deadline reached before the p
 TargetKey = tuple[str, str]  # (address, module)
 
 
+def cut_short(result: ProbeResult, module: Module) -> bool:
+    """A timeout that came before the module's own timeout: the requester's deadline ended
+    the wait (a scraper with a short scrape timeout, or a probe that could not start before
+    it), which says nothing about the target. Its cycle reports it, to the requester that
+    asked for that deadline; the attempts and failures counters, which the SLO rules and
+    every other scraper read, leave it out, so a client with a short deadline cannot count
+    failures against a healthy resolver."""
+    return result.reason is Reason.TIMEOUT and result.duration < module.timeout - 0.001
+
+
 @dataclass(slots=True)
 class TargetState:
     target: Target
@@ -51,9 +61,13 @@ class TargetState:
     # Answers carrying each Extended DNS Error code (label value), since the exporter started.
     ede_counts: dict[str, int] = field(default_factory=dict)
 
-    def observe(self, result: ProbeResult, wall: float) -> None:
+    def observe(self, result: ProbeResult, wall: float, *, counted: bool = True) -> None:
+        """``counted``: whether the probe is evidence about the target, for the attempts
+        and failures counters (see :func:`cut_short`)."""
         self.last = result
         self.last_wall = wall
+        if not counted:
+            return
         self.probes += 1
         if result.success:
             self.failing_since = None
@@ -244,7 +258,7 @@ class Prober:
                 result = self._internal(st.target, e, ex.duration if ex else 0.0)
             results[i] = result
             out[(st.target.address, st.target.module)] = result
-            self._record(st, result)
+            self._record(st, result, modules[i])
 
         await exchange_many(
             [
@@ -295,13 +309,13 @@ class Prober:
                 except Exception as e:
                     result = self._internal(t, e, time.monotonic() - start)
             out[(t.address, t.module)] = result
-            self._record(st, result)
+            self._record(st, result, module)
 
         await asyncio.gather(*(one(st) for st in states))
 
     @staticmethod
-    def _record(st: TargetState, result: ProbeResult) -> None:
-        st.observe(result, time.time())
+    def _record(st: TargetState, result: ProbeResult, module: Module) -> None:
+        st.observe(result, time.time(), counted=not cut_short(result, module))
         if result.reason is not None:
             log.debug(
                 "probe %s (%s) failed: %s: %s",
