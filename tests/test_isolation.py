@@ -339,6 +339,49 @@ def test_doh_status_that_is_not_a_number_fails_that_probe_only(tmp_path: Path) -
         dns.close()
 
 
+@pytest.mark.integration
+def test_a_chain_certificate_whose_date_is_not_a_time_costs_only_its_expiry(
+    tmp_path: Path,
+) -> None:
+    """A DoH server sends, after its own certificate, one whose notAfter is not a time
+    ("Bad time value"): the expiry code raised and every /metrics was a 500. Now the probe
+    succeeds (the verified path is sound), only that target's expiry series is left out,
+    and the other target is untouched."""
+    doh = HostileDoH("bad_chain_date")
+    good = HostileDoH("bad_chain_date")  # the same server, without the extra certificate
+    good.ctx.load_cert_chain(*good.plain_chain(tmp_path / "good"))
+    exp = exporter(
+        tmp_path,
+        {
+            "modules": {
+                "doh": _doh_module(doh.write_ca(tmp_path / "ca.pem"), "3s"),
+                "good": _doh_module(good.write_ca(tmp_path / "good-ca.pem"), "3s"),
+            },
+            "targets": [
+                {"address": doh.address, "module": "doh"},
+                {"address": good.address, "module": "good"},
+            ],
+        },
+    )
+
+    async def go() -> None:
+        async with served(exp) as port:
+            for _ in range(2):
+                code, body = await get(port, "/metrics", timeout_header="5")
+                assert code == 200, body
+                for target, module in ((doh.address, "doh"), (good.address, "good")):
+                    assert value(body, "dnsfleet_probe_success", target=target, module=module) == 1
+                expiry = "dnsfleet_probe_tls_cert_expiry_timestamp_seconds"
+                assert value(body, expiry, target=doh.address, module="doh") is None
+                assert (value(body, expiry, target=good.address, module="good") or 0) > time.time()
+
+    try:
+        run(go())
+    finally:
+        doh.close()
+        good.close()
+
+
 @pytest.mark.unit
 @pytest.mark.parametrize(
     ("infos", "want"),
