@@ -3,17 +3,32 @@
 from __future__ import annotations
 
 import importlib.util
-import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
 
-from dnsfleet.config.addresses import Address, Endpoint
 from dnsfleet.config.checks import JSON, Check, Duration, Integer, key, read_keys
 from dnsfleet.config.concepts import AbsolutePath
 from dnsfleet.config.reader import Node
-from dnsfleet.config.values import quote
 
 MAX_IDENTITIES = 1024
+LISTEN_REMOVED = (
+    "removed: over TCP any local user could write dnstap (forged SERVFAILs would count "
+    "against the SLOs); have the resolvers write to the unix socket (dnstap.socket), whose "
+    "permissions (socket_mode) say who may"
+)
+
+
+class Removed(Check):
+    """A key no longer accepted: any value is refused, and the message says what instead."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def read(self, node: Node) -> Any:
+        raise node.error(self.why)
+
+    def schema(self) -> JSON:
+        return {"not": {}}
 
 
 class IdentityMap(Check):
@@ -50,7 +65,7 @@ class DnstapConfig:
             omit="",
             doc="Unix socket resolvers write dnstap to over Frame Streams (unbound "
             "dnstap-socket-path, BIND dnstap-output unix, dnsdist newFrameStreamUnixLogger, "
-            "Knot Resolver dnstap socket_path); dnstap is off without socket or listen",
+            "Knot Resolver dnstap socket_path); dnstap is off without it",
         ),
     )
     socket_mode: int = field(
@@ -61,12 +76,11 @@ class DnstapConfig:
             "the exporter's group",
         ),
     )
-    listen: Endpoint | None = field(
+    listen: None = field(
         default=None,
         metadata=key(
-            Address(default_port=6000),
-            doc="Also accept Frame Streams over TCP here: a loopback address only (dnstap "
-            "carries every client's queries, unencrypted and unauthenticated)",
+            Removed(LISTEN_REMOVED),
+            doc="Removed: Frame Streams over TCP let any local user write dnstap; use socket",
         ),
     )
     identities: tuple[tuple[str, str], ...] = field(
@@ -98,7 +112,7 @@ class DnstapConfig:
 
     @property
     def enabled(self) -> bool:
-        return bool(self.socket or self.listen)
+        return bool(self.socket)
 
     def settings(self, target_labels: dict[str, dict[str, str]]) -> dict[str, Any]:
         """What the ingest process is started with (JSON); ``target_labels``: the mapped
@@ -107,7 +121,6 @@ class DnstapConfig:
             "target_labels": target_labels,
             "socket": self.socket,
             "socket_mode": self.socket_mode,
-            "listen": [self.listen.host, self.listen.port] if self.listen else None,
             "identities": dict(self.identities),
             "handshake_timeout": self.handshake_timeout,
             "idle_timeout": self.idle_timeout,
@@ -124,10 +137,5 @@ def parse_dnstap(node: Node) -> DnstapConfig:
         raise node.error(
             "dnstap needs the protobuf Python module, which is not installed (pip install "
             "'dnsfleet[dnstap]', or Debian's python3-protobuf)"
-        )
-    if cfg.listen is not None and not ipaddress.ip_address(cfg.listen.host).is_loopback:
-        raise node.child("listen").error(
-            f"{quote(str(cfg.listen))} is not a loopback address: dnstap is unauthenticated "
-            "and unencrypted; run dnsfleet beside the resolver, or use the unix socket"
         )
     return cfg
