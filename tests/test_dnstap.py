@@ -43,7 +43,7 @@ from dnsfleet.dnstap.insight import Insight
 from dnsfleet.dnstap.insight import qname_text as insight_qname
 from dnsfleet.dnstap.message import Undecodable, parse_frame, peek, qname_text
 from dnsfleet.exposition import Family
-from tests.harness.dnstapwriter import Writer, frames, pair
+from tests.harness.dnstapwriter import Writer, frames, ingest_settings, pair
 
 # ------------------------------------------------------------------- Frame Streams
 
@@ -290,17 +290,9 @@ def test_the_matching_table_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def settings_for(path: Path, **over: Any) -> dict[str, Any]:
-    s: dict[str, Any] = {
-        "socket": str(path),
-        "socket_mode": 0o660,
-        "listen": None,
-        "identities": {"r1": "127.0.0.1:53"},
-        "handshake_timeout": 1.0,
-        "idle_timeout": 1.0,
-        "max_connections": 4,
-    }
-    s.update(over)
-    return s
+    # Eviction of idle writers off: these tests count refusals (test_dnstap_isolation.py
+    # has the eviction).
+    return ingest_settings(path, **{"evict_idle": 3600.0, **over})
 
 
 @pytest.fixture

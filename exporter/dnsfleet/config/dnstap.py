@@ -108,7 +108,14 @@ class DnstapConfig:
             "between frames is not)",
         ),
     )
-    max_connections: int = field(default=64, metadata=key(Integer(minimum=1, maximum=4096)))
+    max_connections: int = field(
+        default=64,
+        metadata=key(
+            Integer(minimum=1, maximum=4096),
+            doc="Writers connected at once; when all are connected a new writer takes the "
+            "slot of the one idle longest, if idle for a second or more (else it is refused)",
+        ),
+    )
 
     @property
     def enabled(self) -> bool:
