@@ -174,6 +174,27 @@ def test_a_frozen_ingest_is_killed_and_started_again(sock: Path, closing: list[I
     wait_for(ing, ("dnsfleet_dnstap_frames_total", ""), 2)
 
 
+@pytest.mark.integration
+def test_a_process_that_keeps_exiting_is_restarted_with_a_growing_backoff(
+    tmp_path: Path, closing: list[Ingest]
+) -> None:
+    """It cannot listen (no such directory) and exits every time: restarted at once the
+    first time, then 1 s, 2 s, 4 s apart at the soonest, however often it is ensured."""
+    ing = Ingest(ingest_settings(tmp_path / "missing" / "dnstap.sock"))
+    closing.append(ing)
+    assert ing.proc.wait(timeout=60) == 1
+    ing.ensure()
+    assert ing.restarts["exited"] == 1  # at once
+    start = time.monotonic()
+    while time.monotonic() - start < 4.0:
+        ing.ensure()
+        time.sleep(0.02)
+    # Backoffs of 1 s then 2 s: at most two more within 4 s, whatever the machine's speed.
+    assert ing.restarts == {"exited": ing.restarts["exited"], "unresponsive": 0}
+    assert 1 <= ing.restarts["exited"] <= 3
+    assert ing.starts == ing.restarts["exited"] + 1
+
+
 # ------------------------------------------------------------------- writers
 
 

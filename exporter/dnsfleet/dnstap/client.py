@@ -5,10 +5,10 @@ answering.
 A request is never abandoned half-read: a scrape that gives up (its deadline) stops waiting
 for it, but the request goes on and the next scrape shares it rather than sending another.
 So a request that stays unanswered for :data:`ANSWER_TIMEOUT` means the process is stuck,
-not that a scrape was short: the process is then killed and started again. Restarts (of a
-process that exited or was stuck) wait for a backoff that doubles from
-:data:`BACKOFF_MIN` to :data:`BACKOFF_MAX` while the process keeps failing; the first
-restart after :data:`BACKOFF_MAX` of good service is immediate.
+not that a scrape was short: the process is then killed and started again. The first
+restart (of a process that exited or was stuck) is at once; while the process keeps
+failing, the next ones wait for a backoff that doubles from :data:`BACKOFF_MIN` to
+:data:`BACKOFF_MAX`, until a process has served for :data:`BACKOFF_MAX`.
 """
 
 from __future__ import annotations
@@ -118,8 +118,8 @@ class Ingest:
             log.warning("dnstap ingest process exited (%s)", self.proc.returncode)
         self._stop(kill=True)
         self.restarts[reason] += 1
-        self._not_before = now + self._backoff
         self._backoff = min(max(BACKOFF_MIN, 2 * self._backoff), BACKOFF_MAX)
+        self._not_before = now + self._backoff  # for the next restart: this one is now
         try:
             self._spawn()
         except OSError as e:
