@@ -49,7 +49,6 @@ LOADER_ONLY = {
     "zone-without-nameserver",
     "ca-file-not-pem",
     "doh-url-with-tls",
-    "dnstap-listen-not-loopback",
 }
 
 

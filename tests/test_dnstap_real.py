@@ -232,6 +232,11 @@ def test_dnsdist_responses_carry_their_query_time(tmp_path: Path) -> None:
         mapped(sock, "dnsdist-edge", d.address),
     )
     try:
+        # dnsdist's logger connects when it starts and retries only after a long delay: the
+        # ingest process (starting on a busy machine) listens first, as for kresd below.
+        deadline = time.monotonic() + 30
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
         backend.start()
         d.start()
         sent: collections.Counter[str] = collections.Counter()

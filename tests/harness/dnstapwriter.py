@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
+from pathlib import Path
 from typing import Any
 
 import dns.edns
@@ -83,6 +84,20 @@ def _message(
             m.query_time_sec = int(query_time)
             m.query_time_nsec = round((query_time % 1) * 1e9)
     return bytes(d.SerializeToString())
+
+
+def ingest_settings(path: Path, **over: Any) -> dict[str, Any]:
+    """The ingest process's settings for a socket at ``path``, short timeouts."""
+    s: dict[str, Any] = {
+        "socket": str(path),
+        "socket_mode": 0o660,
+        "identities": {"r1": "127.0.0.1:53"},
+        "handshake_timeout": 1.0,
+        "idle_timeout": 1.0,
+        "max_connections": 4,
+    }
+    s.update(over)
+    return s
 
 
 def frames(*payloads: bytes) -> bytes:

@@ -4,8 +4,8 @@ listens for the resolvers' dnstap streams in a process of its own.
 The exporter starts the process when it loads a configuration with a ``dnstap`` section
 (:func:`ensure`), so the socket exists before the resolvers start: Knot Resolver never
 connects to a socket that was missing when it started. Each scrape asks the process for its
-families, and starts it again if it died (its counters then start from zero, which
-Prometheus' rate() reads as a counter reset).
+families, and starts it again if it exited or stopped answering (its counters then start
+from zero, which Prometheus' rate() reads as a counter reset).
 """
 
 from __future__ import annotations
@@ -66,12 +66,20 @@ async def collect(ctx: CollectContext) -> list[Family]:
         "again, and its counters restarted from zero.",
         "counter",
     ).add(ingest.starts)
+    restarts = Family(
+        "dnsfleet_dnstap_ingest_restarts_total",
+        "dnstap ingest processes started again, by reason: it exited, or it was killed "
+        "because a request went unanswered (unresponsive).",
+        "counter",
+    )
+    for reason, n in ingest.restarts.items():
+        restarts.add(n, {"reason": reason})
     try:
         fams = await ingest.families()
     except IngestUnavailable as e:
         log.warning("dnstap ingest process did not answer: %s", e)
-        return [up.add(0), starts]
-    return [up.add(1), starts, *fams]
+        return [up.add(0), starts, restarts]
+    return [up.add(1), starts, restarts, *fams]
 
 
 COLLECTOR = Collector(name="dnstap", run=collect, enabled=lambda cfg: cfg.dnstap.enabled)

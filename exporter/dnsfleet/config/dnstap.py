@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
 
-from dnsfleet.config.addresses import Address, Endpoint, parse_address
+from dnsfleet.config.addresses import parse_address
 from dnsfleet.config.checks import JSON, Check, Duration, Integer, key, read_keys
 from dnsfleet.config.concepts import AbsolutePath
 from dnsfleet.config.reader import Node
@@ -16,6 +15,24 @@ from dnsfleet.config.targets import Target
 from dnsfleet.config.values import quote
 
 MAX_IDENTITIES = 1024
+LISTEN_REMOVED = (
+    "removed: over TCP any local user could write dnstap (forged SERVFAILs would count "
+    "against the SLOs); have the resolvers write to the unix socket (dnstap.socket), whose "
+    "permissions (socket_mode) say who may"
+)
+
+
+class Removed(Check):
+    """A key no longer accepted: any value is refused, and the message says what instead."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def read(self, node: Node) -> Any:
+        raise node.error(self.why)
+
+    def schema(self) -> JSON:
+        return {"not": {}}
 
 
 class IdentityMap(Check):
@@ -52,7 +69,7 @@ class DnstapConfig:
             omit="",
             doc="Unix socket resolvers write dnstap to over Frame Streams (unbound "
             "dnstap-socket-path, BIND dnstap-output unix, dnsdist newFrameStreamUnixLogger, "
-            "Knot Resolver dnstap socket_path); dnstap is off without socket or listen",
+            "Knot Resolver dnstap socket_path); dnstap is off without it",
         ),
     )
     socket_mode: int = field(
@@ -63,19 +80,20 @@ class DnstapConfig:
             "the exporter's group",
         ),
     )
-    listen: Endpoint | None = field(
+    listen: None = field(
         default=None,
         metadata=key(
-            Address(default_port=6000),
-            doc="Also accept Frame Streams over TCP here: a loopback address only (dnstap "
-            "carries every client's queries, unencrypted and unauthenticated)",
+            Removed(LISTEN_REMOVED),
+            doc="Removed: Frame Streams over TCP let any local user write dnstap; use socket",
         ),
     )
     identities: tuple[tuple[str, str], ...] = field(
         default=(),
         metadata=key(
             IdentityMap(),
-            doc="dnstap identity -> target label: the resolver each stream's identity names "
+            doc="dnstap identity -> the target it is reported as, named by its address "
+            "(read as targets are: 127.0.0.1:53 names the target written 127.0.0.1) and "
+            "reported with that target's labels; an identity naming no target is refused "
             "(unmapped identities are labelled with themselves, up to 32, then `other`)",
         ),
     )
@@ -96,11 +114,18 @@ class DnstapConfig:
             "between frames is not)",
         ),
     )
-    max_connections: int = field(default=64, metadata=key(Integer(minimum=1, maximum=4096)))
+    max_connections: int = field(
+        default=64,
+        metadata=key(
+            Integer(minimum=1, maximum=4096),
+            doc="Writers connected at once; when all are connected a new writer takes the "
+            "slot of the one idle longest, if idle for a second or more (else it is refused)",
+        ),
+    )
 
     @property
     def enabled(self) -> bool:
-        return bool(self.socket or self.listen)
+        return bool(self.socket)
 
     def settings(self, target_labels: dict[str, dict[str, str]]) -> dict[str, Any]:
         """What the ingest process is started with (JSON); ``target_labels``: the mapped
@@ -109,7 +134,6 @@ class DnstapConfig:
             "target_labels": target_labels,
             "socket": self.socket,
             "socket_mode": self.socket_mode,
-            "listen": [self.listen.host, self.listen.port] if self.listen else None,
             "identities": dict(self.identities),
             "handshake_timeout": self.handshake_timeout,
             "idle_timeout": self.idle_timeout,
@@ -123,14 +147,9 @@ def parse_dnstap(node: Node) -> DnstapConfig:
     cfg = DnstapConfig(**read_keys(f, DnstapConfig))
     f.done()
     if cfg.enabled and not _protobuf_installed():
-        raise node.child("socket" if cfg.socket else "listen").error(
+        raise node.child("socket").error(
             "dnstap needs the protobuf Python module, which is not installed (pip install "
             "'dnsfleet[dnstap]', or Debian's python3-protobuf)"
-        )
-    if cfg.listen is not None and not ipaddress.ip_address(cfg.listen.host).is_loopback:
-        raise node.child("listen").error(
-            f"{quote(str(cfg.listen))} is not a loopback address: dnstap is unauthenticated "
-            "and unencrypted; run dnsfleet beside the resolver, or use the unix socket"
         )
     return cfg
 

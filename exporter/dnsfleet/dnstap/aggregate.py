@@ -9,13 +9,21 @@ Latency is response time minus query time. dnsdist puts the query time in its
 CLIENT_RESPONSE; unbound, BIND and Knot Resolver do not, so each CLIENT_QUERY's time is kept
 under (client address, port, DNS id, transport) until its response arrives, in a table of
 at most :data:`PENDING_MAX` entries (the oldest is dropped, and counted, when it is full).
+
+Nothing kept is sized by the sender: a client address is kept as its 4 or 16 bytes, or as
+nothing when it is neither (a malformed address is "unknown"); an identity by its first
+:data:`MAX_IDENTITY_LEN` bytes. A matching-table entry is then a key of at most
+:data:`PENDING_KEY_MAX` bytes and a time: about :data:`PENDING_ENTRY_BYTES` bytes each with
+the table's own overhead, so the full table holds at most :data:`PENDING_BYTES` (16 MiB).
 """
 
 from __future__ import annotations
 
 import bisect
+import struct
 import time
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from dnsfleet.dnstap.framestreams import Refusal
 from dnsfleet.dnstap.insight import Insight
@@ -37,17 +45,30 @@ QTYPES |= {33: "SRV", 43: "DS", 48: "DNSKEY", 64: "SVCB", 65: "HTTPS", 255: "ANY
 MAX_UNMAPPED = 32  # identities without a configured target that get a label of their own
 MAX_IDENTITY_LEN = 64
 MAX_EDE = 49  # RFC 8914 and the IANA registry assign 0-30 today; room for new ones
-PENDING_MAX = 65536
+# The matching table's byte budget, and what one entry costs at most (a 26-byte key
+# object, its time and the dict's slots: tests/test_dnstap_isolation.py measures it).
+PENDING_BYTES = 16 * 1024 * 1024
+PENDING_ENTRY_BYTES = 256
+PENDING_MAX = PENDING_BYTES // PENDING_ENTRY_BYTES  # 65,536
+_PORT_ID_PROTO = struct.Struct(">IHI")
+PENDING_KEY_MAX = 16 + _PORT_ID_PROTO.size
 # Why a frame or a stream was not counted (dnsfleet_dnstap_errors_total{reason}).
 ERROR_REASONS = (
     *(r.value for r in Refusal),
     "handshake_timeout",  # no START within the handshake timeout
     "idle_timeout",  # a stream silent for longer than the idle timeout, mid-frame or not
-    "too_many_connections",
+    "too_many_connections",  # every slot taken by a writer active within evict_idle
+    "idle_evicted",  # the longest-idle writer, cut to give its slot to a new one
     "protobuf",  # a data frame that is no dnstap.Dnstap message
     "dns",  # a message whose DNS bytes do not parse
 )
 MESSAGE_TYPES = {i: n.lower() for i, n in enumerate(_MESSAGE_TYPES, 1)}
+
+
+def client_address(raw: bytes) -> bytes:
+    """A client address as its 4 (IPv4) or 16 (IPv6) bytes; anything else as nothing,
+    whatever its size (dnstap's query_address is bytes of any length)."""
+    return raw if len(raw) in (4, 16) else b""
 
 
 def identity_text(raw: bytes) -> str:
@@ -80,12 +101,13 @@ class Aggregator:
         self.servfail: dict[tuple[str, str], int] = {}
         self.unmatched: dict[str, int] = {}
         self.latency: dict[str, list[float]] = {}  # bucket counts, then the sum
-        self.pending: dict[tuple[bytes, int, int, int], int] = {}
+        self.pending: dict[bytes, int] = {}
         self.evicted = 0
         self.insight = Insight(top_n)
         self._now = time.monotonic()
 
-    def target(self, identity: bytes) -> str:
+    def target(self, raw: bytes) -> str:
+        identity = raw[:MAX_IDENTITY_LEN]  # all identity_text reads: the cache's key
         t = self._targets.get(identity)
         if t is not None:
             return t
@@ -124,7 +146,7 @@ class Aggregator:
             w = m.query_message
             if len(w) < 12:
                 raise Undecodable("dns")
-            key = (m.query_address, m.query_port, (w[0] << 8) | w[1], m.socket_protocol)
+            key = _pending_key(m, (w[0] << 8) | w[1], m.socket_protocol)
             self.pending[key] = m.query_time_sec * 1_000_000_000 + m.query_time_nsec
             if len(self.pending) > PENDING_MAX:
                 del self.pending[next(iter(self.pending))]
@@ -140,15 +162,13 @@ class Aggregator:
         self.responses[key] = self.responses.get(key, 0) + 1
         if p.truncated:
             self.truncated[target] = self.truncated.get(target, 0) + 1
-        self.insight.observe(target, m.query_address, p.rcode, p.qname, self._now)  # type: ignore[attr-defined]
+        client = client_address(m.query_address)  # type: ignore[attr-defined]
+        self.insight.observe(target, client, p.rcode, p.qname, self._now)
         if p.rcode == Rcode.SERVFAIL:
             code = p.ede[0] if p.ede else None
             ede = "none" if code is None else str(code) if code <= MAX_EDE else "other"
             self.servfail[(target, ede)] = self.servfail.get((target, ede), 0) + 1
-        pending = self.pending.pop(
-            (m.query_address, m.query_port, p.id, proto),  # type: ignore[attr-defined]
-            None,
-        )
+        pending = self.pending.pop(_pending_key(m, p.id, proto), None)
         if m.HasField("query_time_sec"):  # type: ignore[attr-defined]
             pending = m.query_time_sec * 1_000_000_000 + m.query_time_nsec  # type: ignore[attr-defined]
         if pending is None:
@@ -261,6 +281,12 @@ class Aggregator:
             fam.add_raw(lab, h[-1], "_sum")
             fam.add_raw(lab, acc, "_count")
         return fam
+
+
+def _pending_key(m: Any, qid: int, proto: int) -> bytes:
+    """(client address, port, DNS id, transport) in at most PENDING_KEY_MAX bytes."""
+    addr = client_address(m.query_address)
+    return addr + _PORT_ID_PROTO.pack(m.query_port & 0xFFFFFFFF, qid, proto & 0xFFFFFFFF)
 
 
 def _rcode(rc: int) -> str:

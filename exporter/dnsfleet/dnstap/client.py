@@ -1,5 +1,15 @@
-"""The exporter's side of the ingest process: start it, ask it for its families, start it
-again when it died or when its settings changed."""
+"""The exporter's side of the ingest process: start it, ask it for its families over the
+channel (:mod:`dnsfleet.dnstap.channel`), and start it again when it exited or stopped
+answering.
+
+A request is never abandoned half-read: a scrape that gives up (its deadline) stops waiting
+for it, but the request goes on and the next scrape shares it rather than sending another.
+So a request that stays unanswered for :data:`ANSWER_TIMEOUT` means the process is stuck,
+not that a scrape was short: the process is then killed and started again. The first
+restart (of a process that exited or was stuck) is at once; while the process keeps
+failing, the next ones wait for a backoff that doubles from :data:`BACKOFF_MIN` to
+:data:`BACKOFF_MAX`, until a process has served for :data:`BACKOFF_MAX`.
+"""
 
 from __future__ import annotations
 
@@ -7,110 +17,181 @@ import asyncio
 import json
 import logging
 import socket
-import struct
 import subprocess
 import sys
+import time
 from typing import Any
 
+from dnsfleet import logs
+from dnsfleet.dnstap.channel import (
+    HEADER,
+    REQUEST,
+    ChannelError,
+    decode_reply,
+    reply_length,
+)
 from dnsfleet.exposition import Family
 
 log = logging.getLogger(__name__)
-_REQ = struct.Struct(">I")
-_REPLY = struct.Struct(">II")
-MAX_REPLY = 64 * 1024 * 1024
+ANSWER_TIMEOUT = 30.0
+BACKOFF_MIN = 1.0
+BACKOFF_MAX = 60.0
+RESTART_REASONS = ("exited", "unresponsive")
 
 
 class IngestUnavailable(Exception):
     """The ingest process did not answer; the message says why."""
 
 
+def log_arguments() -> list[str]:
+    """The exporter's own ``--log.format`` and ``--log.level`` (as :func:`logs.setup` set
+    them on the root logger), so the ingest process writes the same records."""
+    root = logging.getLogger()
+    fmt = "logfmt"
+    for handler in root.handlers:
+        for name, cls in logs.FORMATTERS.items():
+            if type(handler.formatter) is cls:
+                fmt = name
+    return ["--log.format", fmt, "--log.level", logs.level_name(root.getEffectiveLevel())]
+
+
 class Ingest:
     """One ingest process and its control socket. ``settings`` is JSON-able (see
-    :mod:`dnsfleet.dnstap.ingest`); ``starts`` counts the processes started."""
+    :mod:`dnsfleet.dnstap.ingest`); ``starts`` counts the processes started, ``restarts``
+    the restarts by reason."""
 
-    def __init__(self, settings: dict[str, Any]) -> None:
+    def __init__(self, settings: dict[str, Any], *, answer_timeout: float = ANSWER_TIMEOUT) -> None:
         self.settings = settings
+        self.answer_timeout = answer_timeout
         self.starts = 0
-        self._seq = 0
-        self._busy = False
+        self.restarts = dict.fromkeys(RESTART_REASONS, 0)
+        self._inflight: asyncio.Task[list[Family]] | None = None
+        self._stuck = False
+        self._backoff = 0.0
+        self._not_before = 0.0
         self._spawn()
 
     def _spawn(self) -> None:
         ours, theirs = socket.socketpair()
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "dnsfleet.dnstap.ingest",
-                "--control-fd",
-                str(theirs.fileno()),
-                json.dumps(self.settings),
-            ],
-            pass_fds=(theirs.fileno(),),
-            stdin=subprocess.DEVNULL,
-        )
-        theirs.close()
+        try:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "dnsfleet.dnstap.ingest",
+                    "--control-fd",
+                    str(theirs.fileno()),
+                    *log_arguments(),
+                    json.dumps(self.settings),
+                ],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+            )
+        except OSError:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
         ours.setblocking(False)
         self.control = ours
-        self._buf = b""
+        self.started = time.monotonic()
         self.starts += 1
+        self._stuck = False
+        self._inflight = None
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
     def ensure(self) -> None:
-        """Start the process again if it exited (its counters start from zero)."""
-        if not self.alive():
-            log.warning(
-                "dnstap ingest process exited (%s): starting it again", self.proc.returncode
-            )
-            self.control.close()
+        """Start the process again if it exited or is stuck (its counters start from
+        zero), once the backoff allows."""
+        if self.alive() and not self._stuck:
+            return
+        now = time.monotonic()
+        if now < self._not_before:
+            return
+        if self.alive():
+            reason = "unresponsive"
+            log.warning("dnstap ingest process %d stopped answering: killing it", self.proc.pid)
+        else:
+            reason = "exited"
+            log.warning("dnstap ingest process exited (%s)", self.proc.returncode)
+        self._stop(kill=True)
+        self.restarts[reason] += 1
+        self._backoff = min(max(BACKOFF_MIN, 2 * self._backoff), BACKOFF_MAX)
+        self._not_before = now + self._backoff  # for the next restart: this one is now
+        try:
             self._spawn()
+        except OSError as e:
+            log.error("cannot start the dnstap ingest process again: %s", e)
 
     async def families(self) -> list[Family]:
-        """The process's families. One request at a time (the exporter scrapes one cycle
-        at a time); a second one meanwhile is refused rather than queued."""
-        if self._busy:
-            raise IngestUnavailable("a request to it is already in flight")
-        self._busy = True
-        try:
-            return await self._ask()
-        finally:
-            self._busy = False
-
-    async def _ask(self) -> list[Family]:
+        """The process's families, from the request in flight if there is one."""
         loop = asyncio.get_running_loop()
-        self._seq = (self._seq + 1) & 0xFFFFFFFF
+        task = self._inflight
+        if task is None or task.done() or task.get_loop() is not loop:
+            task = self._inflight = loop.create_task(self._request())
+            task.add_done_callback(self._settled)
+        return await asyncio.shield(task)
+
+    async def _request(self) -> list[Family]:
+        proc, control = self.proc, self.control
         try:
-            await loop.sock_sendall(self.control, _REQ.pack(self._seq))
-            while True:  # a reply to an earlier request that timed out is skipped
-                seq, length = _REPLY.unpack(await self._read(_REPLY.size))
-                if length > MAX_REPLY:
-                    raise IngestUnavailable(f"a reply of {length} bytes")
-                body = await self._read(length)
-                if seq == self._seq:
-                    break
-        except OSError as e:
+            return await asyncio.wait_for(_ask(control), self.answer_timeout)
+        except TimeoutError:
+            if proc is self.proc:
+                self._stuck = True
+            raise IngestUnavailable(f"no answer within {self.answer_timeout:g} s") from None
+        except BlockingIOError:
+            if proc is self.proc:
+                self._stuck = True
+            raise IngestUnavailable("it has not read its requests") from None
+        except (OSError, ChannelError) as e:
             raise IngestUnavailable(str(e)) from None
-        return [
-            Family(n, h, t, [(s, lab, v) for s, lab, v in smp]) for n, h, t, smp in json.loads(body)
-        ]
 
-    async def _read(self, n: int) -> bytes:
-        loop = asyncio.get_running_loop()
-        while len(self._buf) < n:
-            chunk = await loop.sock_recv(self.control, max(65536, n - len(self._buf)))
-            if not chunk:
-                raise IngestUnavailable("the ingest process closed its control socket")
-            self._buf += chunk
-        out, self._buf = self._buf[:n], self._buf[n:]
-        return out
+    def _settled(self, task: asyncio.Task[list[Family]]) -> None:
+        if task.cancelled() or task.exception() is not None:
+            return
+        if time.monotonic() - self.started >= BACKOFF_MAX:
+            self._backoff = 0.0
 
-    def close(self) -> None:
-        """Stop the process: it reads EOF on its control socket and exits."""
+    def _stop(self, *, kill: bool) -> None:
         self.control.close()
+        if kill and self.alive():
+            self.proc.kill()
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+    def close(self) -> None:
+        """Stop the process: it reads EOF on its control socket and exits."""
+        self._stop(kill=False)
+
+
+async def _ask(control: socket.socket) -> list[Family]:
+    """One request on a socket of its own, closed whatever happens (a cancellation too)."""
+    loop = asyncio.get_running_loop()
+    ours, theirs = socket.socketpair()
+    try:
+        with theirs:
+            socket.send_fds(control, [REQUEST], [theirs.fileno()])
+        ours.setblocking(False)
+        head = await _read_exactly(loop, ours, HEADER.size)
+        body = await _read_exactly(loop, ours, reply_length(head))
+    finally:
+        ours.close()
+    return decode_reply(body)
+
+
+async def _read_exactly(loop: asyncio.AbstractEventLoop, sock: socket.socket, n: int) -> bytes:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = await loop.sock_recv_into(sock, view[got:])
+        if not k:
+            raise ChannelError("the ingest process closed the request's socket")
+        got += k
+    return bytes(buf)

@@ -2,9 +2,10 @@
 
 It owns the listener, the decoder and the aggregates, on an event loop of its own, so a
 flood of events costs its own core and never delays the exporter's probes and scrapes.
-The exporter holds the other end of the control socket: it sends a 4-byte request number,
-and gets back that number, a 4-byte length and the families as JSON. When the exporter
-goes away the control socket reads EOF and this process removes its socket and exits.
+The exporter holds the other end of the control socket and asks for the families over it
+as :mod:`dnsfleet.dnstap.channel` says. When the exporter goes away the control socket
+reads EOF and this process removes its socket and exits. It logs as the exporter does
+(``--log.format``, ``--log.level``: :mod:`dnsfleet.logs`).
 """
 
 from __future__ import annotations
@@ -18,80 +19,17 @@ import logging
 import os
 import socket
 import stat
-import struct
 import sys
 from typing import Any
 
+from dnsfleet import logs, malloc
 from dnsfleet.dnstap.aggregate import Aggregator
-from dnsfleet.dnstap.framestreams import ProtocolError, Receiver
+from dnsfleet.dnstap.channel import MAX_FDS, encode_reply
+from dnsfleet.dnstap.writers import Slots
 
 log = logging.getLogger("dnsfleet.dnstap")
-READ_SIZE = 256 * 1024
-_REQ = struct.Struct(">I")
-_REPLY = struct.Struct(">II")
-
-
-class Stream(asyncio.Protocol):
-    """One writer's connection: Frame Streams in, frames to the aggregator."""
-
-    def __init__(self, agg: Aggregator, settings: dict[str, Any]) -> None:
-        self.agg = agg
-        self.settings = settings
-        self.rx = Receiver()
-        self.transport: asyncio.Transport | None = None
-        self.timer: asyncio.TimerHandle | None = None
-        self.counted = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        if self.agg.connections_open >= self.settings["max_connections"]:
-            self.agg.error("too_many_connections")
-            transport.abort()
-            return
-        self.counted = True
-        self.agg.connections_total += 1
-        self.agg.connections_open += 1
-        self._arm(self.settings["handshake_timeout"], "handshake_timeout")
-
-    def _arm(self, delay: float, reason: str) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-        loop = asyncio.get_running_loop()
-        self.timer = loop.call_later(delay, self._expire, reason)
-
-    def _expire(self, reason: str) -> None:
-        self.timer = None
-        if reason == "idle_timeout" and not self.rx.buffered:
-            return  # a quiet resolver between frames: nothing is wrong
-        self.agg.error(reason)
-        if self.transport is not None:
-            self.transport.abort()
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            frames, reply, done = self.rx.feed(data)
-        except ProtocolError as e:
-            self.agg.error(e.refusal.value)
-            assert self.transport is not None
-            self.transport.abort()
-            return
-        if frames:
-            self.agg.ingest(frames)
-        assert self.transport is not None
-        if reply:
-            self.transport.write(reply)
-        if done:
-            self.transport.close()
-        elif self.rx.state.value == "data":
-            self._arm(self.settings["idle_timeout"], "idle_timeout")
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-        if self.counted:
-            self.agg.connections_open -= 1
-            self.counted = False
+# A reply the exporter does not read within this is dropped (it gave up on the request).
+REPLY_TIMEOUT = 60.0
 
 
 def _clear_stale(path: str) -> None:
@@ -116,45 +54,87 @@ def _clear_stale(path: str) -> None:
     raise OSError(errno.EADDRINUSE, f"{path}: another process listens on it")
 
 
-async def _listen(agg: Aggregator, settings: dict[str, Any]) -> list[asyncio.Server]:
+async def _listen(slots: Slots, settings: dict[str, Any]) -> asyncio.Server:
+    """The unix socket only: its file permissions say who may write dnstap (a TCP port
+    would let any local user inject messages)."""
     loop = asyncio.get_running_loop()
-    servers = []
-    path = settings.get("socket")
-    if path:
-        _clear_stale(path)
-        srv = await loop.create_unix_server(lambda: Stream(agg, settings), path, backlog=64)
-        os.chmod(path, settings["socket_mode"])
-        st = os.stat(path)
-        settings["_bound"] = [st.st_dev, st.st_ino]
-        servers.append(srv)
-    listen = settings.get("listen")
-    if listen:
-        host, port = listen
-        servers.append(await loop.create_server(lambda: Stream(agg, settings), host, port))
-    return servers
+    path: str = settings["socket"]
+    _clear_stale(path)
+    srv = await loop.create_unix_server(slots.stream, path, backlog=64)
+    os.chmod(path, settings["socket_mode"])
+    st = os.stat(path)
+    settings["_bound"] = [st.st_dev, st.st_ino]
+    return srv
 
 
-async def serve(control: socket.socket, settings: dict[str, Any]) -> None:
+async def _reply(sock: socket.socket, agg: Aggregator) -> None:
+    """One request's reply on its own socket; a request the exporter gave up on (its end
+    closed) costs a failed write and nothing else."""
+    loop = asyncio.get_running_loop()
+    with sock:
+        sock.setblocking(False)
+        data = encode_reply(agg.families())
+        with contextlib.suppress(OSError, TimeoutError):
+            await asyncio.wait_for(loop.sock_sendall(sock, data), REPLY_TIMEOUT)
+
+
+def _adopt(fd: int) -> socket.socket | None:
+    try:
+        return socket.socket(fileno=fd)
+    except OSError:  # not a socket: nothing the exporter sends
+        os.close(fd)
+        return None
+
+
+async def answer(control: socket.socket, agg: Aggregator) -> None:
+    """Answer the exporter's requests until it closes the control socket."""
+    loop = asyncio.get_running_loop()
+    control.setblocking(False)
+    gone: asyncio.Future[None] = loop.create_future()
+    replies: set[asyncio.Task[None]] = set()
+
+    def readable() -> None:
+        while not gone.done():
+            try:
+                msg, fds, _flags, _addr = socket.recv_fds(control, MAX_FDS, MAX_FDS)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                msg, fds = b"", []
+            if not msg and not fds:  # EOF: the exporter is gone
+                gone.set_result(None)
+                return
+            for fd in fds:
+                sock = _adopt(fd)
+                if sock is not None:
+                    task = loop.create_task(_reply(sock, agg))
+                    replies.add(task)
+                    task.add_done_callback(replies.discard)
+
+    loop.add_reader(control.fileno(), readable)
+    try:
+        await gone
+    finally:
+        loop.remove_reader(control.fileno())
+
+
+async def serve(control: socket.socket, settings: dict[str, Any]) -> int:
     agg = Aggregator(
         settings["identities"], settings.get("target_labels"), settings.get("top_n", 10)
     )
-    servers = await _listen(agg, settings)
-    reader, writer = await asyncio.open_connection(sock=control)
+    slots = Slots(agg, settings)
     try:
-        while True:
-            try:
-                head = await reader.readexactly(4)
-            except asyncio.IncompleteReadError:
-                return  # the exporter is gone
-            (seq,) = _REQ.unpack(head)
-            fams = [[f.name, f.help, f.type, f.samples] for f in agg.families()]
-            body = json.dumps(fams, separators=(",", ":")).encode()
-            writer.write(_REPLY.pack(seq, len(body)) + body)
-            await writer.drain()
+        server = await _listen(slots, settings)
+    except OSError as e:
+        log.error("dnstap ingest cannot listen on %s: %s", settings["socket"], e)
+        return 1
+    try:
+        await answer(control, agg)
     finally:
-        for srv in servers:
-            srv.close()
+        server.close()
+        slots.close_all()
         _remove_own(settings)
+    return 0
 
 
 def _remove_own(settings: dict[str, Any]) -> None:
@@ -171,17 +151,23 @@ def _remove_own(settings: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="dnsfleet.dnstap.ingest")
     ap.add_argument("--control-fd", type=int, required=True)
-    ap.add_argument("settings", help="JSON: socket, socket_mode, listen, identities, ...")
+    ap.add_argument("--log.format", dest="log_format", choices=logs.FORMATS, default="logfmt")
+    ap.add_argument("--log.level", dest="log_level", choices=list(logs.LEVELS), default="info")
+    ap.add_argument("settings", help="JSON: socket, socket_mode, identities, ...")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="dnstap ingest: %(message)s")
-    settings = json.loads(args.settings)
+    logs.setup(level=args.log_level, fmt=args.log_format)
+    # Frames of up to 256 KiB come and go: a pinned mmap threshold returns them to the
+    # kernel instead of fragmenting the heap (see dnsfleet.malloc).
+    malloc.tune()
     control = socket.socket(fileno=args.control_fd)
     try:
-        asyncio.run(serve(control, settings))
-    except OSError as e:
-        print(f"dnstap ingest: cannot listen: {e}", file=sys.stderr)
+        return asyncio.run(serve(control, json.loads(args.settings)))
+    except KeyboardInterrupt:  # Ctrl-C reaches the whole process group: the exporter says it
+        return 130
+    except Exception:
+        # One record in the exporter's format, the traceback inside it (its err field).
+        log.exception("dnstap ingest failed")
         return 1
-    return 0
 
 
 if __name__ == "__main__":
