@@ -118,7 +118,13 @@ def test_a_cancelled_reply_leaves_the_next_request_whole(sock: Path, closing: li
 def test_a_killed_ingest_is_started_again_and_counts(sock: Path, tmp_path: Path) -> None:
     exp = exporter(
         tmp_path,
-        {"targets": [], "dnstap": {"socket": str(sock), "identities": {"r1": "127.0.0.1:53"}}},
+        {
+            # An identity names a configured target; nothing listens at its address, so
+            # its probes are refused at once.
+            "modules": {"m": {"query_name": "a.test", "timeout": "1s"}},
+            "targets": [{"address": "127.0.0.1:53", "module": "m"}],
+            "dnstap": {"socket": str(sock), "identities": {"r1": "127.0.0.1:53"}},
+        },
     )
     try:
         ingest = exp.collector_state["dnstap"]

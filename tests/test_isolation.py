@@ -163,7 +163,9 @@ def test_a_short_deadline_client_never_shortens_a_long_scrape(tmp_path: Path) ->
                 None,
                 0,
             )
-            assert value(body, "dnsfleet_probe_attempts_total", **labels) == 9
+            # The long scrapes' nine probes at least; a short cycle's probe that got an
+            # answer within its budget is evidence, and counted.
+            assert (value(body, "dnsfleet_probe_attempts_total", **labels) or 0) >= 9
 
     try:
         run(go())
