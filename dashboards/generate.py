@@ -1163,9 +1163,10 @@ def dnssec_zones() -> dash.Dashboard:
         d.with_panel(
             ts(
                 "Signature expiry per zone",
-                "Time left until the earliest RRSIG over each zone's SOA and DNSKEY set "
-                "expires, per nameserver (DNSZoneSignaturesExpiring: warning within the "
-                "zone's margin, page under a day).",
+                "Time left until each zone's SOA and DNSKEY set stops validating (the "
+                "latest expiry among the set's valid RRSIGs), per nameserver "
+                "(DNSZoneSignaturesExpiring: warning within the zone's margin, page under "
+                "a day).",
                 "s",
                 query(
                     f"dnsfleet_zone_rrsig_expiry_timestamp_seconds{{{SEL}}} - time()",

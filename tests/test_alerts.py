@@ -188,6 +188,7 @@ CATALOG = (
     "DNSZoneSignaturesExpiring",
     "DNSZoneSerialDrift",
     "DNSZoneDSMismatch",
+    "DNSZoneNameserverFailing",
     # Issue 26: passive insight from dnstap.
     "DNSRandomSubdomainAttack",
     "DNSFleetDnstapIngestDown",

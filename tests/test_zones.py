@@ -18,6 +18,7 @@ import pytest
 from dnsfleet import config
 from dnsfleet.collectors.zones import (
     DsRecord,
+    Rrsig,
     ds_matches,
     ds_of,
     key_tag,
@@ -25,6 +26,7 @@ from dnsfleet.collectors.zones import (
     rrset_expiry,
     serial_lt,
     signature_window,
+    signers,
 )
 from dnsfleet.config import ConfigError
 from dnsfleet.selfmetrics import share_descriptors
@@ -63,21 +65,6 @@ def test_ds_and_key_tag_equal_dnspython(text: str, digest_type: int) -> None:
         theirs.key_tag, theirs.algorithm, theirs.digest_type, bytes(theirs.digest)
     )
     assert key_tag(wire) == dns.dnssec.key_id(key)  # type: ignore[arg-type]
-
-
-def test_ds_match_rules() -> None:
-    owner = OWNER.canonicalize().to_wire() or b""
-    ksk, zsk = (dnskey(t).to_digestable() for t in KEYS[:2])
-    ds = ds_of(owner, ksk, 2)
-    assert ds is not None
-    assert ds_matches(owner, [ds], [ksk, zsk])
-    assert not ds_matches(owner, [ds], [zsk])  # the key the DS names is gone
-    other = dns.name.from_text("other.test.").to_wire() or b""
-    assert not ds_matches(other, [ds], [ksk])  # same key, other owner: another digest
-    # A key without the zone key bit never matches (RFC 4034 2.1.1).
-    not_zone = bytes([ksk[0] & 0xFE]) + ksk[1:]
-    assert not ds_matches(owner, [ds], [not_zone])
-    assert ds_of(owner, ksk, 3) is None  # GOST: not known here
 
 
 @pytest.mark.parametrize(
@@ -136,22 +123,87 @@ def test_signature_window(
     assert (w.inception, w.expiration, w.valid) == window
 
 
+KSK_TEXT, ZSK_TEXT = KEYS[:2]
+KSK, ZSK = (dnskey(t).to_digestable() for t in (KSK_TEXT, ZSK_TEXT))
+A, B = (key_tag(k) for k in (KSK, ZSK))  # both ECDSAP256SHA256 (13)
+PUBLISHED = signers([KSK, ZSK])
+
+
+def sig(tag: int, inception: int, expiration: int, algorithm: int = 13) -> Rrsig:
+    return Rrsig(tag, algorithm, inception, expiration)
+
+
 @pytest.mark.parametrize(
     ("sigs", "exported"),
     [
         ([], None),  # unsigned
-        ([(NOW - DAY, NOW + 5 * DAY), (NOW - DAY, NOW + 3 * DAY)], NOW + 3 * DAY),
+        # A rollover: two signatures valid now. A validator accepts the set while either
+        # validates, so the later one is when it stops (the earlier was exported before).
+        ([sig(A, NOW - DAY, NOW + 2 * 3600), sig(B, NOW - DAY, NOW + 30 * DAY)], NOW + 30 * DAY),
+        ([sig(B, NOW - DAY, NOW + 5 * DAY), sig(A, NOW - DAY, NOW + 3 * DAY)], NOW + 5 * DAY),
         # An expired signature beside a valid one: the set still validates.
-        ([(NOW - 9 * DAY, NOW - DAY), (NOW - DAY, NOW + 3 * DAY)], NOW + 3 * DAY),
-        ([(NOW + 3600, NOW + 3 * DAY), (NOW - DAY, NOW + 5 * DAY)], NOW + 5 * DAY),
+        ([sig(A, NOW - 9 * DAY, NOW - DAY), sig(B, NOW - DAY, NOW + 3 * DAY)], NOW + 3 * DAY),
+        # One not yet valid beside a valid one: only the valid one counts.
+        ([sig(A, NOW + 3600, NOW + 30 * DAY), sig(B, NOW - DAY, NOW + 5 * DAY)], NOW + 5 * DAY),
+        # A later signature by a key no longer published validates nothing.
+        ([sig(A, NOW - DAY, NOW + 3600), sig(4242, NOW - DAY, NOW + 30 * DAY)], NOW + 3600),
+        ([sig(A, NOW - DAY, NOW + 3600), sig(A, NOW - DAY, NOW + 30 * DAY, 8)], NOW + 3600),
         # None valid: when the set stopped validating, so the expiry alert fires.
-        ([(NOW - DAY, 0xFFFFFFFF)], -1),
-        ([(NOW + 3600, NOW + 30 * DAY)], NOW),
-        ([(NOW - 9 * DAY, NOW - DAY), (NOW - 9 * DAY, NOW - 5)], NOW - 5),
+        ([sig(A, NOW - DAY, 0xFFFFFFFF)], -1),
+        ([sig(A, NOW + 3600, NOW + 30 * DAY)], NOW),
+        ([sig(A, NOW - 9 * DAY, NOW - DAY), sig(B, NOW - 9 * DAY, NOW - 5)], NOW - 5),
+        ([sig(4242, NOW - DAY, NOW + 30 * DAY)], NOW),  # only by an unpublished key
+        ([sig(A, NOW - 9 * DAY, NOW - DAY), sig(4242, NOW - DAY, NOW + DAY)], NOW - DAY),
     ],
 )
-def test_rrset_expiry(sigs: list[tuple[int, int]], exported: int | None) -> None:
-    assert rrset_expiry(sigs, NOW) == exported
+def test_rrset_expiry(sigs: list[Rrsig], exported: int | None) -> None:
+    assert rrset_expiry(sigs, NOW, PUBLISHED) == exported
+
+
+def test_signers_are_the_zone_keys() -> None:
+    assert signers([KSK, ZSK]) == {(A, 13), (B, 13)}
+    not_zone = bytes([KSK[0] & 0xFE]) + KSK[1:]  # zone key bit clear (RFC 4034 2.1.1)
+    assert signers([not_zone]) == frozenset()
+
+
+OWNER_WIRE = OWNER.canonicalize().to_wire() or b""
+DS_KSK = ds_of(OWNER_WIRE, KSK, 2)
+DS_ZSK = ds_of(OWNER_WIRE, ZSK, 2)
+SIGNED_BY_KSK = [sig(A, NOW - DAY, NOW + 30 * DAY)]
+
+
+@pytest.mark.parametrize(
+    ("ds", "keys", "dnskey_sigs", "match"),
+    [
+        ([DS_KSK], [KSK, ZSK], SIGNED_BY_KSK, True),
+        ([DS_KSK], [ZSK], [sig(B, NOW - DAY, NOW + DAY)], False),  # the key is gone
+        # Published but signing nothing: the DNSKEY set is signed by the ZSK only.
+        ([DS_KSK], [KSK, ZSK], [sig(B, NOW - DAY, NOW + 30 * DAY)], False),
+        ([DS_ZSK], [KSK, ZSK], SIGNED_BY_KSK, False),
+        # One DS of two matching a signing key is enough (a DS rollover).
+        ([DS_ZSK, DS_KSK], [KSK, ZSK], SIGNED_BY_KSK, True),
+        # Its signature over the DNSKEY set expired, or not yet valid: no chain of trust.
+        ([DS_KSK], [KSK, ZSK], [sig(A, NOW - 9 * DAY, NOW - DAY)], False),
+        ([DS_KSK], [KSK, ZSK], [sig(A, NOW + 3600, NOW + 30 * DAY)], False),
+        # A signature naming the key's tag with another algorithm is not by that key.
+        ([DS_KSK], [KSK, ZSK], [sig(A, NOW - DAY, NOW + DAY, 8)], False),
+        # The zone was unsigned and the DS left at the parent: no DNSKEY at all.
+        ([DS_KSK], [], [], False),
+        # A key without the zone key bit never matches (RFC 4034 2.1.1).
+        ([DS_KSK], [bytes([KSK[0] & 0xFE]) + KSK[1:]], SIGNED_BY_KSK, False),
+    ],
+)
+def test_ds_match(
+    ds: list[DsRecord], keys: list[bytes], dnskey_sigs: list[Rrsig], match: bool
+) -> None:
+    assert ds_matches(OWNER_WIRE, ds, keys, dnskey_sigs, NOW) is match
+
+
+def test_ds_of_other_owner_and_unknown_digest() -> None:
+    other = dns.name.from_text("other.test.").to_wire() or b""
+    assert DS_KSK is not None
+    assert not ds_matches(other, [DS_KSK], [KSK], SIGNED_BY_KSK, NOW)  # another digest
+    assert ds_of(OWNER_WIRE, KSK, 3) is None  # GOST: not known here
 
 
 @pytest.mark.parametrize(

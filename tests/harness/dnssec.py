@@ -11,6 +11,12 @@ Zones (ECDSAP256SHA256, a KSK and a ZSK each, made by ``dnssec-keygen``/``dnssec
   validator's clock-skew allowance (unbound accepts up to 10% of the validity period, at
   most a day, past expiry).
 - ``dsmismatch.test.``: signed fine, but the parent publishes the DS of a key it lacks.
+- ``rollover.test.``: in a rollover, every RRset signed twice by two key pairs, A's
+  signatures ending in two hours, B's in thirty days; the parent has the DS of both KSKs.
+  Validators accept it until B's signatures end.
+- ``ksknosign.test.``: publishes a second KSK that signs nothing; the parent's DS is that
+  key's only, so validators cannot authenticate the DNSKEY set.
+- ``unsigned.test.``: unsigned, its DS left at the parent: bogus to validators.
 
 ``make_zones`` takes about a second; named loads a signed file without checking it.
 """
@@ -26,7 +32,7 @@ from tests.harness.servers import Named, Unbound, wait_dns
 from tests.harness.tools import binary
 
 ALGORITHM = "ECDSAP256SHA256"
-CHILDREN = ("example", "soon", "expired", "dsmismatch")
+CHILDREN = ("example", "soon", "expired", "dsmismatch", "rollover", "ksknosign", "unsigned")
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,7 @@ class SignedZones:
     files: dict[str, Path]  # zone (no trailing dot) -> signed file; "example.test.b" serial 99
     trust_anchor: Path  # test.'s KSK as a DS record (unbound trust-anchor-file)
     soon_expiry: float  # epoch seconds the soon.test signatures end
+    rollover_expiries: tuple[float, float]  # rollover.test's two signature ends, A's and B's
 
 
 def _run(*cmd: str, cwd: Path) -> str:
@@ -46,11 +53,23 @@ def _run(*cmd: str, cwd: Path) -> str:
     return out.stdout
 
 
-def _keys(d: Path, zone: str, keydir: str = "keys") -> None:
+def _keys(d: Path, zone: str, keydir: str = "keys", *, zsk: bool = True) -> None:
     (d / keydir).mkdir(exist_ok=True)
     _run("dnssec-keygen", "-q", "-K", keydir, "-a", ALGORITHM, "-f", "KSK", zone, cwd=d)
-    if keydir == "keys":
+    if zsk:
         _run("dnssec-keygen", "-q", "-K", keydir, "-a", ALGORITHM, zone, cwd=d)
+
+
+def _ksk(d: Path, zone: str, keydir: str = "keys") -> Path:
+    return next(k for k in (d / keydir).glob(f"K{zone}.+*.key") if " DNSKEY 257 " in k.read_text())
+
+
+def _includes(d: Path, zone: str, *keydirs: str) -> str:
+    """$INCLUDE lines publishing every key of ``zone`` in ``keydirs`` (signing or not:
+    dnssec-signzone signs only with the keys of its -K directory)."""
+    return "".join(
+        f"$INCLUDE {k}\n" for kd in keydirs for k in sorted((d / kd).glob(f"K{zone}.+*.key"))
+    )
 
 
 def _child(d: Path, zone: str, serial: int, extra: str = "") -> Path:
@@ -80,7 +99,9 @@ def make_zones(d: Path) -> SignedZones:
     d.mkdir(parents=True, exist_ok=True)
     for z in ("test", *(f"{c}.test" for c in CHILDREN)):
         _keys(d, z)
-    _keys(d, "dsmismatch.test", "decoy")
+    _keys(d, "dsmismatch.test", "decoy", zsk=False)
+    _keys(d, "rollover.test", "rollover-b")
+    _keys(d, "ksknosign.test", "idle", zsk=False)
     files: dict[str, Path] = {}
     ex = _child(d, "example.test", 100, "bogus IN A 192.0.2.253")
     files["example.test"] = _sign(d, "example.test", ex, "example.test.signed")
@@ -105,6 +126,17 @@ def make_zones(d: Path) -> SignedZones:
     )
     decoy = next((d / "decoy").glob("Kdsmismatch.test.*.key"))
     (d / "dsset-dsmismatch.test.").write_text(_run("dnssec-dsfromkey", "-2", str(decoy), cwd=d))
+    rollover = _rollover(d, now)
+    ksknosign = _child(d, "ksknosign.test", 1, _includes(d, "ksknosign.test", "idle"))
+    files["ksknosign.test"] = _sign(d, "ksknosign.test", ksknosign, "ksknosign.test.signed")
+    idle = _ksk(d, "ksknosign.test", "idle")
+    (d / "dsset-ksknosign.test.").write_text(_run("dnssec-dsfromkey", "-2", str(idle), cwd=d))
+    files["rollover.test"] = rollover.file
+    files["unsigned.test"] = _child(d, "unsigned.test", 1)
+    unsigned_ksk = _ksk(d, "unsigned.test")
+    (d / "dsset-unsigned.test.").write_text(
+        _run("dnssec-dsfromkey", "-2", str(unsigned_ksk), cwd=d)
+    )
     parent = (
         "$ORIGIN test.\n$TTL 300\n@ IN SOA ns1.test. hostmaster.test. 1 3600 600 86400 300\n"
         "  IN NS ns1.test.\nns1 IN A 127.0.0.1\n"
@@ -114,10 +146,42 @@ def make_zones(d: Path) -> SignedZones:
         parent += (d / f"dsset-{c}.test.").read_text()
     (d / "test.zone").write_text(parent)
     files["test"] = _sign(d, "test", d / "test.zone", "test.signed")
-    ksk = next(k for k in (d / "keys").glob("Ktest.+*.key") if " DNSKEY 257 " in k.read_text())
+    ksk = _ksk(d, "test")
     anchor = d / "trust-anchor.ds"
     anchor.write_text(_run("dnssec-dsfromkey", "-2", str(ksk), cwd=d))
-    return SignedZones(d, files, anchor, soon_end.timestamp())
+    return SignedZones(d, files, anchor, soon_end.timestamp(), rollover.ends)
+
+
+@dataclass(frozen=True)
+class _Rollover:
+    file: Path
+    ends: tuple[float, float]
+
+
+def _rollover(d: Path, now: datetime) -> _Rollover:
+    """rollover.test signed by key pair A (keys/) until two hours from now and by B
+    (rollover-b/) until thirty days from now: A's signed file plus B's RRSIGs, one record
+    per line (-O full) so they can be merged."""
+    zone = "rollover.test"
+    src = _child(d, zone, 1, _includes(d, zone, "keys", "rollover-b"))
+    start = now.replace(microsecond=0) - timedelta(hours=1)
+    ends = (start + timedelta(hours=3), start + timedelta(days=30, hours=1))
+    signed = []
+    for keydir, end, out in (("keys", ends[0], "a"), ("rollover-b", ends[1], "b")):
+        _run(
+            "dnssec-signzone", "-q", "-S", "-K", keydir, "-N", "keep", "-o", zone, "-O", "full",
+            "-s", _stamp(start), "-e", _stamp(end), "-f", f"{zone}.{out}.signed", src.name,
+            cwd=d,
+        )  # fmt: skip
+        signed.append((d / f"{zone}.{out}.signed").read_text().splitlines())
+    b_sigs = [line for line in signed[1] if line.split()[3:4] == ["RRSIG"]]
+    merged = d / f"{zone}.signed"
+    merged.write_text("\n".join([*signed[0], *b_sigs]) + "\n")
+    both = [_ksk(d, zone, kd) for kd in ("keys", "rollover-b")]
+    (d / f"dsset-{zone}.").write_text(
+        "".join(_run("dnssec-dsfromkey", "-2", str(k), cwd=d) for k in both)
+    )
+    return _Rollover(merged, (ends[0].timestamp(), ends[1].timestamp()))
 
 
 @dataclass

@@ -23,6 +23,7 @@ from dnsfleet.collectors.zones.ask import Asker, ZoneError, ZoneReason, ask, rea
 from dnsfleet.collectors.zones.dnssec import (
     DIGESTS,
     DsRecord,
+    Rrsig,
     ds_matches,
     ds_of,
     key_tag,
@@ -31,6 +32,7 @@ from dnsfleet.collectors.zones.dnssec import (
     serial_lt,
     signature_time,
     signature_window,
+    signers,
 )
 from dnsfleet.config import Endpoint, Zone
 from dnsfleet.exposition import Family
@@ -43,6 +45,7 @@ STATE_KEY = "zones"
 __all__ = [
     "COLLECTOR",
     "DsRecord",
+    "Rrsig",
     "ZoneError",
     "ZoneReason",
     "ds_matches",
@@ -53,10 +56,11 @@ __all__ = [
     "serial_lt",
     "signature_time",
     "signature_window",
+    "signers",
     "zone_sockets",
 ]
 
-Signatures = tuple[tuple[int, int], ...]  # (inception, expiration) fields as on the wire
+Signatures = tuple[Rrsig, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +87,12 @@ def _rrsigs(msg: Any, name: Any, covers: int) -> Signatures:
     )
     if rrset is None:
         return ()
-    return tuple((int(sig.inception), int(sig.expiration)) for sig in rrset)
+    # Only the zone's own signatures can validate an apex RRset (RFC 4035 §5.3.1).
+    return tuple(
+        Rrsig(int(sig.key_tag), int(sig.algorithm), int(sig.inception), int(sig.expiration))
+        for sig in rrset
+        if sig.signer == name
+    )
 
 
 async def _view(ep: Endpoint, zone: Zone, end: float) -> SoaView:
@@ -160,9 +169,9 @@ class ZoneFamilies:
         )
         self.expiry = Family(
             "dnsfleet_zone_rrsig_expiry_timestamp_seconds",
-            "Earliest expiration of the RRSIGs over the SOA or DNSKEY set valid now at the "
-            "nameserver (RFC 4034 serial arithmetic); when none is valid, when the set "
-            "stopped validating.",
+            "When validators stop accepting the SOA or DNSKEY set at the nameserver: the "
+            "latest expiration of its RRSIGs valid now by a published key (RFC 4034 serial "
+            "arithmetic); when none is valid, when the set stopped validating.",
         )
         self.warning = Family(
             "dnsfleet_zone_signature_warning_seconds",
@@ -170,15 +179,17 @@ class ZoneFamilies:
         )
         self.consistent = Family(
             "dnsfleet_zone_serial_consistent",
-            "1 if every answering nameserver serves the same SOA serial (RFC 1982).",
+            "1 if every nameserver answered with the same SOA serial (RFC 1982); 0 while "
+            "one gives no usable answer.",
         )
         self.drift = Family(
             "dnsfleet_zone_serial_inconsistent_seconds",
-            "For how long the nameservers have served different serials (0 when consistent).",
+            "For how long the serials have not been consistent (0 when consistent).",
         )
         self.ds_match = Family(
             "dnsfleet_zone_ds_match",
-            "1 if every DS set at the parent's servers matches a DNSKEY at every nameserver.",
+            "1 if every DS set at the parent's servers matches a DNSKEY at every nameserver "
+            "that signs its DNSKEY set; 0 as well for a DS left over an unsigned zone.",
         )
 
     def all(self) -> list[Family]:
@@ -214,16 +225,21 @@ class ZoneFamilies:
             self.up.add(1, labels)
             answered.append(v)
             self.serial.add(v.serial, labels)
+            keys = signers(v.dnskeys)
             for kind, sigs in (("SOA", v.soa_rrsigs), ("DNSKEY", v.dnskey_rrsigs)):
-                exp = rrset_expiry(sigs, now)
+                exp = rrset_expiry(sigs, now, keys)
                 if exp is not None:
                     self.expiry.add(exp, {**labels, "type": kind})
         return answered
 
-    def serials(self, zone: Zone, answered: list[SoaView], st: ZoneState) -> None:
+    def serials(self, zone: Zone, answered: list[SoaView], st: ZoneState, *, failed: bool) -> None:
+        """``failed``: some nameserver gave no usable answer. A secondary whose copy
+        expired answers SERVFAIL; left out, it would leave the others "consistent" and
+        clear the drift it is the worst case of. So the serials are consistent only when
+        every nameserver answered with the same one."""
         labels = {"zone": zone.apex}
         serials = [v.serial for v in answered]
-        consistent = len(set(serials)) == 1
+        consistent = not failed and len(set(serials)) == 1
         self.consistent.add(1 if consistent else 0, labels)
         now = time.monotonic()
         if consistent:
@@ -232,11 +248,12 @@ class ZoneFamilies:
             st.inconsistent_since = now
         since = st.inconsistent_since
         self.drift.add(0 if since is None else now - since, labels)
-        newest = newest_serial(serials)
-        ref = next((v for v in answered if v.serial == newest), answered[0])
-        self.refresh.add(ref.refresh, labels)
+        if answered:
+            newest = newest_serial(serials)
+            ref = next((v for v in answered if v.serial == newest), answered[0])
+            self.refresh.add(ref.refresh, labels)
 
-    def ds(self, zone: Zone, answered: list[SoaView], ds_sets: list[Any]) -> None:
+    def ds(self, zone: Zone, answered: list[SoaView], ds_sets: list[Any], now: float) -> None:
         # DS sets as each parent server publishes them, digest types a validator knows
         # (a set of unknown ones only makes the zone insecure to validators, not bogus).
         good_ds = [
@@ -245,13 +262,17 @@ class ZoneFamilies:
             if not isinstance(d, BaseException)
             and (known := [r for r in d if r.digest_type in DIGESTS])
         ]
-        keysets = [v.dnskeys for v in answered if v.dnskeys]
-        if good_ds and keysets:
+        if good_ds and answered:
             owner = _owner_wire(zone.apex)
             # A resolver may get its DS from any parent server and its DNSKEY set from any
             # nameserver: every pair must match (a lagging secondary without the new key
-            # breaks the resolvers that ask it).
-            match = all(ds_matches(owner, ds, list(keys)) for ds in good_ds for keys in keysets)
+            # breaks the resolvers that ask it). A nameserver serving no DNSKEY (the zone
+            # was unsigned, its DS left at the parent) matches nothing.
+            match = all(
+                ds_matches(owner, ds, list(v.dnskeys), v.dnskey_rrsigs, now)
+                for ds in good_ds
+                for v in answered
+            )
             self.ds_match.add(1 if match else 0, {"zone": zone.apex})
 
 
@@ -287,10 +308,15 @@ async def collect(ctx: CollectContext) -> list[Family]:
             ),
         )
         fams.warning.add(zone.signature_warning, {"zone": zone.apex})
-        answered = fams.nameservers(zone, views, time.time())
-        if answered:
-            fams.serials(zone, answered, state.setdefault(zone.apex, ZoneState()))
-        fams.ds(zone, answered, ds_sets)
+        now = time.time()
+        answered = fams.nameservers(zone, views, now)
+        fams.serials(
+            zone,
+            answered,
+            state.setdefault(zone.apex, ZoneState()),
+            failed=len(answered) < len(views),
+        )
+        fams.ds(zone, answered, ds_sets, now)
 
     await asyncio.gather(*(one(z) for z in ctx.config.zones))
     return fams.all()

@@ -62,19 +62,46 @@ def signature_window(inception: int, expiration: int, now: float) -> SignatureTi
     return SignatureTimes(start, end, start <= now <= end)
 
 
-def rrset_expiry(fields: Iterable[tuple[int, int]], now: float) -> int | None:
-    """What ``dnsfleet_zone_rrsig_expiry_timestamp_seconds`` says for one RRset signed by
-    RRSIGs with these (inception, expiration) fields: the earliest expiration among the
-    signatures valid now; when none is, the time the set stopped validating (the latest
-    expiration of the expired ones, now for one not yet valid), so an expiry alert fires.
-    None for an unsigned set."""
-    windows = [signature_window(i, e, now) for i, e in fields]
-    if not windows:
+@dataclass(frozen=True, slots=True)
+class Rrsig:
+    """What the verdicts read of one RRSIG over an apex RRset whose signer is the apex: the
+    key it names (RFC 4034 §3.1.6: key tag and algorithm) and its window as on the wire."""
+
+    key_tag: int
+    algorithm: int
+    inception: int
+    expiration: int
+
+
+def signers(dnskeys: Iterable[bytes]) -> frozenset[tuple[int, int]]:
+    """(key tag, algorithm) of the zone keys in a DNSKEY set: the keys an RRSIG can name
+    and still validate (RFC 4035 §5.3.1: the key must be in the set, with the zone key bit)."""
+    return frozenset(
+        (key_tag(k), k[3]) for k in dnskeys if int.from_bytes(k[:2], "big") & ZONE_KEY_FLAG
+    )
+
+
+def rrset_expiry(sigs: Iterable[Rrsig], now: float, keys: frozenset[tuple[int, int]]) -> int | None:
+    """What ``dnsfleet_zone_rrsig_expiry_timestamp_seconds`` says for one RRset: when a
+    validator stops accepting it. A validator accepts the set while any one of its RRSIGs
+    validates (RFC 4035 §5.3.3), so during a rollover (two signatures, one ending soon) it
+    is the *latest* expiration among the RRSIGs valid now by a key published in the zone's
+    DNSKEY set (``keys``, from :func:`signers`). When none is, the time the set stopped
+    validating (the latest expiration of those by a published key that have expired, now
+    for the others), so an expiry alert fires. None for an unsigned set."""
+    sigs = list(sigs)
+    if not sigs:
         return None
-    valid = [w.expiration for w in windows if w.valid]
-    if valid:
-        return min(valid)
-    return max(min(w.expiration, int(now)) for w in windows)
+    windows = [
+        (signature_window(s.inception, s.expiration, now), (s.key_tag, s.algorithm) in keys)
+        for s in sigs
+    ]
+    if valid := [w.expiration for w, published in windows if published and w.valid]:
+        return max(valid)
+    # A signature by a key that is not published never validated anything here.
+    return max(
+        (min(w.expiration, int(now)) for w, published in windows if published), default=int(now)
+    )
 
 
 def key_tag(rdata: bytes) -> int:
@@ -107,11 +134,31 @@ def ds_of(owner_wire: bytes, dnskey_rdata: bytes, digest_type: int) -> DsRecord 
     )
 
 
-def ds_matches(owner_wire: bytes, ds_set: list[DsRecord], dnskeys: list[bytes]) -> bool:
-    """A validator's rule: some DS of a digest type it knows matches some zone key."""
+def ds_matches(
+    owner_wire: bytes,
+    ds_set: list[DsRecord],
+    dnskeys: list[bytes],
+    dnskey_rrsigs: Iterable[Rrsig],
+    now: float,
+) -> bool:
+    """A validator's rule (RFC 4035 §5.2): some DS of a digest type it knows matches a zone
+    key, and that key signs the DNSKEY set with a signature valid now. A DS naming a key
+    that is published but signs nothing leaves the DNSKEY set unauthenticated: the zone is
+    bogus. No DNSKEY at all (a zone unsigned with its DS left at the parent) matches
+    nothing. The signature is matched by key tag, algorithm and validity window, not
+    verified: the runtime carries no cryptography library."""
+    active = {
+        (s.key_tag, s.algorithm)
+        for s in dnskey_rrsigs
+        if signature_window(s.inception, s.expiration, now).valid
+    }
     for ds in ds_set:
         for key in dnskeys:
             flags = int.from_bytes(key[:2], "big")
-            if flags & ZONE_KEY_FLAG and ds_of(owner_wire, key, ds.digest_type) == ds:
+            if (
+                flags & ZONE_KEY_FLAG
+                and (key_tag(key), key[3]) in active
+                and ds_of(owner_wire, key, ds.digest_type) == ds
+            ):
                 return True
     return False
