@@ -15,34 +15,20 @@ import socket
 import time
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from itertools import accumulate
 
 from dnsfleet.config import Config, Module, Target
 from dnsfleet.dnswire import Query
-from dnsfleet.exposition import Family, TextFamily, format_value, labelset
+from dnsfleet.exposition import Family, TextFamily, labelset
+from dnsfleet.proberecord import LATENCY_BUCKETS, ProbeRecord
 from dnsfleet.probes import REASONS, Exchange, ProbeResult, Reason, failed, judge, probe, query_for
 from dnsfleet.probes.ede import code_label
-from dnsfleet.probes.families import compile_template, label_prefix, probe_result_families
 from dnsfleet.probes.udp import exchange_many
 from dnsfleet.restarts import ResolverWatch, canary_families
 
 log = logging.getLogger(__name__)
 
-LATENCY_BUCKETS: tuple[float, ...] = (
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-)
+__all__ = ["LATENCY_BUCKETS", "Prepared", "ProbeRecord", "Prober", "TargetState"]
+
 _NOT_STARTED = failed(Reason.TIMEOUT, 0.0, "scrape deadline reached before the probe could start")
 
 TargetKey = tuple[str, str]  # (address, module)
@@ -55,6 +41,9 @@ class TargetState:
     # The target's socket address and family, worked out once (each probe needs them).
     sockaddr: tuple[str, int] | tuple[str, int, int, int]
     family: socket.AddressFamily
+    # Its module has `dnssec: expect_bogus`: each probe makes a validating resolver answer
+    # SERVFAIL on purpose, which the SLO rules subtract from the resolver's own counts.
+    bogus: bool = False
     last: ProbeResult | None = None
     last_wall: float = 0.0  # epoch seconds of the last probe
     failures: list[int] = field(default_factory=lambda: [0] * len(REASONS))
@@ -91,12 +80,13 @@ def target_labels(target: Target) -> str:
     return labelset([("target", target.address), ("module", target.module), *target.labels])
 
 
-def new_state(target: Target) -> TargetState:
+def new_state(target: Target, *, bogus: bool = False) -> TargetState:
     return TargetState(
         target=target,
         labels=target_labels(target),
         sockaddr=target.sockaddr,
         family=target.family,
+        bogus=bogus,
     )
 
 
@@ -128,10 +118,11 @@ class Prober:
         for t in cfg.targets:
             key = (t.address, t.module)
             old = current.get(key)
-            if old is not None and old.target == t:
+            bogus = cfg.modules[t.module].dnssec == "expect_bogus"
+            if old is not None and old.target == t and old.bogus == bogus:
                 states[key] = old
-            elif old is not None:  # same target, new labels: keep the counters
-                fresh = new_state(t)
+            elif old is not None:  # same target, new labels or check: keep the counters
+                fresh = new_state(t, bogus=bogus)
                 fresh.failures, fresh.buckets, fresh.latency_sum, fresh.probes = (
                     old.failures,
                     old.buckets,
@@ -143,7 +134,7 @@ class Prober:
                 fresh.ede_counts = old.ede_counts
                 states[key] = fresh
             else:
-                states[key] = new_state(t)
+                states[key] = new_state(t, bogus=bogus)
         return Prepared(queries, states)
 
     def adopt(self, cfg: Config, prepared: Prepared) -> None:
@@ -289,6 +280,7 @@ class Prober:
                     tuple(st.buckets),
                     st.latency_sum,
                     tuple(st.ede_counts.items()),
+                    st.bogus,
                 )
                 for st in self.states.values()
             ],
@@ -297,99 +289,3 @@ class Prober:
 
     def families(self) -> list[TextFamily | Family]:
         return self.record().families()
-
-
-# labels, last result, probes, failures by reason, latency buckets, latency sum, EDE counts
-EdeCounts = tuple[tuple[str, int], ...]
-RecordRow = tuple[str, ProbeResult | None, int, tuple[int, ...], tuple[int, ...], float, EdeCounts]
-
-
-@dataclass(frozen=True, slots=True)
-class ProbeRecord:
-    rows: list[RecordRow]
-    canary: list[Family]
-
-    def families(self) -> list[TextFamily | Family]:
-        """The per-target families, each rendered with one format call per target from a
-        template shared by all targets (a 1,000-target cycle wrote 36,000 lines one
-        f-string at a time)."""
-        rows = self.rows
-        fams = probe_result_families([(row[0], row[1]) for row in rows])
-        attempts = "".join([_ATTEMPTS.format(labels, probes) for labels, _, probes, *_ in rows])
-        failures = "".join(
-            [_failures_block(label_prefix(labels), *fails) for labels, _, _, fails, *_ in rows]
-        )
-        hist = "".join(
-            [
-                _histogram_block(
-                    label_prefix(labels), labels, format_value(latency_sum), *accumulate(buckets)
-                )
-                for labels, _, _, _, buckets, latency_sum, _ in rows
-            ]
-        )
-        ede = "".join(
-            [
-                f'{_EDE_TOTAL_NAME}{{{label_prefix(labels)}code="{code}"}} {n}\n'
-                for labels, *_, counts in rows
-                for code, n in counts
-            ]
-        )
-        return [
-            *fams,
-            TextFamily(
-                _FAILURES_NAME,
-                "Failed probes per target by reason since the exporter started.",
-                "counter",
-                failures,
-            ),
-            # The denominator of the failure ratio: a share of failed probes needs the
-            # probes, and counting them here stays right when two Prometheus servers scrape
-            # one exporter (each scrape is a probe; a sample count per server is not).
-            TextFamily(
-                _ATTEMPTS_NAME,
-                "Probes sent to this target on /metrics since the exporter "
-                "started, answered or not.",
-                "counter",
-                attempts,
-            ),
-            TextFamily(
-                _LATENCY_NAME,
-                "Latency of probes that got an answer (any rcode).",
-                "histogram",
-                hist,
-            ),
-            TextFamily(
-                _EDE_TOTAL_NAME,
-                "Answers carrying each Extended DNS Error code (RFC 8914; other: "
-                "unregistered) since the exporter started.",
-                "counter",
-                ede,
-            ),
-            *self.canary,
-        ]
-
-
-# Each block's {p} is the labels prefix (see label_prefix), {l} the labels alone; doubled braces
-# are the exposition's own.
-_FAILURES_NAME = "dnsfleet_probe_failures_total"
-_ATTEMPTS_NAME = "dnsfleet_probe_attempts_total"
-_LATENCY_NAME = "dnsfleet_probe_latency_seconds"
-_EDE_TOTAL_NAME = "dnsfleet_probe_extended_errors_total"
-_ATTEMPTS = _ATTEMPTS_NAME + "{{{}}} {}\n"
-_failures_block = compile_template(
-    "failures",
-    "p, " + ", ".join(f"f{i}" for i in range(len(REASONS))),
-    "".join(
-        f'{_FAILURES_NAME}{{{{{{p}}reason="{r.value}"}}}} {{f{i}}}\n' for i, r in enumerate(REASONS)
-    ),
-)
-_LE_TEXT = (*(format_value(b) for b in LATENCY_BUCKETS), "+Inf")
-_histogram_block = compile_template(
-    "histogram",
-    "p, l, s, " + ", ".join(f"a{i}" for i in range(len(_LE_TEXT))),
-    "".join(
-        f'{_LATENCY_NAME}_bucket{{{{{{p}}le="{le}"}}}} {{a{i}}}\n' for i, le in enumerate(_LE_TEXT)
-    )
-    + f"{_LATENCY_NAME}_sum{{{{{{l}}}}}} {{s}}\n"
-    + f"{_LATENCY_NAME}_count{{{{{{l}}}}}} {{a{len(_LE_TEXT) - 1}}}\n",
-)
