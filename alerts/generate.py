@@ -44,6 +44,8 @@ FLEET = "fleet:dnsfleet_slo_errors:ratio_rate{w}"
 OBJECTIVE = "dnsfleet:slo_objective:ratio"
 BUDGET_SITE = "site:dnsfleet_slo_error_budget_remaining:ratio"
 BUDGET_FLEET = "fleet:dnsfleet_slo_error_budget_remaining:ratio"
+COVERAGE_SITE = "site:dnsfleet_slo_period_coverage:ratio"
+COVERAGE_FLEET = "fleet:dnsfleet_slo_period_coverage:ratio"
 
 _DURATION = re.compile(r"^([1-9][0-9]*)(s|m|h|d)$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -78,6 +80,7 @@ class Source:
     bad: str | None  # time-based: the instant share of the site that is bad
     errors: str | None  # event-based: rates over $window
     total: str | None
+    ratio: str | None = None  # counted: the error ratio itself, rates over $window
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,7 @@ class Config:
     burn_rates: tuple[BurnRate, ...]
     site_down_alert: str
     slos: tuple[Slo, ...]
+    sloth_service: str = "dnsfleet"
 
     def windows(self) -> list[str]:
         """Every window the alerts read, shortest first."""
@@ -134,7 +138,7 @@ def parse_config(doc: Any) -> Config:  # noqa: C901, PLR0912, PLR0915 (one check
         doc,
         "config",
         {"runbook_base_url", "period", "burn_rates", "site_down_alert", "slos"},
-        set(),
+        {"sloth_service"},
     )
     base = str(top["runbook_base_url"])
     if not base.endswith("/"):
@@ -175,15 +179,16 @@ def parse_config(doc: Any) -> Config:  # noqa: C901, PLR0912, PLR0915 (one check
         sources = []
         for k, raw_src in enumerate(s["sources"] or []):
             sw = f"{where}.sources[{k}]"
-            src = _keys(raw_src, sw, {"name", "selector"}, {"bad", "errors", "total"})
+            src = _keys(
+                raw_src, sw, {"name", "selector"}, {"bad", "errors", "total", "ratio"}
+            )
             if not _NAME.match(str(src["name"])):
                 raise ConfigError(f"{sw}.name: lower case, digits, _ ({src['name']!r})")
+            shapes = ["bad" in src, "ratio" in src, "errors" in src or "total" in src]
+            if sum(shapes) != 1 or (shapes[2] and not ("errors" in src and "total" in src)):
+                raise ConfigError(f"{sw}: either `bad`, `ratio`, or `errors` and `total`")
             time_based = "bad" in src
-            if time_based == ("errors" in src or "total" in src) or (
-                not time_based and not ("errors" in src and "total" in src)
-            ):
-                raise ConfigError(f"{sw}: either `bad`, or `errors` and `total`")
-            text = " ".join(str(src.get(k, "")) for k in ("bad", "errors", "total"))
+            text = " ".join(str(src.get(k, "")) for k in ("bad", "errors", "total", "ratio"))
             try:
                 Template(text).substitute(selector="", window="", threshold="", threshold_le="")
             except (KeyError, ValueError) as e:
@@ -193,8 +198,10 @@ def parse_config(doc: Any) -> Config:  # noqa: C901, PLR0912, PLR0915 (one check
                 ) from None
             if "$threshold" in text and threshold is None:
                 raise ConfigError(f"{sw}: uses $threshold, but {where} has no threshold")
-            if not time_based and not all("$window" in str(src[k]) for k in ("errors", "total")):
-                raise ConfigError(f"{sw}: `errors` and `total` are rates over $window")
+            if not time_based and not all(
+                "$window" in str(src[k]) for k in ("errors", "total", "ratio") if k in src
+            ):
+                raise ConfigError(f"{sw}: `errors`, `total` and `ratio` are rates over $window")
             sources.append(
                 Source(
                     src["name"],
@@ -202,6 +209,7 @@ def parse_config(doc: Any) -> Config:  # noqa: C901, PLR0912, PLR0915 (one check
                     _strip(src.get("bad")),
                     _strip(src.get("errors")),
                     _strip(src.get("total")),
+                    _strip(src.get("ratio")),
                 )
             )
         if not sources:
@@ -211,7 +219,12 @@ def parse_config(doc: Any) -> Config:  # noqa: C901, PLR0912, PLR0915 (one check
         slos.append(Slo(s["name"], s["alert"], float(obj), threshold, tuple(sources)))
     if len({s.name for s in slos}) != len(slos):
         raise ConfigError("slos: names must be unique")
-    return Config(base, period, tuple(rates), str(top["site_down_alert"]), tuple(slos))
+    service = str(top.get("sloth_service", "dnsfleet"))
+    if not _NAME.match(service):
+        raise ConfigError(f"sloth_service: lower case, digits, _ ({service!r})")
+    return Config(
+        base, period, tuple(rates), str(top["site_down_alert"]), tuple(slos), service
+    )
 
 
 def _strip(v: Any) -> str | None:
@@ -256,6 +269,23 @@ def _sel(slo: Slo, src: Source | None = None) -> str:
     return f'slo="{slo.name}"' + (f', source="{src.name}"' if src else "")
 
 
+def window_ratio(slo: Slo, src: Source, w: str) -> str:
+    """The source's error ratio over window ``w``, one series per site."""
+    if src.bad is not None:
+        return f"avg_over_time({INSTANT}{{{_sel(slo, src)}}}[{w}])"
+    if src.ratio is not None:
+        return _expr(slo, src, src.ratio, w)
+    assert src.errors is not None and src.total is not None
+    total = _indent(_expr(slo, src, src.total, w))
+    # A site with events and no bad ones is 0, not absent: a counter of errors that has
+    # never moved (or is only exported once one happened) must not hide the site.
+    return (
+        f"(\n  (\n    {_indent(_indent(_expr(slo, src, src.errors, w)))}\n  )\n"
+        f"  or\n  0 * (\n    {_indent(total.replace(chr(10), chr(10) + '  '))}\n  )\n)\n/\n"
+        f"(\n  {total}\n)"
+    )
+
+
 def slo_rules(cfg: Config) -> dict[str, Any]:
     """Pure: the rule file (as a document) the parameters give."""
     rules: list[dict[str, Any]] = []
@@ -275,15 +305,9 @@ def slo_rules(cfg: Config) -> dict[str, Any]:
                     {"record": INSTANT, "expr": _expr(slo, src, src.bad), "labels": labels}
                 )
             for w in windows:
-                if src.bad is not None:
-                    expr = f"avg_over_time({INSTANT}{{{_sel(slo, src)}}}[{w}])"
-                else:
-                    assert src.errors is not None and src.total is not None
-                    expr = (
-                        f"(\n  {_indent(_expr(slo, src, src.errors, w))}\n)\n/\n"
-                        f"(\n  {_indent(_expr(slo, src, src.total, w))}\n)"
-                    )
-                rules.append({"record": SITE.format(w=w), "expr": expr, "labels": labels})
+                rules.append(
+                    {"record": SITE.format(w=w), "expr": window_ratio(slo, src, w), "labels": labels}
+                )
     # The fleet: the mean of its sites (each site's clients weigh the same).
     for w in windows:
         rules.append(
@@ -292,19 +316,27 @@ def slo_rules(cfg: Config) -> dict[str, Any]:
                 "expr": f"avg by (slo, source) ({SITE.format(w=w)})",
             }
         )
-    # The period: non-overlapping hourly ratios averaged (an hourly subquery: 720 points
-    # for 30 days, not one per evaluation), then the budget left.
+    # The period: non-overlapping hourly ratios (an hourly subquery: 720 points for 30
+    # days, not one per evaluation). The ratio is their mean over the hours with data; the
+    # budget spent is their sum over every hour of the period, an hour without data
+    # spending nothing: a first partial hour cannot claim a month's budget (no -274 %),
+    # and the figure is never above 100 %. How much of the period has data is its own
+    # series, for "not enough data".
     step = cfg.budget_step
-    for series, budget in ((SITE, BUDGET_SITE), (FLEET, BUDGET_FLEET)):
-        ratio = series.format(w=cfg.period)
+    hours = seconds(cfg.period, "period") // seconds(step, "step")
+    for series, ratio_name, budget, coverage in (
+        (SITE, SITE.format(w=cfg.period), BUDGET_SITE, COVERAGE_SITE),
+        (FLEET, FLEET.format(w=cfg.period), BUDGET_FLEET, COVERAGE_FLEET),
+    ):
+        hourly = f"{series.format(w=step)}[{cfg.period}:{step}]"
+        rules.append({"record": ratio_name, "expr": f"avg_over_time({hourly})"})
+        rules.append({"record": coverage, "expr": f"count_over_time({hourly}) / {hours}"})
         rules.append(
             {
-                "record": ratio,
-                "expr": f"avg_over_time({series.format(w=step)}[{cfg.period}:{step}])",
+                "record": budget,
+                "expr": f"1 - sum_over_time({hourly}) / {hours}"
+                f" / on (slo) group_left () (1 - {OBJECTIVE})",
             }
-        )
-        rules.append(
-            {"record": budget, "expr": f"1 - {ratio} / on (slo) group_left () (1 - {OBJECTIVE})"}
         )
     for slo in cfg.slos:
         for b in cfg.burn_rates:
