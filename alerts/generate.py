@@ -179,9 +179,7 @@ def parse_config(doc: Any) -> Config:  # noqa: C901, PLR0912, PLR0915 (one check
         sources = []
         for k, raw_src in enumerate(s["sources"] or []):
             sw = f"{where}.sources[{k}]"
-            src = _keys(
-                raw_src, sw, {"name", "selector"}, {"bad", "errors", "total", "ratio"}
-            )
+            src = _keys(raw_src, sw, {"name", "selector"}, {"bad", "errors", "total", "ratio"})
             if not _NAME.match(str(src["name"])):
                 raise ConfigError(f"{sw}.name: lower case, digits, _ ({src['name']!r})")
             shapes = ["bad" in src, "ratio" in src, "errors" in src or "total" in src]
@@ -222,9 +220,7 @@ def parse_config(doc: Any) -> Config:  # noqa: C901, PLR0912, PLR0915 (one check
     service = str(top.get("sloth_service", "dnsfleet"))
     if not _NAME.match(service):
         raise ConfigError(f"sloth_service: lower case, digits, _ ({service!r})")
-    return Config(
-        base, period, tuple(rates), str(top["site_down_alert"]), tuple(slos), service
-    )
+    return Config(base, period, tuple(rates), str(top["site_down_alert"]), tuple(slos), service)
 
 
 def _strip(v: Any) -> str | None:
@@ -306,7 +302,11 @@ def slo_rules(cfg: Config) -> dict[str, Any]:
                 )
             for w in windows:
                 rules.append(
-                    {"record": SITE.format(w=w), "expr": window_ratio(slo, src, w), "labels": labels}
+                    {
+                        "record": SITE.format(w=w),
+                        "expr": window_ratio(slo, src, w),
+                        "labels": labels,
+                    }
                 )
     # The fleet: the mean of its sites (each site's clients weigh the same).
     for w in windows:
