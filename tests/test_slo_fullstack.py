@@ -34,6 +34,7 @@ import yaml
 from alerts import generate
 
 from tests.harness.exporter import ExporterProcess
+from tests.harness.gotools import prometheus3_tool
 from tests.harness.monitoring import (
     Alertmanager,
     Prometheus,
@@ -79,8 +80,12 @@ class Stack:
     u2: Unbound
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[Stack]:
+@pytest.fixture(scope="module", params=["2", "3"], ids=lambda v: f"prometheus{v}")
+def stack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, named: Named
+) -> Iterator[Stack]:
+    """The whole stack on Debian's Prometheus 2, then on Prometheus 3 (built from the Go
+    module proxy): classic histograms' `le` and range windows differ there."""
     work = tmp_path_factory.mktemp("slo-stack")
     a1, a2 = spare_loopback_pair()
     stubs = {"example.test.": f"127.0.0.1@{named.port}"}
@@ -153,6 +158,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, named: Named) -> Iterator[St
                 scrape_interval="1s",
                 evaluation_interval="1s",
             ),
+            program="" if request.param == "2" else prometheus3_tool("prometheus"),
         )
         (work / "prom").mkdir()
         prom.start()
