@@ -1033,7 +1033,13 @@ def error_budget() -> dash.Dashboard:
     )
     d = variables(d).time("now-7d", "now")
     site = 'site=~"$site"'
-    budget = f"site:dnsfleet_slo_error_budget_remaining:ratio{{{site}}}"
+    # Shown once a day of the period has data: before, "not enough data", not a figure
+    # that rests on a few hours.
+    budget = (
+        f"site:dnsfleet_slo_error_budget_remaining:ratio{{{site}}}"
+        " and on (site, slo, source)"
+        f" site:dnsfleet_slo_period_coverage:ratio{{{site}}} * {_secs(cfg.period)} >= 86400"
+    )
     burn = (
         "site:dnsfleet_slo_errors:ratio_rate{w}{{" + site + "}}"
         " / on (slo) group_left () (1 - dnsfleet:slo_objective:ratio)"
@@ -1051,23 +1057,25 @@ def error_budget() -> dash.Dashboard:
         d.with_panel(
             tab(
                 "Error budget left per site",
-                f"1 - (error ratio over {cfg.period}) / (1 - objective), per site, SLO and "
-                "SLI source: 100% untouched, 0 spent, below 0 overspent. The period's ratio "
-                f"is the mean of the {cfg.budget_step} ratios sampled every "
-                f"{cfg.budget_step}, so it is empty for the first {cfg.budget_step}.",
+                f"1 - (bad share of the {cfg.period} period) / (1 - objective), per site, SLO "
+                "and SLI source: 100% untouched, 0 spent, below 0 overspent. The "
+                f"{cfg.budget_step} ratios are sampled every {cfg.budget_step} and summed "
+                f"over the period, a {cfg.budget_step} without data spending nothing; "
+                "empty (not enough data) until a day of the period has data.",
                 "percentunit",
                 query(budget, instant=True, fmt="table"),
                 width=12,
-            )
+            ).no_value("not enough data")
         )
         .with_panel(
             single(
                 "Lowest budget left",
-                "The least error budget any site has left, over every SLO and source.",
+                "The least error budget any site has left, over every SLO and source "
+                "(not enough data until a day of the period has data).",
                 "percentunit",
                 query(f"min({budget})"),
                 width=6,
-            )
+            ).no_value("not enough data")
         )
         .with_panel(
             single(
@@ -1084,11 +1092,12 @@ def error_budget() -> dash.Dashboard:
         .with_panel(
             ts(
                 "Error budget left over time",
-                "The budget left per site, SLO and source over the time range.",
+                "The budget left per site, SLO and source over the time range, from the "
+                "first day of data on.",
                 "percentunit",
                 query(budget, "{{site}} {{slo}}/{{source}}"),
                 width=24,
-            )
+            ).no_value("not enough data")
         )
         .with_panel(
             ts(

@@ -30,7 +30,7 @@ def amtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_check_config() -> None:
     out = amtool("check-config", str(ALERTMANAGER_YML))
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "4 inhibit rules" in out.stdout
+    assert "7 inhibit rules" in out.stdout
 
 
 def burn(severity: str, site: str, source: str, slo: str = "availability") -> dict[str, str]:
@@ -286,6 +286,86 @@ INHIBITION = {
                 "instance": "h1:9853",
                 "job": "dnsfleet",
             },
+        ],
+        {1},
+    ),
+    "a resolver down mutes its own other resolver alerts, not a site-mate's": (
+        [
+            {
+                "alertname": "DNSResolverDown",
+                "severity": "warning",
+                "site": "ams",
+                "instance": "h1:9853",
+                "target": "10.0.0.1:53",
+            },
+            # Read by another exporter: still the same resolver.
+            {
+                "alertname": "DNSResolverStatsUnreadable",
+                "severity": "warning",
+                "site": "ams",
+                "instance": "h2:9853",
+                "target": "10.0.0.1:53",
+            },
+            {
+                "alertname": "DNSResolverCanaryUnusable",
+                "severity": "warning",
+                "site": "ams",
+                "instance": "h1:9853",
+                "target": "10.0.0.1:53",
+                "module": "canary",
+            },
+            {
+                "alertname": "DNSResolverProbeFailuresHigh",
+                "severity": "warning",
+                "site": "ams",
+                "instance": "h1:9853",
+                "target": "10.0.0.1:53",
+            },
+            {
+                "alertname": "DNSResolverStatsUnreadable",
+                "severity": "warning",
+                "site": "ams",
+                "instance": "h1:9853",
+                "target": "10.0.0.2:53",
+            },
+            {
+                "alertname": "DNSResolverRestarted",
+                "severity": "warning",
+                "site": "ams",
+                "instance": "h1:9853",
+                "target": "10.0.0.1:53",
+            },
+        ],
+        {1, 2, 3},
+    ),
+    "the stub latency page mutes the site's failover-delay tickets, no other site's": (
+        [
+            burn("critical", "ams", "stub", slo="latency"),
+            {
+                "alertname": "DNSStubFailoverDelay",
+                "severity": "warning",
+                "site": "ams",
+                "instance": "h1:9853",
+                "resolv_conf": "/etc/resolv.conf",
+                "libc": "glibc",
+            },
+            {
+                "alertname": "DNSStubFailoverDelay",
+                "severity": "warning",
+                "site": "fra",
+                "instance": "h9:9853",
+                "resolv_conf": "/etc/resolv.conf",
+                "libc": "glibc",
+            },
+            burn("critical", "fra", "probe", slo="latency"),
+        ],
+        {1},
+    ),
+    "the 1h page mutes the 6h page of the same SLO and source": (
+        [
+            burn("critical", "ams", "stub", slo="latency"),
+            burn("critical", "ams", "stub", slo="latency") | {"long": "6h", "short": "30m"},
+            burn("critical", "ams", "probe", slo="latency") | {"long": "6h", "short": "30m"},
         ],
         {1},
     ),

@@ -14,6 +14,7 @@ import pytest
 import yaml
 from alerts.generate import CONFIG, load_config
 
+from tests.harness.gotools import prometheus3_tool
 from tests.harness.tools import binary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,10 +46,11 @@ def test_rule_files_exist() -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("version", ["2", "3"], ids=lambda v: f"prometheus{v}")
 @pytest.mark.parametrize("path", RULES, ids=lambda p: p.name)
-def test_promtool_check_rules(path: Path) -> None:
+def test_promtool_check_rules(path: Path, version: str) -> None:
     out = subprocess.run(
-        [binary("promtool"), "check", "rules", str(path)],
+        [promtool(version), "check", "rules", str(path)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -56,11 +58,18 @@ def test_promtool_check_rules(path: Path) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+def promtool(version: str) -> str:
+    """Debian's promtool (Prometheus 2) or Prometheus 3's, built from the module proxy:
+    3 reads range windows left-open and classic histograms' `le` as floats."""
+    return binary("promtool") if version == "2" else prometheus3_tool("promtool")
+
+
 @pytest.mark.integration
+@pytest.mark.parametrize("version", ["2", "3"], ids=lambda v: f"prometheus{v}")
 @pytest.mark.parametrize("path", RULE_TESTS, ids=lambda p: p.name)
-def test_promtool_test_rules(path: Path) -> None:
+def test_promtool_test_rules(path: Path, version: str) -> None:
     out = subprocess.run(
-        [binary("promtool"), "test", "rules", path.name],
+        [promtool(version), "test", "rules", path.name],
         capture_output=True,
         text=True,
         timeout=120,

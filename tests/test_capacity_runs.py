@@ -157,6 +157,20 @@ def test_miss_above_hit_contradicts_both() -> None:
     assert fine["hit"].contradictions == fine["miss"].contradictions == ()
 
 
+def test_miss_above_hit_is_recorded_beside_another_contradiction() -> None:
+    """Three miss runs at 8,500-15,500 qps (a spread contradiction) above a hit capacity of
+    2,500 (a rate-limited name): miss_above_hit is recorded on both, so the 2,500 is no
+    longer a capacity; a miss run below the hit figure does not contradict it."""
+    runs = (rec(8500), rec(12000), rec(15500))
+    miss = measurement("miss", 12000, runs=runs, spread=0.58, contradictions=("spread",))
+    got = cross_check({"hit": measurement("hit", 2500), "miss": miss})
+    assert got["hit"].contradictions == ("miss_above_hit",)
+    assert got["miss"].contradictions == ("spread", "miss_above_hit")
+    low = measurement("miss", 3000, runs=(rec(2000), rec(3000), rec(4000)), spread=0.6)
+    fine = cross_check({"hit": measurement("hit", 2500), "miss": low})
+    assert fine["hit"].contradictions == ()
+
+
 def test_contradiction_recorded_and_exported_instead_of_capacity() -> None:
     runs = (rec(3750, "client"), rec(6770), rec(9752, "client"))
     m = measurement("hit", 6770, runs=runs, spread=None, contradictions=("client_bound",))

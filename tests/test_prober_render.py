@@ -179,3 +179,36 @@ def test_an_answer_lands_in_the_first_bucket_at_or_above_it(duration: float) -> 
     st.observe(judge(Exchange(response=resp, error=None, duration=duration), cfg.modules["m"]), 0.0)
     want = next((i for i, b in enumerate(LATENCY_BUCKETS) if duration <= b), len(LATENCY_BUCKETS))
     assert st.buckets[want] == 1 and sum(st.buckets) == 1
+
+
+def test_expect_bogus_probes_are_counted_from_zero_and_follow_the_module() -> None:
+    """dnsfleet_probe_bogus_queries_total: the probes of `dnssec: expect_bogus` modules,
+    which a validating resolver answers SERVFAIL on purpose (the SLO rules subtract them);
+    present at 0 before the first probe, so a rate never misses the first one; absent for
+    every other module; a reload that turns the check on keeps the attempts."""
+
+    def config(dnssec: str) -> dict[str, object]:
+        return {
+            "modules": {"m": {}, "bogus": {"query_name": "bogus.test", "dnssec": dnssec}},
+            "targets": [
+                {"address": "127.0.0.1", "module": "m"},
+                {"address": "127.0.0.1", "module": "bogus"},
+            ],
+        }
+
+    def bogus_lines(prober: Prober) -> list[str]:
+        text = render([f for f in prober.families() if f.name.startswith("dnsfleet_probe_")])
+        return [ln for ln in text.splitlines() if ln.startswith("dnsfleet_probe_bogus_queries")]
+
+    prober = Prober()
+    prober.configure(parse(config("expect_bogus"), source="x.yml"))
+    assert bogus_lines(prober) == [
+        'dnsfleet_probe_bogus_queries_total{target="127.0.0.1",module="bogus"} 0'
+    ]
+    prober.states[("127.0.0.1", "bogus")].probes = 7
+    assert bogus_lines(prober)[0].endswith(" 7")
+    prober.configure(parse(config("do"), source="x.yml"))
+    assert bogus_lines(prober) == []
+    assert prober.states[("127.0.0.1", "bogus")].probes == 7
+    prober.configure(parse(config("expect_bogus"), source="x.yml"))
+    assert bogus_lines(prober)[0].endswith(" 7")

@@ -147,10 +147,10 @@ def test_generated_rules_follow_the_workbook() -> None:
         ),
         (
             lambda d: d["slos"][0]["sources"][1].pop("total"),
-            r"slos\[0\].sources\[1\]: either `bad`, or `errors` and `total`",
+            r"slos\[0\].sources\[1\]: either `bad`, `ratio`, or `errors` and `total`",
         ),
         (
-            lambda d: d["slos"][0]["sources"][0].update(bad="1 - max(x{$selectr})"),
+            lambda d: d["slos"][0]["sources"][3].update(bad="1 - max(x{$selectr})"),
             r"unknown placeholder 'selectr'",
         ),
         (
@@ -158,6 +158,14 @@ def test_generated_rules_follow_the_workbook() -> None:
             r"rates over \$window",
         ),
         (lambda d: d["slos"][0].update(alert="dns_burn"), "an alert name in CamelCase"),
+        (
+            lambda d: d["slos"][0]["sources"][0].update(bad="1 - max(x)"),
+            r"slos\[0\].sources\[0\]: either `bad`, `ratio`, or `errors` and `total`",
+        ),
+        (
+            lambda d: d["slos"][0]["sources"][0].update(ratio="min by (site) (x)"),
+            r"are rates over \$window",
+        ),
     ],
 )
 def test_bad_parameters_are_refused(change: Any, message: str, tmp_path: Path) -> None:

@@ -27,6 +27,8 @@ from dnsfleet.restarts import ResolverWatch, canary_families
 
 log = logging.getLogger(__name__)
 
+__all__ = ["LATENCY_BUCKETS", "Prepared", "ProbeRecord", "Prober", "TargetState"]
+
 _NOT_STARTED = failed(Reason.TIMEOUT, 0.0, "scrape deadline reached before the probe could start")
 
 TargetKey = tuple[str, str]  # (address, module)
@@ -49,12 +51,16 @@ class TargetState:
     # The target's socket address and family, worked out once (each probe needs them).
     sockaddr: tuple[str, int] | tuple[str, int, int, int]
     family: socket.AddressFamily
+    # Its module has `dnssec: expect_bogus`: each probe makes a validating resolver answer
+    # SERVFAIL on purpose, which the SLO rules subtract from the resolver's own counts.
+    bogus: bool = False
     last: ProbeResult | None = None
     last_wall: float = 0.0  # epoch seconds of the last probe
     failures: list[int] = field(default_factory=lambda: [0] * len(REASONS))
     buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
     latency_sum: float = 0.0
-    probes: int = 0  # sent on /metrics, answered or not
+    probes: int = 0  # sent on /metrics, answered or not, and evidence (see cut_short)
+    sent: int = 0  # queries sent on /metrics, whatever the requester's deadline
     # Epoch seconds of the first failed probe of the current run of failures; None while
     # the last probe succeeded (the status page's "failing since").
     failing_since: float | None = None
@@ -66,6 +72,8 @@ class TargetState:
         and failures counters (see :func:`cut_short`)."""
         self.last = result
         self.last_wall = wall
+        if result is not _NOT_STARTED:
+            self.sent += 1
         if not counted:
             return
         self.probes += 1
@@ -89,12 +97,13 @@ def target_labels(target: Target) -> str:
     return labelset([("target", target.address), ("module", target.module), *target.labels])
 
 
-def new_state(target: Target) -> TargetState:
+def new_state(target: Target, *, bogus: bool = False) -> TargetState:
     return TargetState(
         target=target,
         labels=target_labels(target),
         sockaddr=target.sockaddr,
         family=target.family,
+        bogus=bogus,
     )
 
 
@@ -127,22 +136,24 @@ class Prober:
         for t in cfg.targets:
             key = (t.address, t.module)
             old = current.get(key)
-            if old is not None and old.target == t:
+            bogus = cfg.modules[t.module].dnssec == "expect_bogus"
+            if old is not None and old.target == t and old.bogus == bogus:
                 states[key] = old
-            elif old is not None:  # same target, new labels: keep the counters
-                fresh = new_state(t)
+            elif old is not None:  # same target, new labels or check: keep the counters
+                fresh = new_state(t, bogus=bogus)
                 fresh.failures, fresh.buckets, fresh.latency_sum, fresh.probes = (
                     old.failures,
                     old.buckets,
                     old.latency_sum,
                     old.probes,
                 )
+                fresh.sent = old.sent
                 fresh.last, fresh.last_wall = old.last, old.last_wall
                 fresh.failing_since = old.failing_since
                 fresh.ede_counts = old.ede_counts
                 states[key] = fresh
             else:
-                states[key] = new_state(t)
+                states[key] = new_state(t, bogus=bogus)
         return Prepared(queries, states)
 
     def adopt(self, cfg: Config, prepared: Prepared) -> None:
@@ -342,6 +353,7 @@ class Prober:
                     tuple(st.buckets),
                     st.latency_sum,
                     tuple(st.ede_counts.items()),
+                    st.sent if st.bogus else None,
                 )
                 for key, st in self.states.items()
             ],

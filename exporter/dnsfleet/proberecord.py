@@ -1,8 +1,9 @@
 """The record of the fleet's per-target state at the end of a cycle, and its families:
-the probe-result gauges, failures by reason, attempts, the latency histogram and EDE
-counts. Copied (counters as tuples) so that a later cycle does not change it: app.py keeps
-complete cycles as records, in a tenth of the memory of their rendered text. The state it
-copies lives in prober.py (``TargetState``)."""
+the probe-result gauges, failures by reason, attempts, expect_bogus queries, the latency
+histogram and EDE counts, each written with one format call per target from templates
+shared by every target. Copied (counters as tuples) so that a later cycle does not change
+it: app.py keeps complete cycles as records, in a tenth of the memory of their rendered
+text. The state it copies lives in prober.py (``TargetState``)."""
 
 from __future__ import annotations
 
@@ -29,10 +30,12 @@ LATENCY_BUCKETS: tuple[float, ...] = (
     5.0,
 )
 
-
-# labels, last result, probes, failures by reason, latency buckets, latency sum, EDE counts
+# labels, last result, probes, failures by reason, latency buckets, latency sum, EDE counts,
+# queries sent of an expect_bogus module (None for other modules)
 EdeCounts = tuple[tuple[str, int], ...]
-RecordRow = tuple[str, ProbeResult | None, int, tuple[int, ...], tuple[int, ...], float, EdeCounts]
+RecordRow = tuple[
+    str, ProbeResult | None, int, tuple[int, ...], tuple[int, ...], float, EdeCounts, int | None
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,25 +49,7 @@ class ProbeRecord:
         f-string at a time)."""
         rows = self.rows
         fams = probe_result_families([(row[0], row[1]) for row in rows])
-        attempts = "".join([_ATTEMPTS.format(labels, probes) for labels, _, probes, *_ in rows])
-        failures = "".join(
-            [_failures_block(label_prefix(labels), *fails) for labels, _, _, fails, *_ in rows]
-        )
-        hist = "".join(
-            [
-                _histogram_block(
-                    label_prefix(labels), labels, format_value(latency_sum), *accumulate(buckets)
-                )
-                for labels, _, _, _, buckets, latency_sum, _ in rows
-            ]
-        )
-        ede = "".join(
-            [
-                f'{_EDE_TOTAL_NAME}{{{label_prefix(labels)}code="{code}"}} {n}\n'
-                for labels, *_, counts in rows
-                for code, n in counts
-            ]
-        )
+        failures, attempts, bogus, hist, ede = _counter_texts(rows)
         return [
             *fams,
             TextFamily(
@@ -83,6 +68,17 @@ class ProbeRecord:
                 "counter",
                 attempts,
             ),
+            # Every probe of an expect_bogus check is a SERVFAIL in a validating resolver's
+            # own counters and dnstap stream: the SLO rules subtract these. Every query
+            # sent counts, one cut short by a scrape's own deadline too (unlike the
+            # attempts): the resolver still answers it, and counts its SERVFAIL.
+            TextFamily(
+                _BOGUS_NAME,
+                "Probes of a dnssec expect_bogus module sent on /metrics: each one a "
+                "deliberate SERVFAIL in a validating resolver's own counts.",
+                "counter",
+                bogus,
+            ),
             TextFamily(
                 _LATENCY_NAME,
                 "Latency of probes that got an answer (any rcode).",
@@ -100,13 +96,40 @@ class ProbeRecord:
         ]
 
 
+def _counter_texts(rows: list[RecordRow]) -> tuple[str, str, str, str, str]:
+    """The counter families' text: failures, attempts, bogus queries, latency, EDE."""
+    attempts = "".join([_ATTEMPTS.format(labels, probes) for labels, _, probes, *_ in rows])
+    bogus = "".join([_BOGUS.format(labels, n) for labels, *_, n in rows if n is not None])
+    failures = "".join(
+        [_failures_block(label_prefix(labels), *fails) for labels, _, _, fails, *_ in rows]
+    )
+    hist = "".join(
+        [
+            _histogram_block(
+                label_prefix(labels), labels, format_value(latency_sum), *accumulate(buckets)
+            )
+            for labels, _, _, _, buckets, latency_sum, *_ in rows
+        ]
+    )
+    ede = "".join(
+        [
+            f'{_EDE_TOTAL_NAME}{{{label_prefix(labels)}code="{code}"}} {n}\n'
+            for labels, *_, counts, _ in rows
+            for code, n in counts
+        ]
+    )
+    return failures, attempts, bogus, hist, ede
+
+
 # Each block's {p} is the labels prefix (see label_prefix), {l} the labels alone; doubled braces
 # are the exposition's own.
 _FAILURES_NAME = "dnsfleet_probe_failures_total"
 _ATTEMPTS_NAME = "dnsfleet_probe_attempts_total"
 _LATENCY_NAME = "dnsfleet_probe_latency_seconds"
 _EDE_TOTAL_NAME = "dnsfleet_probe_extended_errors_total"
+_BOGUS_NAME = "dnsfleet_probe_bogus_queries_total"
 _ATTEMPTS = _ATTEMPTS_NAME + "{{{}}} {}\n"
+_BOGUS = _BOGUS_NAME + "{{{}}} {}\n"
 _failures_block = compile_template(
     "failures",
     "p, " + ", ".join(f"f{i}" for i in range(len(REASONS))),

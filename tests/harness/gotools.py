@@ -1,7 +1,9 @@
 """Go programs the tests run, built from the Go module proxy into .cache/tools (ignored by
-git) with the go toolchain: actionlint at a pinned version, tests/psa (the Pod Security
-Admission's own policy code) and tests/coredns (a CoreDNS with few plugins). Go's module
-and build caches make a rebuild take seconds."""
+git) with the go toolchain: actionlint, Sloth and Prometheus 3 (promtool, prometheus) at
+pinned versions, tests/psa (the Pod Security Admission's own policy code) and tests/coredns
+(a CoreDNS with few plugins). Each binary is named with its version, so a suite builds it
+once; Go's module and build caches make a rebuild take seconds (Prometheus' first build
+takes minutes on 2 cores)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,12 @@ ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / ".cache" / "tools"
 ACTIONLINT = "github.com/rhysd/actionlint/cmd/actionlint"
 ACTIONLINT_VERSION = "v1.7.12"
+SLOTH = "github.com/slok/sloth/cmd/sloth"
+SLOTH_VERSION = "v0.16.0"
+# Prometheus 3.x's Go module versions are v0.3xx.y (3.16.0 is v0.316.0). Classic
+# histograms' `le` labels read as floats there ("1.0"), which the SLO rules must match.
+PROMETHEUS = "github.com/prometheus/prometheus/cmd"
+PROMETHEUS_VERSION = "v0.316.0"
 
 
 def _go() -> str:
@@ -41,20 +49,36 @@ def _run(cmd: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> Non
     assert out.returncode == 0, f"{' '.join(cmd)}:\n{out.stdout}{out.stderr}"
 
 
-def actionlint() -> str:
-    """actionlint at ACTIONLINT_VERSION (go install; the PyPI wrapper downloads a binary
-    at build time, which cannot work here)."""
-    target = TOOLS / f"actionlint-{ACTIONLINT_VERSION}"
+def _install(package: str, version: str, name: str) -> str:
+    """``go install package@version`` into TOOLS as name-version, once."""
+    target = TOOLS / f"{name}-{version}"
     if not target.exists():
-        gobin = TOOLS / f"gobin-{os.getpid()}"
+        gobin = TOOLS / f"gobin-{name}-{os.getpid()}"
         _run(
-            [_go(), "install", f"{ACTIONLINT}@{ACTIONLINT_VERSION}"],
+            [_go(), "install", f"{package}@{version}"],
             cwd=ROOT,
             env={"GOBIN": str(gobin), "GOFLAGS": "-mod=mod"},
         )
-        (gobin / "actionlint").replace(target)
+        (gobin / name).replace(target)
         gobin.rmdir()
     return str(target)
+
+
+def actionlint() -> str:
+    """actionlint at ACTIONLINT_VERSION (go install; the PyPI wrapper downloads a binary
+    at build time, which cannot work here)."""
+    return _install(ACTIONLINT, ACTIONLINT_VERSION, "actionlint")
+
+
+def sloth() -> str:
+    """Sloth at SLOTH_VERSION: validates alerts/sloth and generates its rules."""
+    return _install(SLOTH, SLOTH_VERSION, "sloth")
+
+
+def prometheus3_tool(name: str) -> str:
+    """``promtool`` or ``prometheus`` of Prometheus 3 (PROMETHEUS_VERSION); Debian ships 2.x."""
+    assert name in ("promtool", "prometheus"), name
+    return _install(f"{PROMETHEUS}/{name}", PROMETHEUS_VERSION, name)
 
 
 def _build(name: str, directory: Path) -> str:

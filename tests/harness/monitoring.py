@@ -74,10 +74,12 @@ class _Daemon(Daemon):
 @dataclass
 class Prometheus(_Daemon):
     name: ClassVar[str] = "prometheus"
+    # Another build than Debian's (Prometheus 3: tests/harness/gotools.py).
+    program: str = ""
 
     def command(self, cfg: Path) -> list[str]:
         return [
-            binary("prometheus"),
+            self.program or binary("prometheus"),
             f"--config.file={cfg}",
             f"--storage.tsdb.path={self.workdir / 'data'}",
             f"--web.listen-address=127.0.0.1:{self.port}",

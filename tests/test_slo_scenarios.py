@@ -1,0 +1,271 @@
+"""The paging scenarios, in promtool, at the evaluation intervals Prometheus is run with
+(15 s, the compose stack's; 30 s; 1 m, Prometheus' default): counted SLIs give the same
+verdict at each. Every scenario runs on alerts/rules (slo.rules.yml with probe.rules.yml)
+and, where `sloth` is built, on the rules Sloth generates from alerts/sloth: the two agree
+on what pages and what opens a ticket. The inputs are counters as the exporter exports
+them, sampled every minute, for four probes a minute per resolver and module (15 s
+scrapes; an HA pair of Prometheus scraping at 30 s sends as many).
+
+- one lost probe on a single-resolver site, three days of history: nothing;
+- 0.4 % of probes failing on both resolvers of a site at the same moments (a shared
+  upstream fault) for 24 h: a ticket, no page;
+- 0.7 % the same way for 6 h: a page, through the 6h/30m window;
+- a 10-minute 100 % SERVFAIL burst in the resolvers' own counters: a page within 5 minutes;
+- one resolver of two failing every probe for an hour: nothing (its clients fail over);
+- a healthy validator with dnsfleet's `expect_bogus` check, no client traffic and 5 qps,
+  its own SERVFAIL counter read a probe behind at every other scrape: nothing at all.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from alerts import generate
+
+from tests.harness.gotools import prometheus3_tool, sloth
+from tests.harness.tools import binary
+
+pytestmark = pytest.mark.integration
+
+RULES = generate.RULES
+INTERVALS = ("15s", "30s", "1m")
+PROBES_PER_MINUTE = 4
+BURN = 'alertname=~"DNS.+BudgetBurn", alertstate="firing"'
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    minutes: int
+    series: dict[str, str]
+    # (PromQL, evaluation time, expected samples)
+    checks: list[tuple[str, str, list[dict[str, Any]]]] = field(default_factory=list)
+
+
+def quiet(severity: str, until: str, *, any_alert: bool = False) -> tuple[str, str, list[Any]]:
+    """No alert of this severity (a burn, or with any_alert any alert) fired up to then."""
+    sel = 'alertstate="firing"' if any_alert else BURN
+    return (f'max_over_time(ALERTS{{{sel}, severity="{severity}"}}[{until}])', until, [])
+
+
+def fires(severity: str, at: str) -> tuple[str, str, list[Any]]:
+    return (f'max(ALERTS{{{BURN}, severity="{severity}"}})', at, [{"labels": "{}", "value": 1}])
+
+
+def nothing(until: str) -> tuple[str, str, list[Any]]:
+    return (f'max_over_time(ALERTS{{alertstate="firing"}}[{until}])', until, [])
+
+
+def probe_series(site: str, target: str, module: str, failures: str, n: int) -> dict[str, str]:
+    lab = f'instance="e1:9853",job="dnsfleet",site="{site}",target="{target}",module="{module}"'
+    return {
+        f"dnsfleet_probe_attempts_total{{{lab}}}": f"0+{PROBES_PER_MINUTE}x{n}",
+        f'dnsfleet_probe_failures_total{{{lab},reason="timeout"}}': failures,
+    }
+
+
+def lost_probe() -> Scenario:
+    n = 3 * 1440 + 120
+    return Scenario(
+        "one lost probe on a single-resolver site, three days of history",
+        n,
+        probe_series("one", "10.8.0.1:53", "m", f"0x{3 * 1440} 1x119", n),
+        [quiet("critical", f"{n}m"), quiet("warning", f"{n}m")],
+    )
+
+
+def shared(share: float, *, healthy: int, faulty: int) -> dict[str, str]:
+    """Both resolvers of site `up` failing `share` of their probes from `healthy` minutes on
+    (at least one: a counter is exported from 0)."""
+    per = PROBES_PER_MINUTE * share
+    n = healthy + faulty
+    fail = f"0x{healthy} {per:g}+{per:g}x{faulty - 1}"
+    out: dict[str, str] = {}
+    for t in ("10.9.0.1:53", "10.9.0.2:53"):
+        out |= probe_series("up", t, "m", fail, n)
+    return out
+
+
+def servfail_burst() -> Scenario:
+    lab = 'instance="e1:9853",job="dnsfleet",site="sf",target="10.1.0.1:53"'
+    return Scenario(
+        "a 10-minute 100 % SERVFAIL burst",
+        190,
+        {
+            f'dnsfleet_resolver_responses_total{{{lab},rcode="NOERROR"}}': (
+                "0+600x120 72000x9 72600+600x59"
+            ),
+            f'dnsfleet_resolver_responses_total{{{lab},rcode="SERVFAIL"}}': (
+                "0x120 600+600x9 6000x59"
+            ),
+            **probe_series("sf", "10.1.0.1:53", "m", "0x190", 190),
+        },
+        [quiet("critical", "120m"), fires("critical", "125m")],
+    )
+
+
+def one_of_two_down() -> Scenario:
+    return Scenario(
+        "one resolver of two failing every probe for an hour",
+        80,
+        {
+            **probe_series("two", "10.5.0.1:53", "m", "0x80", 80),
+            **probe_series("two", "10.5.0.2:53", "m", "0x10 4+4x59 240x10", 80),
+        },
+        [quiet("critical", "80m"), quiet("warning", "80m")],
+    )
+
+
+def canary(clients_per_minute: int) -> Scenario:
+    """A validator probed by a plain module and an expect_bogus one (4 probes a minute
+    each); the resolver's SERVFAIL counter and its dnstap stream hold the bogus probes'
+    SERVFAILs, read one probe short at every other scrape (stats read while the probes
+    are in flight)."""
+    n = 180
+    base = 'instance="e1:9853",job="dnsfleet",site="val",target="10.2.0.1:53"'
+    ok = f"0+{PROBES_PER_MINUTE + clients_per_minute}x{n}"
+    servfail = " ".join(str(PROBES_PER_MINUTE * i - i % 2) for i in range(n + 1))
+    series = {
+        f'dnsfleet_resolver_responses_total{{{base},rcode="NOERROR"}}': ok,
+        f'dnsfleet_resolver_responses_total{{{base},rcode="SERVFAIL"}}': servfail,
+        f'dnsfleet_dnstap_responses_total{{{base},rcode="NOERROR",qtype="A",transport="udp"}}': ok,
+        f'dnsfleet_dnstap_responses_total{{{base},rcode="SERVFAIL",qtype="A",transport="udp"}}': (
+            servfail
+        ),
+        f'dnsfleet_probe_bogus_queries_total{{{base},module="bogus"}}': (
+            f"0+{PROBES_PER_MINUTE}x{n}"
+        ),
+    }
+    for module, rcode in (("m", 0), ("bogus", 2)):
+        lab = f'{base},module="{module}"'
+        series |= probe_series("val", "10.2.0.1:53", module, f"0x{n}", n)
+        series[f"dnsfleet_probe_dns_rcode{{{lab}}}"] = f"{rcode}x{n}"
+        series[f"dnsfleet_probe_success{{{lab}}}"] = f"1x{n}"
+        for le in ("0.005", "1", "+Inf"):
+            series[f'dnsfleet_probe_latency_seconds_bucket{{{lab},le="{le}"}}'] = (
+                f"0+{PROBES_PER_MINUTE}x{n}"
+            )
+        series[f"dnsfleet_probe_latency_seconds_count{{{lab}}}"] = f"0+{PROBES_PER_MINUTE}x{n}"
+    return Scenario(
+        f"a healthy validator's expect_bogus check, {clients_per_minute / 60:g} qps of clients",
+        n,
+        series,
+        [nothing(f"{n}m")],
+    )
+
+
+SCENARIOS: dict[str, Callable[[], Scenario]] = {
+    "lost-probe": lost_probe,
+    "shared-0.4%-24h": lambda: Scenario(
+        "0.4 % on every resolver of a site at once for 24 h",
+        1450,
+        shared(0.004, healthy=10, faulty=1440),
+        [quiet("critical", "1450m"), fires("warning", "1450m")],
+    ),
+    "shared-0.7%-6h": lambda: Scenario(
+        "0.7 % on every resolver of a site at once for 6 h",
+        720,
+        shared(0.007, healthy=360, faulty=360),
+        [quiet("critical", "600m"), fires("critical", "700m")],
+    ),
+    "servfail-burst": servfail_burst,
+    "one-of-two-down": one_of_two_down,
+    "canary-quiet": lambda: canary(0),
+    "canary-5qps": lambda: canary(300),
+}
+
+
+def promtool_test(
+    promtool: str, rule_files: list[Path], scenario: Scenario, interval: str, tmp: Path
+) -> None:
+    doc = {
+        "rule_files": [str(p) for p in rule_files],
+        "evaluation_interval": interval,
+        "tests": [
+            {
+                "name": scenario.name,
+                "interval": "1m",
+                "input_series": [{"series": s, "values": v} for s, v in scenario.series.items()],
+                "promql_expr_test": [
+                    {"expr": e, "eval_time": t, "exp_samples": exp} for e, t, exp in scenario.checks
+                ],
+            }
+        ],
+    }
+    path = tmp / "scenario.test.yml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    out = subprocess.run(
+        [promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=900
+    )
+    assert out.returncode == 0, f"{scenario.name} at {interval}:\n{out.stdout}{out.stderr}"
+
+
+@pytest.fixture(scope="module")
+def ours(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """The generated SLO rules without the period's budget (720-point subqueries at every
+    evaluation, which no alert reads: alerts/tests/slo.test.yml checks them), and the probe
+    rules beside them: three days at 15 s evaluations stay within minutes."""
+    doc = generate.slo_rules(generate.load_config(generate.CONFIG))
+    period = generate.load_config(generate.CONFIG).period
+    group = doc["groups"][0]
+    group["rules"] = [
+        r
+        for r in group["rules"]
+        if not any(k in r.get("record", "") for k in (period, "budget", "coverage"))
+    ]
+    path = tmp_path_factory.mktemp("ours") / generate.SLO_FILE
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return [path, RULES / "probe.rules.yml"]
+
+
+@pytest.mark.parametrize("interval", INTERVALS)
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_dnsfleet_rules(name: str, interval: str, ours: list[Path], tmp_path: Path) -> None:
+    promtool_test(binary("promtool"), ours, SCENARIOS[name](), interval, tmp_path)
+
+
+@pytest.mark.parametrize("interval", INTERVALS)
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_dnsfleet_rules_on_prometheus_3(
+    name: str, interval: str, ours: list[Path], tmp_path: Path
+) -> None:
+    promtool_test(prometheus3_tool("promtool"), ours, SCENARIOS[name](), interval, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def sloth_rules(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """`sloth validate` accepts alerts/sloth; `sloth generate` makes its rules."""
+    tool = sloth()
+    out = subprocess.run(
+        [tool, "validate", "-i", str(generate.SLOTH)], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    work = tmp_path_factory.mktemp("sloth")
+    rules = []
+    for spec in sorted(generate.SLOTH.glob("*.yml")):
+        target = work / f"{spec.stem}.rules.yml"
+        gen = subprocess.run(
+            [tool, "generate", "-i", str(spec), "-o", str(target)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert gen.returncode == 0, gen.stdout + gen.stderr
+        rules.append(target)
+    return rules
+
+
+@pytest.mark.parametrize("interval", ["30s"])
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_sloth_rules_agree(
+    name: str, interval: str, sloth_rules: list[Path], tmp_path: Path
+) -> None:
+    """Sloth's rules from the same specs give the same pages and tickets. (Sloth averages
+    its 5-minute ratios for the long windows; on these steady inputs that is the same.)"""
+    promtool_test(binary("promtool"), sloth_rules, SCENARIOS[name](), interval, tmp_path)
