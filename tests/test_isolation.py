@@ -252,13 +252,16 @@ def _doh_module(ca: Path, timeout: str) -> dict[str, Any]:
 @pytest.mark.integration
 def test_a_doh_peer_flooding_pings_cannot_hold_the_loop(tmp_path: Path) -> None:
     """The endpoint keeps the socket readable with PING frames for 20 s and never answers.
-    /probe with a 2 s module timeout ends with `timeout` well before the flood does, and
-    /-/healthy is answered meanwhile. Before, both waited for the flood to end."""
+    /probe with a 10 s module timeout ends with `malformed` once the peer has sent more than
+    a response could hold (each PING costs h2 ~10 us of the loop: the flood held it for
+    the whole timeout, and /-/healthy waited up to seconds beside it), and /-/healthy is
+    answered meanwhile. Before, the probe read PINGs until its timeout; before that, until
+    the flood ended."""
     doh = HostileDoH("ping_flood", flood_for=20.0)
     exp = exporter(
         tmp_path,
         {
-            "modules": {"doh": _doh_module(doh.write_ca(tmp_path / "ca.pem"), "2s")},
+            "modules": {"doh": _doh_module(doh.write_ca(tmp_path / "ca.pem"), "10s")},
             "targets": [{"address": doh.address, "module": "doh"}],
         },
     )
@@ -268,16 +271,12 @@ def test_a_doh_peer_flooding_pings_cannot_hold_the_loop(tmp_path: Path) -> None:
         assert exp.loop_lag is not None
         exp.loop_lag.start()
         async with served(exp) as port:
-            t0 = time.monotonic()
             probe = asyncio.create_task(get(port, f"/probe?target={doh.address}&module=doh"))
-            await asyncio.sleep(0.5)
             healthy = [await get(port, "/-/healthy") for _ in range(3)]
             code, body = await probe
-            took = time.monotonic() - t0
             assert [c for c, _ in healthy] == [200, 200, 200]
             assert code == 200
-            assert value(body, "dnsfleet_probe_failure", reason="timeout") == 1, body
-            assert took < 12, f"/probe took {took:.1f} s with a 2 s module timeout"
+            assert value(body, "dnsfleet_probe_failure", reason="malformed") == 1, body
             assert doh.connections == 1
             # The loop's lag is measured and shows no stall of the flood's length.
             code, metrics = await get(port, "/metrics", timeout_header="4")
