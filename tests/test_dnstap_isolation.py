@@ -243,6 +243,37 @@ def test_silent_writers_never_lock_out_a_real_one(
             w.close()
 
 
+@pytest.mark.integration
+def test_silent_writers_never_evict_a_quiet_resolver(sock: Path, closing: list[Ingest]) -> None:
+    """A resolver's stream has carried frames and then been quiet for over a second (a quiet
+    hour); 64 writers connect and say nothing. The one evicted for the last of them is a
+    silent one: the resolver keeps its slot, and what it writes next is counted. Before,
+    the longest-idle stream was evicted whoever it was, the resolver's first."""
+    ing = Ingest(ingest_settings(sock, max_connections=64, idle_timeout=60, handshake_timeout=60))
+    closing.append(ing)
+    resolver = Writer(str(sock), timeout=30)
+    resolver.handshake()
+    resolver.send(*pair("a.test.", qid=1))
+    wait_for(ing, ("dnsfleet_dnstap_frames_total", ""), 2)
+    silent = [Writer(str(sock), timeout=30) for _ in range(63)]
+    try:
+        for w in silent:
+            w.handshake()
+        time.sleep(1.5)  # everyone idle for longer than the eviction's one second
+        late = Writer(str(sock), timeout=30)
+        silent.append(late)
+        late.handshake()
+        s = wait_for(ing, ("dnsfleet_dnstap_errors_total", 'reason="idle_evicted"'), 1)
+        assert s[("dnsfleet_dnstap_connections", "")] == 64
+        resolver.send(*pair("a.test.", qid=2, port=40001))
+        assert resolver.stop()
+        s = wait_for(ing, ("dnsfleet_dnstap_frames_total", ""), 4)
+        assert responses(s) == 2
+    finally:
+        for w in silent:
+            w.close()
+
+
 # ------------------------------------------------------------------- memory
 
 

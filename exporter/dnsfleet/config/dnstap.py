@@ -119,7 +119,8 @@ class DnstapConfig:
         metadata=key(
             Integer(minimum=1, maximum=4096),
             doc="Writers connected at once; when all are connected a new writer takes the "
-            "slot of the one idle longest, if idle for a second or more (else it is refused)",
+            "slot of the one idle longest, if idle for a second or more (else it is refused), "
+            "of those that never sent a data frame first",
         ),
     )
 

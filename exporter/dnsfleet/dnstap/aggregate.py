@@ -58,7 +58,7 @@ ERROR_REASONS = (
     "handshake_timeout",  # no START within the handshake timeout
     "idle_timeout",  # a stream silent for longer than the idle timeout, mid-frame or not
     "too_many_connections",  # every slot taken by a writer active within evict_idle
-    "idle_evicted",  # the longest-idle writer, cut to give its slot to a new one
+    "idle_evicted",  # the longest-idle writer (silent ones first), cut for a new one
     "protobuf",  # a data frame that is no dnstap.Dnstap message
     "dns",  # a message whose DNS bytes do not parse
 )

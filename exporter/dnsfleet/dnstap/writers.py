@@ -4,8 +4,11 @@ aggregator, and the slots they hold.
 At most ``max_connections`` writers are connected at once. When every slot is taken, a new
 writer takes the slot of the one that has been idle (sent nothing) the longest, provided
 that one has been idle for at least ``evict_idle`` seconds (:data:`EVICT_IDLE`); otherwise
-the new writer is refused. So writers that connect and then stay silent cannot lock a real
-resolver out, while writers that are all busy are never churned by one more.
+the new writer is refused. Writers that never sent a data frame go first: a resolver whose
+stream has carried frames is cut only when no such writer is there. So writers that
+connect and then stay silent can neither lock a real resolver out nor push a quiet one out
+(a resolver quiet for a second was the longest idle, and each new silent writer cut it),
+while writers that are all busy are never churned by one more.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ class Slots:
     def admit(self, stream: Stream, now: float) -> bool:
         """Give ``stream`` a slot, freeing the longest-idle one when all are taken."""
         if len(self.open) >= self.limit:
-            idlest = min(self.open, key=lambda s: s.last_active)
+            silent = [s for s in self.open if not s.carried]
+            idlest = min(silent or self.open, key=lambda s: s.last_active)
             if now - idlest.last_active < self.evict_idle:
                 self.agg.error("too_many_connections")
                 return False
@@ -65,6 +69,7 @@ class Stream(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.last_active = 0.0
+        self.carried = False  # a data frame came on this stream
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -109,6 +114,7 @@ class Stream(asyncio.Protocol):
             self.cut(e.refusal.value)
             return
         if frames:
+            self.carried = True
             self.agg.ingest(frames)
         if reply:
             self.transport.write(reply)

@@ -32,6 +32,15 @@ from dnsfleet.probes.tlsconn import (
 
 MAX_BODY = 65535
 CONTENT_TYPE = b"application/dns-message"
+# HTTP/2 read from a DoH peer before its response ends, at most: the response is at most
+# MAX_BODY of DATA plus a few hundred bytes of other frames (SETTINGS, HEADERS,
+# WINDOW_UPDATE). A peer that sends more is sending something else without end (PING
+# frames, SETTINGS, frames h2 ignores), each costing the event loop ~10 us in h2: a peer
+# flooding PINGs for a 2 s timeout held the loop ~2 s per probe, and every /-/healthy
+# waited up to 3.5 s meanwhile. At this cap a probe costs at most ~8,000 frames.
+MAX_READ = 2 * 65536
+# Plaintext handed to h2 per turn of the event loop: ~240 PING frames, ~3 ms.
+READ_SLICE = 4096
 
 
 def request_headers(
@@ -129,7 +138,10 @@ async def _request(conn: Connection, module: Module, query: Query, sockaddr: Soc
         h2c.send_data(sid, payload, end_stream=True)  # body and END_STREAM in one frame
     await conn.send(h2c.data_to_send())
     while not r.ended and r.failure is None:
-        data = await conn.read(65536)
+        # A turn for the loop between slices: Connection.read returns without suspending
+        # while it holds decrypted bytes, and sock_sendall while the socket takes them.
+        await asyncio.sleep(0)
+        data = await conn.read(READ_SLICE)
         if not data:
             r.failure = (
                 Reason.MALFORMED if r.got else Reason.NETWORK_ERROR,
@@ -137,6 +149,12 @@ async def _request(conn: Connection, module: Module, query: Query, sockaddr: Soc
             )
             return
         r.got += len(data)
+        if r.got > MAX_READ:
+            r.failure = (
+                Reason.MALFORMED,
+                f"over {MAX_READ} bytes of HTTP/2 from the server without the response ending",
+            )
+            return
         for ev in h2c.receive_data(data):
             _on_event(ev, h2c, sid, r)
         pending = h2c.data_to_send()
