@@ -205,10 +205,42 @@ def test_expect_bogus_probes_are_counted_from_zero_and_follow_the_module() -> No
     assert bogus_lines(prober) == [
         'dnsfleet_probe_bogus_queries_total{target="127.0.0.1",module="bogus"} 0'
     ]
-    prober.states[("127.0.0.1", "bogus")].probes = 7
+    prober.states[("127.0.0.1", "bogus")].sent = 7
     assert bogus_lines(prober)[0].endswith(" 7")
     prober.configure(parse(config("do"), source="x.yml"))
     assert bogus_lines(prober) == []
-    assert prober.states[("127.0.0.1", "bogus")].probes == 7
+    assert prober.states[("127.0.0.1", "bogus")].sent == 7
     prober.configure(parse(config("expect_bogus"), source="x.yml"))
     assert bogus_lines(prober)[0].endswith(" 7")
+
+
+def test_a_probe_cut_short_by_its_requester_is_sent_but_no_evidence() -> None:
+    """A timeout before the module's own timeout (a scrape's shorter deadline): the query
+    went out (a validating resolver still answers an expect_bogus one with SERVFAIL, so it
+    counts there), but the attempts and failures counters leave it out; a probe that could
+    not start is neither."""
+    from dnsfleet.prober import _NOT_STARTED, cut_short
+    from dnsfleet.probes.result import failed
+
+    cfg = parse(
+        {
+            "modules": {"bogus": {"query_name": "bogus.test", "dnssec": "expect_bogus",
+                                  "timeout": "2s"}},
+            "targets": [{"address": "127.0.0.1", "module": "bogus"}],
+        },
+        source="x.yml",
+    )  # fmt: skip
+    module = cfg.modules["bogus"]
+    prober = Prober()
+    prober.configure(cfg)
+    st = prober.states[("127.0.0.1", "bogus")]
+    rows = [
+        (failed(Reason.TIMEOUT, 2.0, "module timeout"), True, (1, 1, 1)),
+        (failed(Reason.TIMEOUT, 0.05, "scrape deadline"), False, (2, 1, 1)),
+        (_NOT_STARTED, False, (2, 1, 1)),
+        (failed(Reason.REFUSED, 0.01, "refused"), True, (3, 2, 2)),
+    ]
+    for result, counted, (sent, probes, failures) in rows:
+        assert cut_short(result, module) is not counted, result
+        st.observe(result, 0.0, counted=counted)
+        assert (st.sent, st.probes, sum(st.failures)) == (sent, probes, failures), result
