@@ -1,10 +1,9 @@
 """The paging scenarios, in promtool, at the evaluation intervals Prometheus is run with
 (15 s, the compose stack's; 30 s; 1 m, Prometheus' default): counted SLIs give the same
-verdict at each. Every scenario runs on alerts/rules (slo.rules.yml with probe.rules.yml)
-and, where `sloth` is built, on the rules Sloth generates from alerts/sloth: the two agree
-on what pages and what opens a ticket. The inputs are counters as the exporter exports
-them, sampled every minute, for four probes a minute per resolver and module (15 s
-scrapes; an HA pair of Prometheus scraping at 30 s sends as many).
+verdict at each. Every scenario runs on alerts/rules (slo.rules.yml with probe.rules.yml).
+The inputs are counters as the exporter exports them, sampled every minute, for four probes
+a minute per resolver and module (15 s scrapes; an HA pair of Prometheus scraping at 30 s
+sends as many).
 
 - one lost probe on a single-resolver site, three days of history: nothing;
 - 0.4 % of probes failing on both resolvers of a site at the same moments (a shared
@@ -14,6 +13,9 @@ scrapes; an HA pair of Prometheus scraping at 30 s sends as many).
 - one resolver of two failing every probe for an hour: nothing (its clients fail over);
 - a healthy validator with dnsfleet's `expect_bogus` check, no client traffic and 5 qps,
   its own SERVFAIL counter read a probe behind at every other scrape: nothing at all.
+
+The same scenarios on Prometheus 3's promtool and on Sloth's rules are
+test_slo_scenarios_engines.py (a module of its own, so the suite's processes share them).
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ import pytest
 import yaml
 from alerts import generate
 
-from tests.harness.gotools import prometheus3_tool, sloth
 from tests.harness.tools import binary
 
 pytestmark = pytest.mark.integration
@@ -208,6 +209,10 @@ def promtool_test(
 
 @pytest.fixture(scope="module")
 def ours(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    return our_rules(tmp_path_factory)
+
+
+def our_rules(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     """The generated SLO rules without the period's budget (720-point subqueries at every
     evaluation, which no alert reads: alerts/tests/slo.test.yml checks them), and the probe
     rules beside them: three days at 15 s evaluations stay within minutes."""
@@ -228,44 +233,3 @@ def ours(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_dnsfleet_rules(name: str, interval: str, ours: list[Path], tmp_path: Path) -> None:
     promtool_test(binary("promtool"), ours, SCENARIOS[name](), interval, tmp_path)
-
-
-@pytest.mark.parametrize("interval", INTERVALS)
-@pytest.mark.parametrize("name", list(SCENARIOS))
-def test_dnsfleet_rules_on_prometheus_3(
-    name: str, interval: str, ours: list[Path], tmp_path: Path
-) -> None:
-    promtool_test(prometheus3_tool("promtool"), ours, SCENARIOS[name](), interval, tmp_path)
-
-
-@pytest.fixture(scope="module")
-def sloth_rules(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    """`sloth validate` accepts alerts/sloth; `sloth generate` makes its rules."""
-    tool = sloth()
-    out = subprocess.run(
-        [tool, "validate", "-i", str(generate.SLOTH)], capture_output=True, text=True, timeout=120
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    work = tmp_path_factory.mktemp("sloth")
-    rules = []
-    for spec in sorted(generate.SLOTH.glob("*.yml")):
-        target = work / f"{spec.stem}.rules.yml"
-        gen = subprocess.run(
-            [tool, "generate", "-i", str(spec), "-o", str(target)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert gen.returncode == 0, gen.stdout + gen.stderr
-        rules.append(target)
-    return rules
-
-
-@pytest.mark.parametrize("interval", ["30s"])
-@pytest.mark.parametrize("name", list(SCENARIOS))
-def test_sloth_rules_agree(
-    name: str, interval: str, sloth_rules: list[Path], tmp_path: Path
-) -> None:
-    """Sloth's rules from the same specs give the same pages and tickets. (Sloth averages
-    its 5-minute ratios for the long windows; on these steady inputs that is the same.)"""
-    promtool_test(binary("promtool"), sloth_rules, SCENARIOS[name](), interval, tmp_path)
