@@ -245,6 +245,86 @@ def test_a_timeout_is_counted_only_when_the_modules_own_timeout_ended_it(
         hole.close()
 
 
+@pytest.mark.integration
+def test_clients_climbing_below_the_scrapers_budget_never_starve_it(tmp_path: Path) -> None:
+    """Six clients each asking for a budget a nanosecond longer than the last (0.8 s,
+    0.800000001 s, ...) never share a cycle, and held every slot: a 3 s scrape got the same
+    kept cycle, older at every scrape. One cycle in flight is the lead requester's now:
+    every scrape gets a cycle that ended after it asked."""
+    hole = Blackhole()
+    exp = exporter(
+        tmp_path,
+        {
+            "modules": {"silent": {"timeout": "2s"}},
+            "targets": [{"address": hole.address, "module": "silent"}],
+        },
+    )
+    climb = [0]
+
+    async def climber(port: int, stop: asyncio.Event) -> None:
+        for _ in range(200):  # bounded: each waits for its own short cycle
+            if stop.is_set():
+                return
+            climb[0] += 1
+            await get(port, "/metrics", timeout_header=f"{1.3 + climb[0] * 1e-9:.9f}")
+
+    async def go() -> None:
+        async with served(exp) as port:
+            await get(port, "/metrics", timeout_header="3")  # the lead, and a kept cycle
+            stop = asyncio.Event()
+            climbers = [asyncio.create_task(climber(port, stop)) for _ in range(6)]
+            stale = []
+            for _ in range(6):
+                await asyncio.sleep(0.5)
+                asked = time.time()
+                code, body = await get(port, "/metrics", timeout_header="3")
+                assert code == 200, body
+                ended = value(body, "dnsfleet_scrape_cycle_end_timestamp_seconds")
+                if ended is None or ended < asked:
+                    stale.append(asked - (ended or 0))
+            stop.set()
+            await asyncio.gather(*climbers)
+            assert climb[0] > 12, "the climbing clients did not run"
+            assert not stale, f"scrapes answered with a cycle that ended before them: {stale}"
+
+    try:
+        run(go())
+    finally:
+        hole.close()
+
+
+@pytest.mark.integration
+def test_the_lead_scrapers_timeouts_count_when_the_module_outlasts_its_budget(
+    tmp_path: Path,
+) -> None:
+    """A module timeout at or above the scrape budget (1.5 s under a 1.5 s header, a 1 s
+    budget): every probe is ended by the budget, and before, none was ever counted, so a
+    silent resolver added nothing to the failure counters the SLO reads. The lead
+    requester's timeouts count."""
+    hole = Blackhole()
+    exp = exporter(
+        tmp_path,
+        {
+            "modules": {"silent": {"timeout": "1500ms"}},
+            "targets": [{"address": hole.address, "module": "silent"}],
+        },
+    )
+    labels = {"target": hole.address, "module": "silent"}
+
+    async def go() -> None:
+        async with served(exp) as port:
+            for n in (1, 2, 3):
+                code, body = await get(port, "/metrics", timeout_header="1.5")
+                assert code == 200, body
+                assert value(body, "dnsfleet_probe_attempts_total", **labels) == n
+                assert value(body, "dnsfleet_probe_failures_total", reason="timeout", **labels) == n
+
+    try:
+        run(go())
+    finally:
+        hole.close()
+
+
 # ---------------------------------------------------------------- a loop that cannot starve
 
 

@@ -214,12 +214,50 @@ def test_expect_bogus_probes_are_counted_from_zero_and_follow_the_module() -> No
     assert bogus_lines(prober)[0].endswith(" 7")
 
 
-def test_a_probe_cut_short_by_its_requester_is_sent_but_no_evidence() -> None:
-    """A timeout before the module's own timeout (a scrape's shorter deadline): the query
-    went out (a validating resolver still answers an expect_bogus one with SERVFAIL, so it
-    counts there), but the attempts and failures counters leave it out; a probe that could
-    not start is neither."""
-    from dnsfleet.prober import _NOT_STARTED, cut_short
+@pytest.mark.parametrize(
+    ("result", "budget", "lead", "want"),
+    [
+        # The module's whole 2 s timeout: evidence, whoever asked.
+        (("timeout", 2.0), 9.5, True, True),
+        (("timeout", 2.0), 9.5, False, True),
+        # A shorter requester's deadline ended the wait: its own view only.
+        (("timeout", 0.05), 0.05, False, False),
+        (("timeout", 0.5), 0.5, False, False),
+        # The lead requester's cycle (the Prometheus server's): its timeouts count when it
+        # gave the probe at least a second, or the whole module timeout if that is less;
+        # a 10 s module under a 9.5 s scrape budget still counts.
+        (("timeout", 1.5), 1.5, True, True),
+        (("timeout", 0.5), 0.5, True, False),
+        (("timeout", 9.5), 9.5, True, True),
+        # Answers and refusals are evidence within any budget.
+        (("refused", 0.01), 0.05, False, True),
+        (("rcode", 0.01), 0.05, False, True),
+        # dnsfleet's own exception and a probe that never started are not.
+        (("internal", 0.01), 9.5, True, False),
+        ("not started", 9.5, True, False),
+    ],
+)
+def test_what_is_evidence_about_a_target(
+    result: tuple[str, float] | str, budget: float, lead: bool, want: bool
+) -> None:
+    from dnsfleet.prober import _NOT_STARTED, evident
+    from dnsfleet.probes.result import failed
+
+    timeout = 10.0 if isinstance(result, tuple) and result[1] == 9.5 else 2.0
+    cfg = parse(
+        {"modules": {"m": {"timeout": f"{timeout}s"}},
+         "targets": [{"address": "127.0.0.1", "module": "m"}]},
+        source="x.yml",
+    )  # fmt: skip
+    r = _NOT_STARTED if isinstance(result, str) else failed(Reason(result[0]), result[1], "x")
+    assert evident(r, cfg.modules["m"], budget=budget, lead=lead) is want
+
+
+def test_a_probe_that_is_no_evidence_is_still_sent() -> None:
+    """A query cut short by its requester went out (a validating resolver still answers an
+    expect_bogus one with SERVFAIL, so it counts there); the attempts and failures
+    counters leave it out; a probe that could not start is neither."""
+    from dnsfleet.prober import _NOT_STARTED
     from dnsfleet.probes.result import failed
 
     cfg = parse(
@@ -230,7 +268,6 @@ def test_a_probe_cut_short_by_its_requester_is_sent_but_no_evidence() -> None:
         },
         source="x.yml",
     )  # fmt: skip
-    module = cfg.modules["bogus"]
     prober = Prober()
     prober.configure(cfg)
     st = prober.states[("127.0.0.1", "bogus")]
@@ -241,6 +278,5 @@ def test_a_probe_cut_short_by_its_requester_is_sent_but_no_evidence() -> None:
         (failed(Reason.REFUSED, 0.01, "refused"), True, (3, 2, 2)),
     ]
     for result, counted, (sent, probes, failures) in rows:
-        assert cut_short(result, module) is not counted, result
         st.observe(result, 0.0, counted=counted)
         assert (st.sent, st.probes, sum(st.failures)) == (sent, probes, failures), result

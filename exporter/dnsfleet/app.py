@@ -42,6 +42,11 @@ MIN_PROBE_TIMEOUT = 0.05
 # scrape timeouts, a person's curl): beyond this a request that finds no cycle of its budget
 # gets a kept one or a 503. selfmetrics.probe_concurrency sizes probe sockets for it.
 MAX_CYCLES_IN_FLIGHT = CONCURRENT_CYCLES
+# The lead requester is the one that asked for the largest budget within this window: the
+# Prometheus server, whose scrape timeout is the longest any client sends. One of the
+# cycles in flight is kept for it, and only its cycles count every timeout as evidence
+# (prober.evident). Longer than any scrape interval, so the lead renews it at every scrape.
+LEAD_WINDOW = 180.0
 # Complete cycles kept as fallbacks of shorter requests (~0.3 MB each at 1,000 targets).
 MAX_KEPT_CYCLES = 4
 
@@ -74,6 +79,8 @@ class Exporter:
         self._cycles: list[_Cycle] = []
         # Complete cycles kept as fallbacks, older to newer, budgets falling (see _keep).
         self._kept: list[_Kept] = []
+        # The lead requester's budget and when it last asked (loop time; see LEAD_WINDOW).
+        self._lead: tuple[float, float] = (0.0, float("-inf"))
         # The event loop's lag (cli.py starts it with the server; absent in --once).
         self.loop_lag: LoopLag | None = None
         self.started = time.time()
@@ -217,9 +224,14 @@ class Exporter:
         start = loop.time() if arrived is None else arrived
         budget = self.scrape_budget(header_timeout)
         deadline = start + budget
+        lead = self._leads(budget, start)
         cycle = self._cycle_for(budget, deadline)
-        if cycle is None and len(self._cycles) < MAX_CYCLES_IN_FLIGHT:
-            cycle = self._start_cycle(budget, deadline)
+        # One cycle in flight is the lead's: clients asking for ever so slightly longer
+        # budgets below it (0.8 s, 0.800000001 s, ...) never share each other's cycles and
+        # once held every slot, so the Prometheus server got the same kept cycle for as
+        # long as they went on.
+        if cycle is None and len(self._cycles) < MAX_CYCLES_IN_FLIGHT - (0 if lead else 1):
+            cycle = self._start_cycle(budget, deadline, lead=lead)
         if cycle is not None:
             # The probes stop at the budget; half the offset is left to render and send.
             answer_by = deadline + self.config.limits.scrape_timeout_offset / 2
@@ -244,13 +256,25 @@ class Exporter:
         ]
         return max(fits, key=lambda c: c.started, default=None)
 
+    def _leads(self, budget: float, now: float) -> bool:
+        """Whether a request of ``budget`` is the lead requester's: no larger budget was
+        asked for within LEAD_WINDOW."""
+        lead_budget, since = self._lead
+        if budget >= lead_budget or now - since > LEAD_WINDOW:
+            self._lead = (budget, now)
+            return True
+        return False
+
     def _kept_for(self, budget: float) -> _Kept | None:
         return next((k for k in reversed(self._kept) if k.budget >= budget), None)
 
-    def _start_cycle(self, budget: float, deadline: float) -> _Cycle:
+    def _start_cycle(self, budget: float, deadline: float, *, lead: bool) -> _Cycle:
         loop = asyncio.get_running_loop()
         cycle = _Cycle(
-            budget, deadline, loop.time(), loop.create_task(self._scrape(budget, deadline))
+            budget,
+            deadline,
+            loop.time(),
+            loop.create_task(self._scrape(budget, deadline, lead=lead)),
         )
         self._cycles.append(cycle)
         cycle.task.add_done_callback(lambda _: self._cycles.remove(cycle))
@@ -267,7 +291,9 @@ class Exporter:
             # budget, never on one that gave its probes less.
             del self._kept[-2]
 
-    async def _scrape(self, budget: float, deadline: float) -> list[Family | TextFamily]:
+    async def _scrape(
+        self, budget: float, deadline: float, *, lead: bool = True
+    ) -> list[Family | TextFamily]:
         loop = asyncio.get_running_loop()
         malloc.trim()  # the previous scrape's buffers are all free by now
         cfg = self.config
@@ -279,7 +305,7 @@ class Exporter:
             fs=self.fs, config=cfg, deadline=deadline, state=self.collector_state, sockets=zone_cap
         )
         results, collected = await asyncio.gather(
-            self.prober.probe_all(cfg, deadline, probe_cap),
+            self.prober.probe_all(cfg, deadline, probe_cap, budget=budget, lead=lead),
             run_collectors(ctx, COLLECTORS),
         )
         self.scrapes_total += 1

@@ -34,14 +34,28 @@ _NOT_STARTED = failed(Reason.TIMEOUT, 0.0, "scrape deadline reached before the p
 TargetKey = tuple[str, str]  # (address, module)
 
 
-def cut_short(result: ProbeResult, module: Module) -> bool:
-    """A timeout that came before the module's own timeout: the requester's deadline ended
-    the wait (a scraper with a short scrape timeout, or a probe that could not start before
-    it), which says nothing about the target. Its cycle reports it, to the requester that
-    asked for that deadline; the attempts and failures counters, which the SLO rules and
-    every other scraper read, leave it out, so a client with a short deadline cannot count
-    failures against a healthy resolver."""
-    return result.reason is Reason.TIMEOUT and result.duration < module.timeout - 0.001
+# A timeout is evidence about a resolver when its probe waited at least this long, or its
+# module's whole timeout if that is shorter: no DNS client waits less for an answer.
+MIN_EVIDENT_WAIT = 1.0
+
+
+def evident(result: ProbeResult, module: Module, *, budget: float, lead: bool) -> bool:
+    """Whether a probe's outcome is evidence about its target, for the attempts and
+    failures counters that the SLO rules and every scraper read. Not evidence: a probe
+    that could not start before its cycle's deadline (the exporter's capacity), an
+    exception of dnsfleet's own (``internal``, counted in
+    dnsfleet_probe_internal_errors_total), and a timeout that a requester's shorter
+    deadline caused. A timeout counts when the probe waited its module's whole timeout,
+    or when its cycle is the lead requester's (``lead``: the largest budget asked for
+    lately, the Prometheus server; see app.py) and gave it at least
+    min(module timeout, MIN_EVIDENT_WAIT): then a module timeout at or above the scrape
+    budget still counts, and a client with a short deadline never counts failures
+    against a healthy resolver. An answer, a refusal or a SERVFAIL is always evidence."""
+    if result is _NOT_STARTED or result.reason is Reason.INTERNAL:
+        return False
+    if result.reason is not Reason.TIMEOUT or result.duration >= module.timeout - 0.001:
+        return True
+    return lead and budget >= min(module.timeout, MIN_EVIDENT_WAIT)
 
 
 @dataclass(slots=True)
@@ -59,7 +73,7 @@ class TargetState:
     failures: list[int] = field(default_factory=lambda: [0] * len(REASONS))
     buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
     latency_sum: float = 0.0
-    probes: int = 0  # sent on /metrics, answered or not, and evidence (see cut_short)
+    probes: int = 0  # sent on /metrics, answered or not, and evidence (see evident)
     sent: int = 0  # queries sent on /metrics, whatever the requester's deadline
     # Epoch seconds of the first failed probe of the current run of failures; None while
     # the last probe succeeded (the status page's "failing since").
@@ -69,7 +83,7 @@ class TargetState:
 
     def observe(self, result: ProbeResult, wall: float, *, counted: bool = True) -> None:
         """``counted``: whether the probe is evidence about the target, for the attempts
-        and failures counters (see :func:`cut_short`)."""
+        and failures counters (see :func:`evident`)."""
         self.last = result
         self.last_wall = wall
         if result is not _NOT_STARTED:
@@ -162,7 +176,13 @@ class Prober:
         self.watch.configure(cfg)
 
     async def probe_all(
-        self, cfg: Config, deadline: float, concurrency: int | None = None
+        self,
+        cfg: Config,
+        deadline: float,
+        concurrency: int | None = None,
+        *,
+        budget: float = float("inf"),
+        lead: bool = True,
     ) -> dict[TargetKey, ProbeResult]:
         """Probe every configured target once, at most ``concurrency`` at a time (default
         limits.max_concurrent_probes); ``deadline`` is in ``loop.time()`` terms. Returns
@@ -183,8 +203,10 @@ class Prober:
         each = [st for st in states if not self._batchable(cfg.modules[st.target.module])]
         batch_limit = max(1, limit * len(batch) // len(states))
         await asyncio.gather(
-            self._probe_batch(cfg, batch, deadline, batch_limit, results),
-            self._probe_each(cfg, each, deadline, max(1, limit - batch_limit), results),
+            self._probe_batch(cfg, batch, deadline, batch_limit, results, cycle=(budget, lead)),
+            self._probe_each(
+                cfg, each, deadline, max(1, limit - batch_limit), results, cycle=(budget, lead)
+            ),
         )
         return results
 
@@ -252,6 +274,8 @@ class Prober:
         deadline: float,
         concurrency: int,
         out: dict[TargetKey, ProbeResult],
+        *,
+        cycle: tuple[float, bool],
     ) -> None:
         if not states:
             return
@@ -269,7 +293,7 @@ class Prober:
                 result = self._internal(st.target, e, ex.duration if ex else 0.0)
             results[i] = result
             out[(st.target.address, st.target.module)] = result
-            self._record(st, result, modules[i])
+            self._record(st, result, modules[i], cycle)
 
         await exchange_many(
             [
@@ -295,6 +319,8 @@ class Prober:
         deadline: float,
         concurrency: int,
         out: dict[TargetKey, ProbeResult],
+        *,
+        cycle: tuple[float, bool],
     ) -> None:
         loop = asyncio.get_running_loop()
         sem = asyncio.Semaphore(concurrency)
@@ -320,13 +346,18 @@ class Prober:
                 except Exception as e:
                     result = self._internal(t, e, time.monotonic() - start)
             out[(t.address, t.module)] = result
-            self._record(st, result, module)
+            self._record(st, result, module, cycle)
 
         await asyncio.gather(*(one(st) for st in states))
 
     @staticmethod
-    def _record(st: TargetState, result: ProbeResult, module: Module) -> None:
-        st.observe(result, time.time(), counted=not cut_short(result, module))
+    def _record(
+        st: TargetState, result: ProbeResult, module: Module, cycle: tuple[float, bool]
+    ) -> None:
+        """``cycle``: the budget of the cycle the probe ran in, and whether it is the lead
+        requester's (see :func:`evident`)."""
+        budget, lead = cycle
+        st.observe(result, time.time(), counted=evident(result, module, budget=budget, lead=lead))
         if result.reason is not None:
             log.debug(
                 "probe %s (%s) failed: %s: %s",
