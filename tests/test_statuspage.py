@@ -152,6 +152,38 @@ def test_failing_column_says_since_when_even_with_readable_statistics() -> None:
 
 
 @pytest.mark.unit
+def test_control_and_bidi_characters_in_labels_and_details_are_shown_as_escapes() -> None:
+    """A configured label or a failure detail carrying ESC, BEL or a right-to-left override
+    is shown on the page as the visible escape every other output stream prints: a raw
+    U+202E makes the browser display the rest of the cell in reverse order."""
+    cfg = parse(
+        {
+            "modules": {"m": {}},
+            "targets": [
+                {"address": "192.0.2.1", "module": "m", "labels": {"site": "a\x1b]0;x\x07\u202eb"}}
+            ],
+        },
+        source="t.yml",
+    )
+    p = Prober()
+    p.configure(cfg)
+    p.states[("192.0.2.1", "m")].observe(failed(Reason.RCODE, 0.01, "SERVFAIL\u202egnp"), 1000)
+    view = StatusView(
+        config=cfg,
+        reload_status=ReloadStatus(True, 900),
+        targets=list(p.states.values()),
+        facts=None,
+        history=History(),
+        runbook_base_url=RUNBOOK_BASE_URL,
+    )
+    page = render(view, metrics_path="/metrics", now=1060)
+    for raw in ("\x1b", "\x07", "\u202e"):
+        assert raw not in page
+    assert "site=a\\x1b]0;x\\x07\\u202eb" in page
+    assert "SERVFAIL\\u202egnp" in page
+
+
+@pytest.mark.unit
 def test_runbook_base_url_default_is_the_rules_default() -> None:
     from alerts.generate import CONFIG, load_config
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from dnsfleet import __version__
 from dnsfleet.capacity import choose_capacity
 from dnsfleet.config import Config
+from dnsfleet.escapes import escape
 from dnsfleet.prober import TargetState
 from dnsfleet.probes.ede import NOT_VALIDATING, ede_note
 from dnsfleet.selfmetrics import ReloadStatus
@@ -68,6 +69,13 @@ small { color: #555; } code { font-size: 95%; }
 """
 
 
+def _text(text: str) -> str:
+    """Text from outside (configured labels, answers, error details) as HTML: control and
+    bidi characters as visible escapes first, as every other output stream shows them (a
+    U+202E in a label would otherwise reorder what the page displays), then HTML-escaped."""
+    return html.escape(escape(text))
+
+
 def ago(seconds: float) -> str:
     """Pure: a duration for humans, ``42s``, ``7m``, ``3h``, ``2d``."""
     s = max(seconds, 0.0)
@@ -81,7 +89,7 @@ def ago(seconds: float) -> str:
 
 
 def _span(cls: str, text: str) -> str:
-    return f'<span class="{cls}">{html.escape(text)}</span>'
+    return f'<span class="{cls}">{_text(text)}</span>'
 
 
 def when(wall: float, now: float) -> str:
@@ -92,7 +100,7 @@ def when(wall: float, now: float) -> str:
 
 def runbook_link(base: str, alert: str) -> str:
     """A link to the runbook of ``alert``, named after it, as the rules link it."""
-    e = html.escape
+    e = _text
     return f'<a class="runbook" href="{e(base + alert + ".md")}">{e(alert)}</a>'
 
 
@@ -104,7 +112,7 @@ def failing_alert(site: str | None, site_failing: bool) -> str:
 
 def render(view: StatusView, *, metrics_path: str, now: float | None = None) -> str:
     now = time.time() if now is None else now
-    e = html.escape
+    e = _text
     facts = view.facts
     failing = sum(1 for st in view.targets if st.last is not None and not st.last.success)
     parts = [
@@ -132,7 +140,7 @@ sends no query to any resolver.</small></p>
 
 def _banners(view: StatusView, *, metrics_path: str, now: float) -> list[str]:
     """Reload state and the age of what is shown: the first things to trust or not."""
-    e = html.escape
+    e = _text
     rs, snap = view.reload_status, view.facts
     if rs.successful:
         reload = (
@@ -164,7 +172,7 @@ def _banners(view: StatusView, *, metrics_path: str, now: float) -> list[str]:
 
 
 def _summary(view: StatusView, failing: int, *, metrics_path: str) -> str:
-    e = html.escape
+    e = _text
     facts = view.facts
     stubs = facts.stubs if facts else ()
     stub_failing = {s.resolv_conf for s in stubs if s.failing}
@@ -219,7 +227,7 @@ def _targets_table(view: StatusView, now: float) -> str:
 
 
 def _target_row(st: TargetState, view: StatusView, *, site_ok: dict[str, bool], now: float) -> str:
-    e = html.escape
+    e = _text
     t, hist = st.target, view.history
     facts = view.facts
     resolver = facts.resolvers.get(t.address) if facts else None
@@ -249,7 +257,7 @@ def _result_cells(
     st: TargetState, runbooks: str, site_ok: dict[str, bool], now: float
 ) -> tuple[str, str]:
     """The result, latency and reason cells of a target; and since when it fails."""
-    e = html.escape
+    e = _text
     r = st.last
     if r is None:
         return '<td class="unk">not probed yet</td><td></td><td></td>', ""
@@ -301,7 +309,7 @@ def _latest_cell(resolver: ResolverFacts | None, now: float) -> str:
         last.append(f"restart {when(resolver.started, now)}")
     if resolver is not None and resolver.last_cache_reset is not None:
         last.append(f"cache reset {when(resolver.last_cache_reset, now)}")
-    return "<br>".join(html.escape(x) for x in last) or '<span class="unk">none seen</span>'
+    return "<br>".join(_text(x) for x in last) or '<span class="unk">none seen</span>'
 
 
 def _headroom(
@@ -320,7 +328,7 @@ def _headroom(
 
     figures = ", ".join(fig(k) for k in ("declared", "hit", "miss") if k in by_kind) + " qps"
     if qps is None:
-        return f"capacity {eff:.0f} qps ({html.escape(basis)}; {figures})"
+        return f"capacity {eff:.0f} qps ({_text(basis)}; {figures})"
     head = 1 - qps / eff
     return _span(
         "bad" if head < 0.25 else "ok",
@@ -333,7 +341,7 @@ def _stub_table(facts: PageFacts, *, runbooks: str) -> str:
         return ""
     rows = [_stub_row(stub, runbooks) for stub in facts.stubs]
     rows += [
-        f"<tr><td>{html.escape(path)}</td><td></td>"
+        f"<tr><td>{_text(path)}</td><td></td>"
         f"<td>{_span('bad', 'UNREADABLE')}</td><td></td><td></td></tr>"
         for path in facts.unreadable_stubs
     ]
@@ -346,7 +354,7 @@ def _stub_table(facts: PageFacts, *, runbooks: str) -> str:
 
 
 def _stub_row(stub: StubFacts, runbooks: str) -> str:
-    e = html.escape
+    e = _text
     delay = _span("bad" if stub.delay >= 1 else "ok", f"{stub.delay:.2f}s")
     # What its clients get: every lookup failing, every lookup waiting (degraded), or
     # answered at once; with the runbook of the alert it raises.
@@ -374,7 +382,7 @@ def _stub_row(stub: StubFacts, runbooks: str) -> str:
 
 
 def _collector_table(facts: PageFacts) -> str:
-    e = html.escape
+    e = _text
     rows = [
         f'<tr data-collector="{e(c.name)}"><td>{e(c.name)}</td><td>'
         + (_span("ok", "ok") if c.ok else _span("bad", "FAILING (see the log)"))
