@@ -28,7 +28,7 @@ from dnsfleet import webconfig
 from dnsfleet.cli import exporter_parser
 from dnsfleet.config import load, parse_duration
 from tests.harness import gotools
-from tests.harness.hostmounts import run_in_pod
+from tests.harness.hostmounts import package_for_pod, run_in_pod
 from tests.harness.metrics import samples, value
 from tests.harness.servers import Unbound
 from tests.harness.tools import binary
@@ -445,7 +445,7 @@ def _run_as_pod(work: Path, procfs: str) -> str:
         work,
         [
             "env",
-            f"PYTHONPATH={ROOT / 'exporter'}",
+            f"PYTHONPATH={package_for_pod(work)}",
             "/usr/bin/python3",
             "-m",
             "dnsfleet",

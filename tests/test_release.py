@@ -23,7 +23,7 @@ import yaml
 
 from dnsfleet.cli import exporter_parser
 from tests.harness import gotools
-from tests.harness.hostmounts import run_in_pod
+from tests.harness.hostmounts import package_for_pod, run_in_pod
 from tests.harness.metrics import samples, value
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -278,7 +278,7 @@ def test_image_entrypoint_runs_natively_as_its_user(tmp_path: Path) -> None:
             work,
             [
                 "env",
-                f"PYTHONPATH={ROOT / 'exporter'}",
+                f"PYTHONPATH={package_for_pod(work)}",
                 "/usr/bin/python3",
                 "-c",
                 "import sys; from dnsfleet.cli import exporter_main; sys.exit(exporter_main())",

@@ -8,10 +8,29 @@ image's USER. Root only."""
 from __future__ import annotations
 
 import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
 UID = 10001
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def package_for_pod(work: Path) -> Path:
+    """A copy of the dnsfleet package under ``work`` (the directory for PYTHONPATH):
+    uid 10001 reads it wherever the checkout is (a clone under a mode-0700 directory, as
+    mktemp makes, cannot be entered by that user)."""
+    lib = work / "lib"
+    if (lib / "dnsfleet").is_dir():
+        return lib
+    shutil.copytree(
+        ROOT / "exporter" / "dnsfleet",
+        lib / "dnsfleet",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    for d in (lib, *lib.rglob("*")):
+        d.chmod(0o755 if d.is_dir() else 0o644)
+    return lib
 
 
 def run_in_pod(
