@@ -78,8 +78,9 @@ class Reader:
         if kind == "dnsfleet":
             conf = work / "dnsfleet.yml"
             conf.write_text(
+                # No identity mapping: an identity must name a configured target now,
+                # and the stream's own identity labels its series.
                 f"resolv_conf: []\ntargets: []\ndnstap:\n  socket: {sock}\n"
-                "  identities: {bench: '127.0.0.1:53'}\n"
             )
             cmd = [
                 sys.executable, "-m", "dnsfleet", "--config.file", str(conf),
