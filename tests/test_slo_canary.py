@@ -133,7 +133,10 @@ def assert_quiet(prom: Prometheus, since: float) -> None:
             f'site:dnsfleet_slo_errors:ratio_rate{w}{{site="{SITE}",source="resolver"}}'
         )
         assert ratio, f"no resolver SLI over {w}"
-        assert float(ratio[0]["value"][1]) < page / 2, ratio
+        # Below the page's burn rate (the claim): the scaled 1h window is 60 s, where one
+        # SERVFAIL whose bogus probe is counted a scrape later reads as ~0.8 %; half the
+        # threshold failed there once on a busy machine (0.0084 against 0.0072).
+        assert float(ratio[0]["value"][1]) < page, ratio
 
 
 def test_the_expect_bogus_check_pages_nothing(lab: tuple[Prometheus, Unbound]) -> None:
