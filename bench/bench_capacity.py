@@ -20,7 +20,7 @@ from pathlib import Path
 from tests.harness.resolverfamilies import Dnsdist
 from tests.harness.servers import Named, Unbound
 
-from dnsfleet.capacity import Measurement, effective_capacity, read_state
+from dnsfleet.capacity.model import Measurement, effective_capacity, read_state
 from dnsfleet.cli import main as dnsfleet_main
 from dnsfleet.config import Endpoint
 

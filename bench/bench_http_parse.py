@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "exporter"))
 
-from dnsfleet.httprequest import _parse_head
+from dnsfleet.web.request import _parse_head
 
 REQUEST = (
     b"GET /metrics HTTP/1.1\r\nHost: 10.0.0.1:9853\r\n"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from dnsfleet.capacity import read_state
-from dnsfleet.capacityruns import MIN_CLIENT_CPU_SHARE, summarise
+from dnsfleet.capacity.model import read_state
+from dnsfleet.capacity.runs import MIN_CLIENT_CPU_SHARE, summarise
 from dnsfleet.cli import main as dnsfleet_main
 from dnsfleet.config import Endpoint
 from tests.harness.metrics import matching as matching_or_none

@@ -9,8 +9,8 @@ import math
 
 import pytest
 
-from dnsfleet.capacity import Measurement, RunRecord, format_state, parse_state
-from dnsfleet.capacityruns import (
+from dnsfleet.capacity.model import Measurement, RunRecord, format_state, parse_state
+from dnsfleet.capacity.runs import (
     cross_check,
     judge_plot,
     judge_run,

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from dnsfleet import config, webconfig
+from dnsfleet import config
 from dnsfleet.config import ConfigError
 from dnsfleet.config.files import MAX_FILE_BYTES
 from dnsfleet.config.values import MAX_PREVIEW
 from dnsfleet.config.yamlload import MAX_YAML_DEPTH, MAX_YAML_NODES, load_yaml
+from dnsfleet.web import config as webconfig
 
 pytestmark = pytest.mark.unit
 

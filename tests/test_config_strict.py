@@ -15,8 +15,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dnsfleet import config, webconfig
+from dnsfleet import config
 from dnsfleet.config import RESERVED_LABELS, ConfigError
+from dnsfleet.web import config as webconfig
 from tests.harness.metrics import samples
 from tests.harness.tools import examples
 

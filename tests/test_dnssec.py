@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dnsfleet import statuspage
+from dnsfleet.status import page as statuspage
 from tests.harness.dnssec import SignedNamed, SignedZones, make_zones, validating_unbound
 from tests.harness.inprocess import exporter, scrape
 from tests.harness.metrics import value

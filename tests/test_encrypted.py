@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from dnsfleet import statuspage
 from dnsfleet.probes.families import probe_exposition
+from dnsfleet.status import page as statuspage
 from tests.harness.inprocess import exporter, scrape
 from tests.harness.metrics import value
 from tests.harness.pki import SERVER_NAME, Pki, make_pki

@@ -37,7 +37,7 @@ import pytest
 import yaml
 from dashboards import generate
 
-from dnsfleet.capacity import Measurement, format_state
+from dnsfleet.capacity.model import Measurement, format_state
 from dnsfleet.config import Endpoint
 from tests.harness.consul_double import ConsulDouble
 from tests.harness.exporter import ExporterProcess

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dnsfleet.httprequest import (
+from dnsfleet.endpoints.router import accepts_gzip
+from dnsfleet.web.request import (
     MAX_BODY,
     MAX_HEAD,
     MAX_QUERY_PARAMS,
@@ -23,7 +24,6 @@ from dnsfleet.httprequest import (
     keeps_alive,
     split_target,
 )
-from dnsfleet.web import accepts_gzip
 
 pytestmark = pytest.mark.unit
 

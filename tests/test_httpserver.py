@@ -23,10 +23,10 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families
 
 from dnsfleet.app import Exporter
+from dnsfleet.endpoints.router import make_router
 from dnsfleet.hostfs import HostFS
-from dnsfleet.httproutes import Request, Response, Router
-from dnsfleet.httpserver import serve
-from dnsfleet.web import make_router
+from dnsfleet.web.routes import Request, Response, Router
+from dnsfleet.web.server import serve
 from tests.harness.metrics import promtool_check, value
 
 pytestmark = pytest.mark.integration

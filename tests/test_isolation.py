@@ -22,12 +22,17 @@ import yaml
 from dnsfleet import prober as prober_mod
 from dnsfleet.app import Exporter
 from dnsfleet.config import Module
+from dnsfleet.endpoints.router import (
+    MAX_SCRAPE_TIMEOUT,
+    BadTimeout,
+    make_router,
+    parse_scrape_timeout,
+)
 from dnsfleet.hostfs import HostFS
-from dnsfleet.httpserver import serve
 from dnsfleet.probes import ProbeResult, Reason, https, query_for
 from dnsfleet.probes.tlsconn import earliest_not_after
 from dnsfleet.selfmetrics import LAG_WINDOW, LoopLag
-from dnsfleet.web import MAX_SCRAPE_TIMEOUT, BadTimeout, make_router, parse_scrape_timeout
+from dnsfleet.web.server import serve
 from tests.harness.exporter import EXPORTER
 from tests.harness.hostiledoh import HostileDoH
 from tests.harness.metrics import value

@@ -24,9 +24,9 @@ import pytest
 import yaml
 from deploy.kubernetes import generate
 
-from dnsfleet import webconfig
 from dnsfleet.cli import exporter_parser
 from dnsfleet.config import load, parse_duration
+from dnsfleet.web import config as webconfig
 from tests.harness import gotools
 from tests.harness.hostmounts import package_for_pod, run_in_pod
 from tests.harness.metrics import samples, value

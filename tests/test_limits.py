@@ -500,8 +500,8 @@ def test_reloads_run_off_the_loop_and_coalesce(
     worker thread, and requests arriving meanwhile share one more load. Held here with a
     load that blocks until released: the loop answers /-/healthy while it is blocked (the
     wait is a hang guard, not a timing assertion), and fifty requests cost two loads."""
-    from dnsfleet.httpserver import serve
-    from dnsfleet.web import make_router
+    from dnsfleet.endpoints.router import make_router
+    from dnsfleet.web.server import serve
 
     exp = exporter_for(tmp_path, {"targets": []})
     real = config_mod.load
@@ -553,9 +553,9 @@ def test_the_daemon_does_not_import_what_a_scrape_never_uses() -> None:
     line tools' dnspython query modules (about 3.5 MB), aiohttp (only HTTP statistics
     sources), bcrypt (only basic auth) and RE2 (only answer checks) stay out of a daemon
     that loads none of those features."""
-    heavy = ("dns.message", "dns.query", "dnsfleet.capacitytest", "aiohttp", "bcrypt", "re2")
+    heavy = ("dns.message", "dns.query", "dnsfleet.capacity.command", "aiohttp", "bcrypt", "re2")
     code = (
-        "import sys, dnsfleet.cli, dnsfleet.app, dnsfleet.web\n"
+        "import sys, dnsfleet.cli, dnsfleet.app, dnsfleet.endpoints.router\n"
         f"print(' '.join(m for m in {heavy!r} if m in sys.modules))"
     )
     out = subprocess.run(

@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from dnsfleet.app import Exporter
+from dnsfleet.endpoints.router import make_router
 from dnsfleet.hostfs import HostFS
-from dnsfleet.httpserver import serve
-from dnsfleet.web import make_router
+from dnsfleet.web.server import serve
 from tests.harness.servers import Blackhole, answer, scripted
 
 pytestmark = pytest.mark.integration

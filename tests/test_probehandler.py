@@ -11,8 +11,8 @@ import pytest
 
 from dnsfleet.app import Exporter
 from dnsfleet.config import Config, Module, Target, parse
+from dnsfleet.endpoints.probe import ProbeHandler, Refusal, Refused
 from dnsfleet.exposition import render
-from dnsfleet.probehandler import ProbeHandler, Refusal, Refused
 from dnsfleet.probes import REASONS, ProbeResult, Reason
 from dnsfleet.probes.families import probe_exposition, probe_result_families
 

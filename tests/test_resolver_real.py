@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from dnsfleet.app import Exporter
-from dnsfleet.capacity import Measurement, effective_capacity, read_state
+from dnsfleet.capacity.model import Measurement, effective_capacity, read_state
 from dnsfleet.cli import main as dnsfleet_main
 from dnsfleet.config import Endpoint, parse_address
 from dnsfleet.hostfs import HostFS

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from dnsfleet.capacity import (
+from dnsfleet.capacity.model import (
     Measurement,
     QueryFile,
     effective_capacity,
     format_state,
     parse_state,
 )
-from dnsfleet.capacityqueries import miss_name_count, miss_names
+from dnsfleet.capacity.queries import miss_name_count, miss_names
 from dnsfleet.collectors.resolver import stats_families
 from dnsfleet.collectors.resolver_capacity import capacity_families
 from dnsfleet.config import ConfigError, Endpoint, parse
@@ -625,7 +625,7 @@ def test_a_run_failing_from_its_first_bucket_records_nothing(
 ) -> None:
     """A capacity of 0 would say the resolver can serve nothing: it says instead that the
     run started above what the resolver could answer (or that it stopped answering)."""
-    from dnsfleet import capacitytest as capacity
+    from dnsfleet.capacity import command as capacity
 
     out = parse_resperf((FIX / "resperf_output.txt").read_text())
 

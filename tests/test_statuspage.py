@@ -28,9 +28,9 @@ from dnsfleet.prober import Prober
 from dnsfleet.probes import Reason, failed
 from dnsfleet.probes.result import ProbeResult
 from dnsfleet.selfmetrics import ReloadStatus
-from dnsfleet.status import History, PageFacts, ResolverFacts, Snapshot, parse_labels
-from dnsfleet.status import Sample as StatusSample
-from dnsfleet.statuspage import (
+from dnsfleet.status.facts import History, PageFacts, ResolverFacts, Snapshot, parse_labels
+from dnsfleet.status.facts import Sample as StatusSample
+from dnsfleet.status.page import (
     RUNBOOK_BASE_URL,
     StatusView,
     _headroom,

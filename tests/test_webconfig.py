@@ -17,8 +17,9 @@ import pytest
 import trustme
 import yaml
 
-from dnsfleet import webconfig, webguard
 from dnsfleet.config import ConfigError
+from dnsfleet.web import config as webconfig
+from dnsfleet.web import guard as webguard
 from tests.harness.exporter import EXPORTER, ExporterProcess, running_exporter
 from tests.harness.messages import without_position
 from tests.harness.tools import binary
@@ -610,8 +611,8 @@ def test_password_rotation_and_long_passwords_without_restart(tmp_path: Path) ->
     """The file is re-read when it changes: a rotated password works at once, the old one
     stops working. A password over 72 bytes is compared on its first 72, as Go's
     x/crypto/bcrypt CompareHashAndPassword does (Python's bcrypt 5 would raise)."""
-    from dnsfleet.httproutes import Response, Router
-    from dnsfleet.httpserver import serve
+    from dnsfleet.web.routes import Response, Router
+    from dnsfleet.web.server import serve
 
     long_pw = b"p" * 72 + b"-anything-after-72"
     p = tmp_path / "web.yml"
@@ -647,8 +648,8 @@ def test_password_rotation_and_long_passwords_without_restart(tmp_path: Path) ->
 def test_tls_certificate_rotation_and_no_log_line_per_connection(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from dnsfleet.httproutes import Response, Router
-    from dnsfleet.httpserver import serve
+    from dnsfleet.web.routes import Response, Router
+    from dnsfleet.web.server import serve
 
     ca = trustme.CA()
     first, second = ca.issue_cert("127.0.0.1"), ca.issue_cert("127.0.0.1")

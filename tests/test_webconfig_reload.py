@@ -20,9 +20,10 @@ import bcrypt
 import pytest
 import yaml
 
-from dnsfleet import webconfig, webguard
-from dnsfleet.httproutes import Request, Response, Router
-from dnsfleet.httpserver import serve
+from dnsfleet.web import config as webconfig
+from dnsfleet.web import guard as webguard
+from dnsfleet.web.routes import Request, Response, Router
+from dnsfleet.web.server import serve
 from tests.harness.exporter import ExporterProcess, running_exporter
 from tests.harness.metrics import value
 from tests.harness.tools import binary

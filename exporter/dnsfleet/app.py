@@ -32,8 +32,8 @@ from dnsfleet.selfmetrics import (
     scrape_duration_family,
     share_descriptors,
 )
-from dnsfleet.status import History, PageFacts, Snapshot
-from dnsfleet.statuspage import RUNBOOK_BASE_URL, StatusView
+from dnsfleet.status.facts import History, PageFacts, Snapshot
+from dnsfleet.status.page import RUNBOOK_BASE_URL, StatusView
 
 log = logging.getLogger(__name__)
 

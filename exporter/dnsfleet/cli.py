@@ -15,18 +15,20 @@ import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
-from dnsfleet import __version__, failover, logs, malloc, webconfig, webguard
+from dnsfleet import __version__, failover, logs, malloc
 from dnsfleet.app import Exporter
-from dnsfleet.capacityruns import MIN_CLIENT_CPU_SHARE
+from dnsfleet.capacity.runs import MIN_CLIENT_CPU_SHARE
 from dnsfleet.config import DEFAULT_CAPACITY_FILE, ConfigError, parse_address
 from dnsfleet.config import schema as config_schema
+from dnsfleet.endpoints.router import DEFAULT_MAX_REQUESTS, make_router
 from dnsfleet.escapes import escape
 from dnsfleet.hostfs import HostFS
-from dnsfleet.httpserver import serve as http_serve
 from dnsfleet.selfmetrics import LoopLag
-from dnsfleet.statuspage import RUNBOOK_BASE_URL
+from dnsfleet.status.page import RUNBOOK_BASE_URL
 from dnsfleet.stubmodel import LIBCS
-from dnsfleet.web import DEFAULT_MAX_REQUESTS, make_router
+from dnsfleet.web import config as webconfig
+from dnsfleet.web import guard as webguard
+from dnsfleet.web.server import serve as http_serve
 
 DEFAULT_PORT = 9853
 log = logging.getLogger("dnsfleet")
@@ -239,23 +241,23 @@ def failover_args(p: argparse.ArgumentParser) -> None:
 
 
 def _capacitytest() -> ModuleType:
-    """capacitytest.py on first use: its dnspython query modules cost the exporter daemon,
+    """capacity/command.py on first use: its dnspython query modules cost the exporter daemon,
     which shares this module, about 3.5 MB of RSS it never uses."""
-    import dnsfleet.capacitytest  # noqa: PLC0415
+    import dnsfleet.capacity.command  # noqa: PLC0415
 
-    return dnsfleet.capacitytest
+    return dnsfleet.capacity.command
 
 
 def _query_line(text: str) -> str:
-    import dnsfleet.capacityqueries  # noqa: PLC0415 - on first use, as _capacitytest
+    import dnsfleet.capacity.queries  # noqa: PLC0415 - on first use, as _capacitytest
 
-    return dnsfleet.capacityqueries.query_line(text)
+    return dnsfleet.capacity.queries.query_line(text)
 
 
 def _zone_arg(text: str) -> str:
-    import dnsfleet.capacityqueries  # noqa: PLC0415 - on first use, as _capacitytest
+    import dnsfleet.capacity.queries  # noqa: PLC0415 - on first use, as _capacitytest
 
-    return dnsfleet.capacityqueries.zone_arg(text)
+    return dnsfleet.capacity.queries.zone_arg(text)
 
 
 def _capacity_main(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 
-from dnsfleet.capacity import State, read_state
+from dnsfleet.capacity.model import State, read_state
 from dnsfleet.collectors.base import CollectContext, Collector
 from dnsfleet.config import Config, Target
 from dnsfleet.exposition import Family, labelset

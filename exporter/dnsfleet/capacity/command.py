@@ -1,5 +1,5 @@
 """``dnsfleet capacity-test``: runs resperf (Debian dnsperf) against one resolver in a
-maintenance window and records two figures in the state file of capacity.py; the exporter
+maintenance window and records two figures in the state file of capacity/model.py; the exporter
 reads that file and exports ``dnsfleet_resolver_capacity_qps{kind=...}``.
 
 A resolver answers a cached name from memory and a name it has never seen by asking
@@ -43,14 +43,14 @@ import dns.query
 import dns.rcode
 import dns.rdatatype
 
-from dnsfleet.capacity import KINDS, Measurement, QueryFile, read_state, record
-from dnsfleet.capacityqueries import (
+from dnsfleet.capacity.model import KINDS, Measurement, QueryFile, read_state, record
+from dnsfleet.capacity.queries import (
     MAX_MISS_NAMES,
     miss_name_count,
     miss_names,
     write_query_file,
 )
-from dnsfleet.capacityruns import (
+from dnsfleet.capacity.runs import (
     MIN_CLIENT_CPU_SHARE,
     RunOutput,
     cross_check,
@@ -108,7 +108,7 @@ def resperf_command(
     return cmd
 
 
-RunResult = RunOutput  # one resperf run (capacityruns.py judges it)
+RunResult = RunOutput  # one resperf run (capacity/runs.py judges it)
 
 
 def run_resperf(
@@ -202,7 +202,7 @@ def measure(
     runs: int = 1,
     min_client_cpu: float = MIN_CLIENT_CPU_SHARE,
 ) -> Measurement:
-    """``runs`` resperf runs of one kind, judged and summed up (capacityruns.py)."""
+    """``runs`` resperf runs of one kind, judged and summed up (capacity/runs.py)."""
 
     def once() -> RunOutput:
         return run_resperf(

@@ -10,7 +10,7 @@ at most 80 KiB of them is buffered (then reading pauses), and none is started wh
 connection's output is above its high-water mark. A connection whose queued output makes no
 progress for 15 s is aborted (not closed: a close would wait for the peer to read).
 
-Parsing (httprequest.py, apart from this protocol class, as h11 and aiohttp keep theirs) is
+Parsing (web/request.py, apart from this protocol class, as h11 and aiohttp keep theirs) is
 as strict as RFC 9112 asks of a server and as h11 and Go's net/http are: lines end in CRLF
 (a bare LF is a 400 at once, not a wait for a CRLF that never comes), header names are
 tokens, values carry no control bytes, HTTP/1.1 needs exactly one Host, only HTTP/1.0 and
@@ -18,7 +18,7 @@ tokens, values carry no control bytes, HTTP/1.1 needs exactly one Host, only HTT
 absolute form of the request target is accepted (RFC 9112 §3.2.2), and a TLS ClientHello on
 a plain port gets a 400 at once. Any exception while answering ends in a 500 and a closed
 connection, never a hung one. What a handler sees, and how a response is written out:
-httproutes.py.
+web/routes.py.
 
 TLS: the listening socket is plain and each accepted connection is upgraded with
 ``loop.start_tls`` using the context its :class:`TLSSource` gives at that moment, so a
@@ -37,8 +37,8 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
-from dnsfleet.httprequest import MAX_BODY, MAX_HEAD, BadRequest, frame, keeps_alive, split_target
-from dnsfleet.httproutes import Request, Response, Router, StaticTLS, TLSSource, failure
+from dnsfleet.web.request import MAX_BODY, MAX_HEAD, BadRequest, frame, keeps_alive, split_target
+from dnsfleet.web.routes import Request, Response, Router, StaticTLS, TLSSource, failure
 
 log = logging.getLogger(__name__)
 

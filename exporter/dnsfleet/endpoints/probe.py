@@ -2,7 +2,7 @@
 
 As blackbox_exporter keeps them in ``prober/handler.go``, the rules live here and not in the
 HTTP layer: a request's parameters go in, a probe result or a refusal comes out, and
-``web.py`` only maps a refusal's kind to a status code. The handler sees the exporter
+``endpoints/router.py`` only maps a refusal's kind to a status code. The handler sees the exporter
 through :class:`ProbeService` (the configuration, the budget, the cap and one probe), so it
 depends only on layers below ``app`` (docs/design.md, Code layout).
 

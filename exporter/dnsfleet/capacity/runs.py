@@ -2,8 +2,8 @@
 the resolver or the sending client set the limit?), then the repeats of one kind summed up
 as a median and a spread, and the contradictions between them named instead of recorded as
 a capacity. Pure: plot rows, resperf's "fell behind", the client's CPU time and the wall
-time in, verdicts and the measurement to record out (capacitytest.py runs resperf;
-capacity.py keeps the state file).
+time in, verdicts and the measurement to record out (capacity/command.py runs resperf;
+capacity/model.py keeps the state file).
 
 Why these rules (dnsperf ``src/resperf.c`` and runs on a shared 2-core host):
 
@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from dnsfleet.capacity import Measurement, QueryFile, RunRecord, cpu_share
+from dnsfleet.capacity.model import Measurement, QueryFile, RunRecord, cpu_share
 from dnsfleet.parsers.resperf import PlotCapacity, PlotPoint, ResperfResult
 
 SUSTAIN_BUCKETS = 2

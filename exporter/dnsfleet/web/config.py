@@ -42,7 +42,7 @@ from dnsfleet.config.checks import (
 from dnsfleet.config.checks import key as yaml_key
 from dnsfleet.config.files import FileStamp, read_yaml_source
 from dnsfleet.config.reader import Source
-from dnsfleet.webtls import TLSServerConfig, read_tls, resolved, ssl_context
+from dnsfleet.web.tls import TLSServerConfig, read_tls, resolved, ssl_context
 
 log = logging.getLogger(__name__)
 

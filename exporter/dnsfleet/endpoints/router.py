@@ -8,9 +8,9 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 
-from dnsfleet import statuspage
 from dnsfleet.app import Exporter
 from dnsfleet.config import to_yaml
+from dnsfleet.endpoints.probe import ProbeHandler, Refusal, Refused
 from dnsfleet.exposition import (
     OPENMETRICS_TYPE,
     Family,
@@ -18,9 +18,9 @@ from dnsfleet.exposition import (
     render_bytes,
     render_openmetrics_bytes,
 )
-from dnsfleet.httproutes import Request, Response, Router
-from dnsfleet.probehandler import ProbeHandler, Refusal, Refused
 from dnsfleet.probes.families import probe_exposition
+from dnsfleet.status import page as statuspage
+from dnsfleet.web.routes import Request, Response, Router
 
 log = logging.getLogger(__name__)
 

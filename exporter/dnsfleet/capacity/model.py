@@ -1,10 +1,10 @@
 """Resolver capacity, as recorded: the state file ``dnsfleet capacity-test``
-(capacitytest.py) writes and the exporter reads (collectors/resolver_capacity.py), one
+(capacity/command.py) writes and the exporter reads (collectors/resolver_capacity.py), one
 cache-hit and one cache-miss figure per resolver, and the capacity of a workload that mixes
 the two (``effective_capacity``).
 
 This module is imported by the exporter, so it stays light: the runner and its dnspython
-query modules live in capacitytest.py.
+query modules live in capacity/command.py.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ KINDS = ("hit", "miss")
 LIMITS = ("loss", "ramp", "client", "unknown")
 
 
-# Why a measurement is no capacity (capacityruns.py): the sending client set the limit, the
+# Why a measurement is no capacity (capacity/runs.py): the sending client set the limit, the
 # repeats disagree, or the miss figure is above the hit one.
 CONTRADICTIONS = ("client_bound", "spread", "miss_above_hit")
 
@@ -84,7 +84,7 @@ class Measurement:
     resperf_max_qps: float = 0.0  # resperf's own "Maximum throughput" (SERVFAILs counted)
     resperf: tuple[str, ...] = ()
     queries: QueryFile | None = None
-    # The repeats (capacityruns.py): every run, the spread of the figures the resolver
+    # The repeats (capacity/runs.py): every run, the spread of the figures the resolver
     # limited, and what contradicts the figure; with a contradiction it is no capacity.
     runs: tuple[RunRecord, ...] = ()
     spread: float | None = None

@@ -14,7 +14,7 @@ import dns.exception
 import dns.name
 import dns.rdatatype
 
-from dnsfleet.capacity import atomic_file
+from dnsfleet.capacity.model import atomic_file
 
 # More unique names than this would make a query file of gigabytes: ask for a shorter ramp.
 MAX_MISS_NAMES = 20_000_000

@@ -1,4 +1,4 @@
-"""Serving under ``--web.config.file`` (webconfig.py reads it): the guard every request
+"""Serving under ``--web.config.file`` (web/config.py reads it): the guard every request
 passes (rate limit, client certificate SANs, basic auth with remembered bcrypt verdicts, in
 the exporter-toolkit's order), and :class:`LiveWebConfig`, the configuration in force, re-read
 when the file or a file it names changes, which is also the listener's TLS source.
@@ -21,15 +21,15 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from dnsfleet.config import ConfigError
 from dnsfleet.config.files import FileStamp, file_stamp
-from dnsfleet.httproutes import Request, Response, Router
 from dnsfleet.selfmetrics import ReloadStatus
-from dnsfleet.webconfig import (
+from dnsfleet.web.config import (
     BCRYPT_MAX_PASSWORD,
     BCRYPT_RE,
     RateLimit,
     WebConfig,
     load_stamped,
 )
+from dnsfleet.web.routes import Request, Response, Router
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +205,7 @@ def guard(
 def install(router: Router, wc: WebConfig) -> LiveWebConfig:
     """Guard every route of ``router`` and add the configured response headers; the file is
     re-read when it (or a certificate, key or CA file it names) changes. The result is also
-    the TLS source of the listener (:func:`dnsfleet.httpserver.serve`)."""
+    the TLS source of the listener (:func:`dnsfleet.web.server.serve`)."""
     return LiveWebConfig(router, wc)
 
 

@@ -15,7 +15,7 @@ from http import HTTPStatus
 from typing import Any, Protocol
 
 # The server's logger: a failing handler is logged where it always was.
-log = logging.getLogger("dnsfleet.httpserver")
+log = logging.getLogger("dnsfleet.web.server")
 
 
 class Request:

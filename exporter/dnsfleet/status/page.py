@@ -22,13 +22,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dnsfleet import __version__
-from dnsfleet.capacity import choose_capacity
+from dnsfleet.capacity.model import choose_capacity
 from dnsfleet.config import Config
 from dnsfleet.escapes import escape
 from dnsfleet.prober import TargetState
 from dnsfleet.probes.ede import NOT_VALIDATING, ede_note
 from dnsfleet.selfmetrics import ReloadStatus
-from dnsfleet.status import CanaryFacts, History, PageFacts, ResolverFacts, StubFacts
+from dnsfleet.status.facts import CanaryFacts, History, PageFacts, ResolverFacts, StubFacts
 
 REFRESH_SECONDS = 15
 # Where the runbooks are: the default of alerts/config.yml's runbook_base_url (a test keeps
