@@ -15,7 +15,7 @@ settings stay, ``dnsfleet_web_config_last_reload_successful`` goes to 0 and the 
 why. An empty file is refused on reload (it is what an editor's in-place rewrite leaves for
 a moment, and it would read as "no TLS, no auth").
 
-``tls_server_config``, its rules and the TLS contexts are in ``webtls``.
+``tls_server_config``, its rules and the TLS contexts are in ``web.tls``.
 """
 
 from __future__ import annotations

@@ -255,7 +255,7 @@ class LiveWebConfig:
         await asyncio.shield(self._reloading)
 
     async def context(self) -> ssl.SSLContext:
-        """The TLS context a connection accepted now must use (httproutes.TLSSource)."""
+        """The TLS context a connection accepted now must use (routes.TLSSource)."""
         await self.refresh()
         assert self.ssl_context is not None
         return self.ssl_context

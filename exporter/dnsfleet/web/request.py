@@ -1,6 +1,6 @@
 """The HTTP/1.1 request parser, apart from the connection that feeds it (as h11 and aiohttp
 keep theirs): bytes in, a request head or a refusal out, no I/O and no clock, so the framing
-rules can be read and tested alone. ``httpserver.HTTPProtocol`` drives it.
+rules can be read and tested alone. ``server.HTTPProtocol`` drives it.
 
 :func:`frame` finds one request in a connection's buffer: a TLS ClientHello on the plain
 port, the head's end and size, its syntax (:func:`parse_head`), the body's framing

@@ -2,7 +2,7 @@
 :class:`Response` a handler returns (and its head as written out), the :class:`Router`
 that picks the handler after the guards (authentication, rate limits) have had their say,
 and the :class:`TLSSource` of each new connection's context. The connection itself
-(framing, keep-alive, timeouts, the TLS upgrade) is ``httpserver``'s."""
+(framing, keep-alive, timeouts, the TLS upgrade) is ``server``'s."""
 
 from __future__ import annotations
 
