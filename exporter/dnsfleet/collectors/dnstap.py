@@ -17,6 +17,7 @@ from typing import Any
 from dnsfleet.collectors.base import CollectContext, Collector
 from dnsfleet.config import Config
 from dnsfleet.dnstap.client import Ingest, IngestUnavailable
+from dnsfleet.dnstap.protocol import IngestSettings
 from dnsfleet.exposition import Family
 
 log = logging.getLogger(__name__)
@@ -33,9 +34,7 @@ def ensure(state: MutableMapping[str, Any], config: Config) -> Ingest | None:
             ingest.close()
             del state[STATE_KEY]
         return None
-    mapped = {t for _, t in want.identities}
-    labels = {t.address: dict(t.labels) for t in config.targets if t.address in mapped}
-    settings = want.settings(labels)
+    settings = settings_of(config)
     if ingest is not None and ingest.settings != settings:
         ingest.close()
         ingest = None
@@ -44,6 +43,24 @@ def ensure(state: MutableMapping[str, Any], config: Config) -> Ingest | None:
     else:
         ingest.ensure()
     return ingest
+
+
+def settings_of(config: Config) -> IngestSettings:
+    """What the ingest process is started with: the ``dnstap`` section, and the labels
+    (site, ...) of the targets its identities map to."""
+    want = config.dnstap
+    mapped = {t for _, t in want.identities}
+    labels = {t.address: t.labels for t in config.targets if t.address in mapped}
+    return IngestSettings(
+        socket=want.socket,
+        socket_mode=want.socket_mode,
+        identities=want.identities,
+        target_labels=tuple(labels.items()),
+        handshake_timeout=want.handshake_timeout,
+        idle_timeout=want.idle_timeout,
+        max_connections=want.max_connections,
+        top_n=want.top_n,
+    )
 
 
 def close(state: MutableMapping[str, Any]) -> None:
