@@ -1,11 +1,12 @@
 """dnstap (issue 26): the families of the ingest process (:mod:`dnsfleet.dnstap`), which
 listens for the resolvers' dnstap streams in a process of its own.
 
-The exporter starts the process when it loads a configuration with a ``dnstap`` section
-(:func:`ensure`), so the socket exists before the resolvers start: Knot Resolver never
-connects to a socket that was missing when it started. Each scrape asks the process for its
-families, and starts it again if it exited or stopped answering (its counters then start
-from zero, which Prometheus' rate() reads as a counter reset).
+The collector's start hook (:func:`start`, which the exporter calls when it starts and after
+each reload) starts the process when the configuration has a ``dnstap`` section, so the
+socket exists before the resolvers start: Knot Resolver never connects to a socket that was
+missing when it started. Each scrape asks the process for its families, and starts it again
+if it exited or stopped answering (its counters then start from zero, which Prometheus'
+rate() reads as a counter reset). The close hook stops it.
 """
 
 from __future__ import annotations
@@ -63,6 +64,10 @@ def settings_of(config: Config) -> IngestSettings:
     )
 
 
+def start(state: MutableMapping[str, Any], config: Config) -> None:
+    ensure(state, config)
+
+
 def close(state: MutableMapping[str, Any]) -> None:
     ingest: Ingest | None = state.pop(STATE_KEY, None)
     if ingest is not None:
@@ -99,4 +104,6 @@ async def collect(ctx: CollectContext) -> list[Family]:
     return [up.add(1), starts, restarts, *fams]
 
 
-COLLECTOR = Collector(name="dnstap", run=collect, enabled=lambda cfg: cfg.dnstap.enabled)
+COLLECTOR = Collector(
+    name="dnstap", run=collect, enabled=lambda cfg: cfg.dnstap.enabled, start=start, close=close
+)
