@@ -50,7 +50,8 @@ Pairs = tuple[tuple[str, str], ...]
 
 _METRIC_TYPES: dict[str, MetricType] = {t: t for t in get_args(MetricType)}
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-_SUFFIX = re.compile(r"(_[a-z]+)?")
+# What a sample's name may add to its family's (a histogram's series; OpenMetrics' others).
+_SUFFIXES = frozenset({"", "_bucket", "_sum", "_count", "_total", "_created", "_info"})
 
 
 class ChannelError(Exception):
@@ -231,19 +232,37 @@ def _family(row: object, i: int) -> Family:
     if kind is None:
         raise ChannelError(f"{where}: not a metric type: {mtype!r:.80}")
     fam = Family(name, help_, kind)
-    for j, sample in enumerate(_list(samples, f"{where}.samples")):
-        at = f"{where}.samples[{j}]"
-        s = _list(sample, at)
-        if len(s) != 3:
-            raise ChannelError(f"{at}: {len(s)} fields, not 3")
-        suffix, labels, value = s
-        if not isinstance(suffix, str) or not _SUFFIX.fullmatch(suffix):
-            raise ChannelError(f"{at}: not a sample suffix: {suffix!r:.80}")
-        # Label values arrive escaped: a raw newline would end the sample line.
-        if not isinstance(labels, str) or "\n" in labels:
-            raise ChannelError(f"{at}: not a label set: {labels!r:.80}")
-        fam.add_raw(labels, _number(value, at), suffix)
+    out = fam.samples
+    # One test per sample on the way that passes (a reply has tens of thousands of them);
+    # _sample says what is wrong with one that fails it.
+    for j, s in enumerate(_list(samples, f"{where}.samples")):
+        if (
+            type(s) is list
+            and len(s) == 3
+            and s[0] in _SUFFIXES
+            and type(s[1]) is str
+            and "\n" not in s[1]
+            and type(s[2]) in (int, float)
+        ):
+            out.append((s[0], s[1], s[2]))
+        else:
+            _sample(s, f"{where}.samples[{j}]")
     return fam
+
+
+def _sample(sample: object, at: str) -> None:
+    """Raise the reason ``sample`` is not one."""
+    s = _list(sample, at)
+    if len(s) != 3:
+        raise ChannelError(f"{at}: {len(s)} fields, not 3")
+    suffix, labels, value = s
+    if not isinstance(suffix, str) or suffix not in _SUFFIXES:
+        raise ChannelError(f"{at}: not a sample suffix: {suffix!r:.80}")
+    # Label values arrive escaped: a raw newline would end the sample line.
+    if not isinstance(labels, str) or "\n" in labels:
+        raise ChannelError(f"{at}: not a label set: {labels!r:.80}")
+    _number(value, at)
+    raise ChannelError(f"{at}: not a sample: {s!r:.80}")
 
 
 def _object(v: object, where: str) -> dict[str, object]:
