@@ -42,6 +42,7 @@ from dnsfleet.dnstap.framestreams import (
 from dnsfleet.dnstap.insight import Insight
 from dnsfleet.dnstap.insight import qname_text as insight_qname
 from dnsfleet.dnstap.message import Undecodable, parse_frame, peek, qname_text
+from dnsfleet.dnstap.protocol import IngestSettings
 from dnsfleet.exposition import Family
 from tests.harness.dnstapwriter import Writer, frames, ingest_settings, pair
 
@@ -289,7 +290,7 @@ def test_the_matching_table_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 # ------------------------------------------------------------------- the ingest process
 
 
-def settings_for(path: Path, **over: Any) -> dict[str, Any]:
+def settings_for(path: Path, **over: Any) -> IngestSettings:
     # Eviction of idle writers off: these tests count refusals (test_dnstap_isolation.py
     # has the eviction).
     return ingest_settings(path, **{"evict_idle": 3600.0, **over})
@@ -319,7 +320,7 @@ def wait_for(
 
 @pytest.mark.integration
 def test_ingest_counts_a_well_behaved_stream(ingest: Ingest) -> None:
-    w = Writer(ingest.settings["socket"])
+    w = Writer(ingest.settings.socket)
     assert w.handshake() == ACCEPT
     for i in range(200):
         w.send(*pair("a.test.", rcode=i % 4, qid=i, port=3000 + i))
@@ -336,7 +337,7 @@ def test_ingest_counts_a_well_behaved_stream(ingest: Ingest) -> None:
 @pytest.mark.integration
 def test_ingest_survives_writers_that_misbehave(tmp_path: Path) -> None:
     ing = Ingest(settings_for(tmp_path / "dnstap.sock", max_connections=3))
-    path = ing.settings["socket"]
+    path = ing.settings.socket
     try:
         # Garbage instead of a handshake; an oversized frame; a content type not ours.
         for data in (
@@ -394,7 +395,7 @@ def test_ingest_is_started_again_when_it_dies(ingest: Ingest) -> None:
     ingest.proc.wait()
     ingest.ensure()
     assert ingest.starts == 2
-    w = Writer(ingest.settings["socket"])
+    w = Writer(ingest.settings.socket)
     w.handshake()
     w.send(*pair("a.test."))
     assert w.stop()
@@ -409,7 +410,7 @@ def test_ingest_is_started_again_when_it_dies(ingest: Ingest) -> None:
 @pytest.mark.integration
 def test_ingest_exits_with_the_exporter_and_removes_its_socket(tmp_path: Path) -> None:
     ing = Ingest(settings_for(tmp_path / "dnstap.sock"))
-    Writer(ing.settings["socket"]).close()  # it listens
+    Writer(ing.settings.socket).close()  # it listens
     ing.control.close()  # as when the exporter's process ends
     assert ing.proc.wait(timeout=30) == 0
     assert not (tmp_path / "dnstap.sock").exists()
@@ -494,12 +495,12 @@ def test_insight_qname_text_is_the_presentation_form() -> None:
 def test_a_second_listener_never_takes_a_live_socket(ingest: Ingest, tmp_path: Path) -> None:
     """Another ingest process (a second exporter) on the same path exits with an error; a
     config check does not even start one; the first listener keeps its socket."""
-    Writer(ingest.settings["socket"]).close()  # the first listens (it may still be starting)
-    second = Ingest(dict(ingest.settings))
+    Writer(ingest.settings.socket).close()  # the first listens (it may still be starting)
+    second = Ingest(ingest.settings)
     assert second.proc.wait(timeout=30) == 1
     second.control.close()
     conf = tmp_path / "dnsfleet.yml"
-    conf.write_text(f"resolv_conf: []\ndnstap:\n  socket: {ingest.settings['socket']}\n")
+    conf.write_text(f"resolv_conf: []\ndnstap:\n  socket: {ingest.settings.socket}\n")
     check = subprocess.run(
         [sys.executable, "-m", "dnsfleet", "--config.file", str(conf), "--config.check"],
         capture_output=True,
@@ -507,7 +508,7 @@ def test_a_second_listener_never_takes_a_live_socket(ingest: Ingest, tmp_path: P
         timeout=60,
     )
     assert check.returncode == 0, check.stderr
-    w = Writer(ingest.settings["socket"])
+    w = Writer(ingest.settings.socket)
     assert w.handshake() == ACCEPT
     w.send(*pair("a.test."))
     assert w.stop()

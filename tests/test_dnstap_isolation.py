@@ -26,7 +26,6 @@ import pytest
 from dnsfleet import logs
 from dnsfleet.dnstap import aggregate
 from dnsfleet.dnstap.aggregate import Aggregator
-from dnsfleet.dnstap.channel import encode_reply
 from dnsfleet.dnstap.client import Ingest, IngestUnavailable, log_arguments
 from dnsfleet.dnstap.framestreams import CONTENT_TYPE, DATA_MAX, START, STOP, encode_control
 from dnsfleet.dnstap.message import parse_frame
@@ -96,7 +95,7 @@ def test_a_cancelled_reply_leaves_the_next_request_whole(sock: Path, closing: li
     w.send(*sent)
     assert w.stop()
     s = wait_for(ing, ("dnsfleet_dnstap_frames_total", ""), len(sent))
-    assert len(encode_reply(asyncio.run(ing.families()))) > 256 * 1024
+    assert len(asyncio.run(ing.reply()).encode()) > 256 * 1024
 
     async def give_up_often() -> list[Family]:
         for i in range(60):
@@ -393,7 +392,7 @@ def test_the_ingest_logs_json_records_never_a_raw_traceback(
     live = Ingest(ingest_settings(sock))
     closing.append(live)
     Writer(str(sock)).close()  # listening: a second process cannot take the socket
-    taken = run_ingest(json.dumps(ingest_settings(sock)), "--log.format", "json")
+    taken = run_ingest(ingest_settings(sock).encode(), "--log.format", "json")
     broken = run_ingest("{not json", "--log.format", "json")
     for done in (taken, broken):
         assert done.returncode == 1

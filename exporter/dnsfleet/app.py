@@ -5,14 +5,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from dnsfleet import config as config_mod
 from dnsfleet import malloc
-from dnsfleet.collectors import COLLECTORS, CollectContext, run_collectors
-from dnsfleet.collectors import dnstap as dnstap_collector
-from dnsfleet.collectors.zones import zone_sockets
+from dnsfleet.collectors import (
+    COLLECTORS,
+    CollectContext,
+    Collector,
+    close_collectors,
+    run_collectors,
+    socket_demand,
+    start_collectors,
+)
 from dnsfleet.config import Config, ConfigError, Module, Target
 from dnsfleet.exposition import Family, TextFamily, merge, render_bytes
 from dnsfleet.hostfs import HostFS
@@ -67,12 +73,21 @@ class _Kept:
 
 
 class Exporter:
-    def __init__(self, *, fs: HostFS, config_file: str | None, background: bool = True) -> None:
-        """``background``: start what runs beside the exporter (the dnstap listener) now;
-        ``--config.check`` only validates and must not take the service's socket."""
+    def __init__(
+        self,
+        *,
+        fs: HostFS,
+        config_file: str | None,
+        background: bool = True,
+        collectors: Mapping[str, Collector] = COLLECTORS,
+    ) -> None:
+        """``background``: start what runs beside the exporter (the collectors' start hooks:
+        the dnstap listener) now; ``--config.check`` only validates and must not take the
+        service's socket."""
         self.fs = fs
         self.config_file = config_file
         self.prober = Prober()
+        self.collectors = collectors
         self.collector_state: dict[str, object] = {}
         # The cycles in flight, each with the budget its probes were given; a request
         # shares one whose budget is at least its own (see scrape_families).
@@ -86,9 +101,10 @@ class Exporter:
         self.started = time.time()
         self.config = self._load()
         self.prober.configure(self.config)
-        # The dnstap listener exists from the start: a resolver may connect only at its own.
+        # What runs beside the exporter exists from the start: a resolver may connect to the
+        # dnstap listener only at its own start.
         if background:
-            dnstap_collector.ensure(self.collector_state, self.config)
+            start_collectors(self.collector_state, self.config, self.collectors)
         self.reload_status = ReloadStatus(True, time.time())
         # Probe sockets that fit in the open-file limit (measured once: the limit is raised
         # to the hard one at start, cli.py, before the exporter is built).
@@ -127,8 +143,8 @@ class Exporter:
         return config_mod.builtin_default(list(parse_resolv_conf(text).nameservers))
 
     def close(self) -> None:
-        """Stop what the exporter started beside itself (the dnstap ingest process)."""
-        dnstap_collector.close(self.collector_state)
+        """Stop what the collectors started beside the exporter (the dnstap ingest process)."""
+        close_collectors(self.collector_state, self.collectors)
 
     def request_reload(self) -> None:
         """SIGHUP: reload soon, without waiting (see :meth:`reload`)."""
@@ -179,7 +195,7 @@ class Exporter:
             return self.reload_status
         self.config = cfg
         self.prober.adopt(cfg, prepared)
-        dnstap_collector.ensure(self.collector_state, cfg)
+        start_collectors(self.collector_state, cfg, self.collectors)
         self.reload_status = ReloadStatus(True, time.time())
         log.info(
             "configuration loaded from %s: %d modules, %d targets",
@@ -299,14 +315,16 @@ class Exporter:
         cfg = self.config
         start = loop.time()
         probe_cap, zone_cap = share_descriptors(
-            self.max_concurrent_probes(cfg), probes=len(cfg.targets), zones=zone_sockets(cfg.zones)
+            self.max_concurrent_probes(cfg),
+            probes=len(cfg.targets),
+            zones=socket_demand(cfg, self.collectors),
         )
         ctx = CollectContext(
             fs=self.fs, config=cfg, deadline=deadline, state=self.collector_state, sockets=zone_cap
         )
         results, collected = await asyncio.gather(
             self.prober.probe_all(cfg, deadline, probe_cap, budget=budget, lead=lead),
-            run_collectors(ctx, COLLECTORS),
+            run_collectors(ctx, self.collectors),
         )
         self.scrapes_total += 1
         record = self.prober.record(results)

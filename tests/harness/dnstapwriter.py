@@ -3,6 +3,7 @@ well or badly, as the test asks."""
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import struct
 import time
@@ -24,6 +25,7 @@ from dnsfleet.dnstap.framestreams import (
     encode_control,
 )
 from dnsfleet.dnstap.message import CLIENT_QUERY, CLIENT_RESPONSE, Dnstap
+from dnsfleet.dnstap.protocol import IngestSettings
 
 
 def pair(
@@ -86,18 +88,20 @@ def _message(
     return bytes(d.SerializeToString())
 
 
-def ingest_settings(path: Path, **over: Any) -> dict[str, Any]:
-    """The ingest process's settings for a socket at ``path``, short timeouts."""
-    s: dict[str, Any] = {
-        "socket": str(path),
-        "socket_mode": 0o660,
-        "identities": {"r1": "127.0.0.1:53"},
-        "handshake_timeout": 1.0,
-        "idle_timeout": 1.0,
-        "max_connections": 4,
-    }
-    s.update(over)
-    return s
+def ingest_settings(path: Path, **over: Any) -> IngestSettings:
+    """The ingest process's settings for a socket at ``path``, short timeouts; an
+    ``identities`` given as a dict is taken as its pairs."""
+    s = IngestSettings(
+        socket=str(path),
+        socket_mode=0o660,
+        identities=(("r1", "127.0.0.1:53"),),
+        handshake_timeout=1.0,
+        idle_timeout=1.0,
+        max_connections=4,
+    )
+    if isinstance(over.get("identities"), dict):
+        over["identities"] = tuple(over["identities"].items())
+    return dataclasses.replace(s, **over)
 
 
 def frames(*payloads: bytes) -> bytes:

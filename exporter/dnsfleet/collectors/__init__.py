@@ -22,8 +22,11 @@ from dnsfleet.collectors.base import (
     CollectContext,
     Collector,
     CollectorError,
+    close_collectors,
     host_collector,
     run_collectors,
+    socket_demand,
+    start_collectors,
 )
 
 _ALL: tuple[Collector, ...] = (
@@ -45,6 +48,9 @@ __all__ = [
     "CollectContext",
     "Collector",
     "CollectorError",
+    "close_collectors",
     "host_collector",
     "run_collectors",
+    "socket_demand",
+    "start_collectors",
 ]

@@ -7,6 +7,11 @@ failure: the collector returns no families.
 
 Host collectors are synchronous functions of the host filesystem and run in a worker
 thread; network collectors (stub resolvers, resolver statistics, Consul) are coroutines.
+
+A collector that runs something beside the exporter (dnstap's ingest process) has ``start``
+and ``close`` hooks: the exporter calls :func:`start_collectors` when it starts and after
+every configuration it adopts, and :func:`close_collectors` when it stops, for every
+collector, enabled or not, so one that a reload disabled stops what it started.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +54,9 @@ class CollectContext:
 
 HostCollectFn = Callable[[HostFS, Config], list[Family]]
 AsyncCollectFn = Callable[[CollectContext], Awaitable[list[Family]]]
+# The state is CollectContext.state: what a hook starts, the collector's runs find there.
+StartFn = Callable[[MutableMapping[str, Any], Config], None]
+CloseFn = Callable[[MutableMapping[str, Any]], None]
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,45 @@ class Collector:
     name: str
     run: AsyncCollectFn
     enabled: Callable[[Config], bool]
+    # Start, or bring in line with the configuration, what runs beside the exporter.
+    start: StartFn | None = None
+    # Stop it: the exporter is going away.
+    close: CloseFn | None = None
+    # Sockets its run holds at once with no limit: the cycle's open-file budget is split
+    # between the probes and these (selfmetrics.share_descriptors; CollectContext.sockets).
+    sockets: Callable[[Config], int] | None = None
+
+
+def start_collectors(
+    state: MutableMapping[str, Any], config: Config, collectors: Mapping[str, Collector]
+) -> None:
+    """Every collector's start hook. One that fails is logged and the others start: the
+    collector's own run can try again and report its failure there."""
+    for c in collectors.values():
+        if c.start is not None:
+            try:
+                c.start(state, config)
+            except Exception as e:
+                log.error("collector %s could not start: %s", c.name, e)
+
+
+def close_collectors(state: MutableMapping[str, Any], collectors: Mapping[str, Collector]) -> None:
+    """Every collector's close hook; one that fails does not keep the others running."""
+    for c in collectors.values():
+        if c.close is not None:
+            try:
+                c.close(state)
+            except Exception as e:
+                log.error("collector %s could not stop: %s", c.name, e)
+
+
+def socket_demand(config: Config, collectors: Mapping[str, Collector]) -> int:
+    """Sockets the enabled collectors would hold at once in one cycle with no limit."""
+    return sum(
+        c.sockets(config)
+        for c in collectors.values()
+        if c.sockets is not None and c.enabled(config)
+    )
 
 
 class HostLane:
@@ -155,7 +202,7 @@ def host_collector(name: str, fn: HostCollectFn) -> Collector:
     return Collector(name=name, run=run, enabled=lambda cfg: name in cfg.host.collectors)
 
 
-async def run_collectors(ctx: CollectContext, collectors: dict[str, Collector]) -> list[Family]:
+async def run_collectors(ctx: CollectContext, collectors: Mapping[str, Collector]) -> list[Family]:
     chosen = [c for c in collectors.values() if c.enabled(ctx.config)]
     success = Family(
         "dnsfleet_collector_success",

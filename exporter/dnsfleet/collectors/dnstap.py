@@ -1,11 +1,12 @@
 """dnstap (issue 26): the families of the ingest process (:mod:`dnsfleet.dnstap`), which
 listens for the resolvers' dnstap streams in a process of its own.
 
-The exporter starts the process when it loads a configuration with a ``dnstap`` section
-(:func:`ensure`), so the socket exists before the resolvers start: Knot Resolver never
-connects to a socket that was missing when it started. Each scrape asks the process for its
-families, and starts it again if it exited or stopped answering (its counters then start
-from zero, which Prometheus' rate() reads as a counter reset).
+The collector's start hook (:func:`start`, which the exporter calls when it starts and after
+each reload) starts the process when the configuration has a ``dnstap`` section, so the
+socket exists before the resolvers start: Knot Resolver never connects to a socket that was
+missing when it started. Each scrape asks the process for its families, and starts it again
+if it exited or stopped answering (its counters then start from zero, which Prometheus'
+rate() reads as a counter reset). The close hook stops it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from dnsfleet.collectors.base import CollectContext, Collector
 from dnsfleet.config import Config
 from dnsfleet.dnstap.client import Ingest, IngestUnavailable
+from dnsfleet.dnstap.protocol import IngestSettings
 from dnsfleet.exposition import Family
 
 log = logging.getLogger(__name__)
@@ -33,9 +35,7 @@ def ensure(state: MutableMapping[str, Any], config: Config) -> Ingest | None:
             ingest.close()
             del state[STATE_KEY]
         return None
-    mapped = {t for _, t in want.identities}
-    labels = {t.address: dict(t.labels) for t in config.targets if t.address in mapped}
-    settings = want.settings(labels)
+    settings = settings_of(config)
     if ingest is not None and ingest.settings != settings:
         ingest.close()
         ingest = None
@@ -44,6 +44,28 @@ def ensure(state: MutableMapping[str, Any], config: Config) -> Ingest | None:
     else:
         ingest.ensure()
     return ingest
+
+
+def settings_of(config: Config) -> IngestSettings:
+    """What the ingest process is started with: the ``dnstap`` section, and the labels
+    (site, ...) of the targets its identities map to."""
+    want = config.dnstap
+    mapped = {t for _, t in want.identities}
+    labels = {t.address: t.labels for t in config.targets if t.address in mapped}
+    return IngestSettings(
+        socket=want.socket,
+        socket_mode=want.socket_mode,
+        identities=want.identities,
+        target_labels=tuple(labels.items()),
+        handshake_timeout=want.handshake_timeout,
+        idle_timeout=want.idle_timeout,
+        max_connections=want.max_connections,
+        top_n=want.top_n,
+    )
+
+
+def start(state: MutableMapping[str, Any], config: Config) -> None:
+    ensure(state, config)
 
 
 def close(state: MutableMapping[str, Any]) -> None:
@@ -82,4 +104,6 @@ async def collect(ctx: CollectContext) -> list[Family]:
     return [up.add(1), starts, restarts, *fams]
 
 
-COLLECTOR = Collector(name="dnstap", run=collect, enabled=lambda cfg: cfg.dnstap.enabled)
+COLLECTOR = Collector(
+    name="dnstap", run=collect, enabled=lambda cfg: cfg.dnstap.enabled, start=start, close=close
+)

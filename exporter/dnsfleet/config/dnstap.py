@@ -128,20 +128,6 @@ class DnstapConfig:
     def enabled(self) -> bool:
         return bool(self.socket)
 
-    def settings(self, target_labels: dict[str, dict[str, str]]) -> dict[str, Any]:
-        """What the ingest process is started with (JSON); ``target_labels``: the mapped
-        targets' own labels (site, ...)."""
-        return {
-            "target_labels": target_labels,
-            "socket": self.socket,
-            "socket_mode": self.socket_mode,
-            "identities": dict(self.identities),
-            "handshake_timeout": self.handshake_timeout,
-            "idle_timeout": self.idle_timeout,
-            "max_connections": self.max_connections,
-            "top_n": self.top_n,
-        }
-
 
 def parse_dnstap(node: Node) -> DnstapConfig:
     f = node.fields()

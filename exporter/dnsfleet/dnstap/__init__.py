@@ -12,6 +12,6 @@ a probe or a scrape, and the exporter asks that process for its families on ever
 - :mod:`~dnsfleet.dnstap.aggregate`: counters and histograms bounded in labels and bytes,
   and their families.
 - :mod:`~dnsfleet.dnstap.writers`: the writers' connections and the slots they hold.
-- :mod:`~dnsfleet.dnstap.channel`: what the exporter and the ingest process say to each
-  other, one socket per request.
+- :mod:`~dnsfleet.dnstap.protocol`: what the exporter and the ingest process say to each
+  other (settings, request, reply: typed, validated when decoded), one socket per request.
 """

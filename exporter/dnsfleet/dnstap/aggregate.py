@@ -23,7 +23,6 @@ import bisect
 import struct
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from dnsfleet.dnstap.framestreams import Refusal
 from dnsfleet.dnstap.insight import Insight
@@ -32,6 +31,7 @@ from dnsfleet.dnstap.message import (
     CLIENT_QUERY,
     CLIENT_RESPONSE,
     TRANSPORTS,
+    MessageFields,
     Rcode,
     Undecodable,
     parse_frame,
@@ -154,27 +154,27 @@ class Aggregator:
         elif mtype == CLIENT_RESPONSE:
             self._response(target, m)
 
-    def _response(self, target: str, m: object) -> None:
-        w: bytes = m.response_message  # type: ignore[attr-defined]
+    def _response(self, target: str, m: MessageFields) -> None:
+        w: bytes = m.response_message
         p = peek(w, with_ede=len(w) > 3 and (w[3] & 0xF) == Rcode.SERVFAIL)
-        proto: int = m.socket_protocol  # type: ignore[attr-defined]
+        proto: int = m.socket_protocol
         key = (target, p.rcode, p.qtype if p.qtype in QTYPES else 0, proto)
         self.responses[key] = self.responses.get(key, 0) + 1
         if p.truncated:
             self.truncated[target] = self.truncated.get(target, 0) + 1
-        client = client_address(m.query_address)  # type: ignore[attr-defined]
+        client = client_address(m.query_address)
         self.insight.observe(target, client, p.rcode, p.qname, self._now)
         if p.rcode == Rcode.SERVFAIL:
             code = p.ede[0] if p.ede else None
             ede = "none" if code is None else str(code) if code <= MAX_EDE else "other"
             self.servfail[(target, ede)] = self.servfail.get((target, ede), 0) + 1
         pending = self.pending.pop(_pending_key(m, p.id, proto), None)
-        if m.HasField("query_time_sec"):  # type: ignore[attr-defined]
-            pending = m.query_time_sec * 1_000_000_000 + m.query_time_nsec  # type: ignore[attr-defined]
+        if m.HasField("query_time_sec"):
+            pending = m.query_time_sec * 1_000_000_000 + m.query_time_nsec
         if pending is None:
             self.unmatched[target] = self.unmatched.get(target, 0) + 1
             return
-        answered = m.response_time_sec * 1_000_000_000 + m.response_time_nsec  # type: ignore[attr-defined]
+        answered = m.response_time_sec * 1_000_000_000 + m.response_time_nsec
         seconds = max(answered - pending, 0) / 1e9
         h = self.latency.get(target)
         if h is None:
@@ -283,7 +283,7 @@ class Aggregator:
         return fam
 
 
-def _pending_key(m: Any, qid: int, proto: int) -> bytes:
+def _pending_key(m: MessageFields, qid: int, proto: int) -> bytes:
     """(client address, port, DNS id, transport) in at most PENDING_KEY_MAX bytes."""
     addr = client_address(m.query_address)
     return addr + _PORT_ID_PROTO.pack(m.query_port & 0xFFFFFFFF, qid, proto & 0xFFFFFFFF)

@@ -1,5 +1,5 @@
 """The exporter's side of the ingest process: start it, ask it for its families over the
-channel (:mod:`dnsfleet.dnstap.channel`), and start it again when it exited or stopped
+channel (:mod:`dnsfleet.dnstap.protocol`), and start it again when it exited or stopped
 answering.
 
 A request is never abandoned half-read: a scrape that gives up (its deadline) stops waiting
@@ -14,26 +14,27 @@ failing, the next ones wait for a backoff that doubles from :data:`BACKOFF_MIN` 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import socket
 import subprocess
 import sys
 import time
-from typing import Any
 
 from dnsfleet import logs
-from dnsfleet.dnstap.channel import (
-    HEADER,
-    REQUEST,
+from dnsfleet.dnstap.protocol import (
     ChannelError,
-    decode_reply,
-    reply_length,
+    IngestSettings,
+    Listener,
+    Reply,
+    ReplyReader,
+    Request,
 )
 from dnsfleet.exposition import Family
 
 log = logging.getLogger(__name__)
 ANSWER_TIMEOUT = 30.0
+# A reply is read in pieces of at most this (a whole one is a few hundred KB).
+READ_CHUNK = 1024 * 1024
 BACKOFF_MIN = 1.0
 BACKOFF_MAX = 60.0
 RESTART_REASONS = ("exited", "unresponsive")
@@ -56,16 +57,17 @@ def log_arguments() -> list[str]:
 
 
 class Ingest:
-    """One ingest process and its control socket. ``settings`` is JSON-able (see
-    :mod:`dnsfleet.dnstap.ingest`); ``starts`` counts the processes started, ``restarts``
-    the restarts by reason."""
+    """One ingest process and its control socket. ``starts`` counts the processes
+    started, ``restarts`` the restarts by reason; ``listener`` is the socket the process
+    said it listens on in its last reply."""
 
-    def __init__(self, settings: dict[str, Any], *, answer_timeout: float = ANSWER_TIMEOUT) -> None:
+    def __init__(self, settings: IngestSettings, *, answer_timeout: float = ANSWER_TIMEOUT) -> None:
         self.settings = settings
         self.answer_timeout = answer_timeout
         self.starts = 0
         self.restarts = dict.fromkeys(RESTART_REASONS, 0)
-        self._inflight: asyncio.Task[list[Family]] | None = None
+        self.listener: Listener | None = None
+        self._inflight: asyncio.Task[Reply] | None = None
         self._stuck = False
         self._backoff = 0.0
         self._not_before = 0.0
@@ -82,7 +84,7 @@ class Ingest:
                     "--control-fd",
                     str(theirs.fileno()),
                     *log_arguments(),
-                    json.dumps(self.settings),
+                    self.settings.encode(),
                 ],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
@@ -127,6 +129,10 @@ class Ingest:
 
     async def families(self) -> list[Family]:
         """The process's families, from the request in flight if there is one."""
+        return list((await self.reply()).families)
+
+    async def reply(self) -> Reply:
+        """The process's reply, from the request in flight if there is one."""
         loop = asyncio.get_running_loop()
         task = self._inflight
         if task is None or task.done() or task.get_loop() is not loop:
@@ -134,7 +140,7 @@ class Ingest:
             task.add_done_callback(self._settled)
         return await asyncio.shield(task)
 
-    async def _request(self) -> list[Family]:
+    async def _request(self) -> Reply:
         proc, control = self.proc, self.control
         try:
             return await asyncio.wait_for(_ask(control), self.answer_timeout)
@@ -149,9 +155,10 @@ class Ingest:
         except (OSError, ChannelError) as e:
             raise IngestUnavailable(str(e)) from None
 
-    def _settled(self, task: asyncio.Task[list[Family]]) -> None:
+    def _settled(self, task: asyncio.Task[Reply]) -> None:
         if task.cancelled() or task.exception() is not None:
             return
+        self.listener = task.result().listener
         if time.monotonic() - self.started >= BACKOFF_MAX:
             self._backoff = 0.0
 
@@ -170,28 +177,20 @@ class Ingest:
         self._stop(kill=False)
 
 
-async def _ask(control: socket.socket) -> list[Family]:
+async def _ask(control: socket.socket) -> Reply:
     """One request on a socket of its own, closed whatever happens (a cancellation too)."""
     loop = asyncio.get_running_loop()
     ours, theirs = socket.socketpair()
+    reader = ReplyReader()
     try:
         with theirs:
-            socket.send_fds(control, [REQUEST], [theirs.fileno()])
+            socket.send_fds(control, [Request().encode()], [theirs.fileno()])
         ours.setblocking(False)
-        head = await _read_exactly(loop, ours, HEADER.size)
-        body = await _read_exactly(loop, ours, reply_length(head))
+        while reader.wanted:
+            data = await loop.sock_recv(ours, min(reader.wanted, READ_CHUNK))
+            if not data:
+                raise reader.cut()
+            reader.feed(data)
     finally:
         ours.close()
-    return decode_reply(body)
-
-
-async def _read_exactly(loop: asyncio.AbstractEventLoop, sock: socket.socket, n: int) -> bytes:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = await loop.sock_recv_into(sock, view[got:])
-        if not k:
-            raise ChannelError("the ingest process closed the request's socket")
-        got += k
-    return bytes(buf)
+    return reader.reply()

@@ -1,9 +1,10 @@
-"""The dnstap ingest process: ``python -m dnsfleet.dnstap.ingest --control-fd N SETTINGS``.
+"""The dnstap ingest process: ``python -m dnsfleet.dnstap.ingest --control-fd N SETTINGS``
+(SETTINGS: :class:`~dnsfleet.dnstap.protocol.IngestSettings`, encoded).
 
 It owns the listener, the decoder and the aggregates, on an event loop of its own, so a
 flood of events costs its own core and never delays the exporter's probes and scrapes.
 The exporter holds the other end of the control socket and asks for the families over it
-as :mod:`dnsfleet.dnstap.channel` says. When the exporter goes away the control socket
+as :mod:`dnsfleet.dnstap.protocol` says. When the exporter goes away the control socket
 reads EOF and this process removes its socket and exits. It logs as the exporter does
 (``--log.format``, ``--log.level``: :mod:`dnsfleet.logs`).
 """
@@ -14,17 +15,22 @@ import argparse
 import asyncio
 import contextlib
 import errno
-import json
 import logging
 import os
 import socket
 import stat
 import sys
-from typing import Any
 
 from dnsfleet import logs, malloc
 from dnsfleet.dnstap.aggregate import Aggregator
-from dnsfleet.dnstap.channel import MAX_FDS, encode_reply
+from dnsfleet.dnstap.protocol import (
+    MAX_FDS,
+    ChannelError,
+    IngestSettings,
+    Listener,
+    Reply,
+    Request,
+)
 from dnsfleet.dnstap.writers import Slots
 
 log = logging.getLogger("dnsfleet.dnstap")
@@ -54,26 +60,25 @@ def _clear_stale(path: str) -> None:
     raise OSError(errno.EADDRINUSE, f"{path}: another process listens on it")
 
 
-async def _listen(slots: Slots, settings: dict[str, Any]) -> asyncio.Server:
+async def _listen(slots: Slots, settings: IngestSettings) -> tuple[asyncio.Server, Listener]:
     """The unix socket only: its file permissions say who may write dnstap (a TCP port
     would let any local user inject messages)."""
     loop = asyncio.get_running_loop()
-    path: str = settings["socket"]
+    path = settings.socket
     _clear_stale(path)
     srv = await loop.create_unix_server(slots.stream, path, backlog=64)
-    os.chmod(path, settings["socket_mode"])
+    os.chmod(path, settings.socket_mode)
     st = os.stat(path)
-    settings["_bound"] = [st.st_dev, st.st_ino]
-    return srv
+    return srv, Listener(st.st_dev, st.st_ino)
 
 
-async def _reply(sock: socket.socket, agg: Aggregator) -> None:
+async def _reply(sock: socket.socket, agg: Aggregator, listener: Listener) -> None:
     """One request's reply on its own socket; a request the exporter gave up on (its end
     closed) costs a failed write and nothing else."""
     loop = asyncio.get_running_loop()
     with sock:
         sock.setblocking(False)
-        data = encode_reply(agg.families())
+        data = Reply(tuple(agg.families()), listener).encode()
         with contextlib.suppress(OSError, TimeoutError):
             await asyncio.wait_for(loop.sock_sendall(sock, data), REPLY_TIMEOUT)
 
@@ -86,7 +91,7 @@ def _adopt(fd: int) -> socket.socket | None:
         return None
 
 
-async def answer(control: socket.socket, agg: Aggregator) -> None:
+async def answer(control: socket.socket, agg: Aggregator, listener: Listener) -> None:
     """Answer the exporter's requests until it closes the control socket."""
     loop = asyncio.get_running_loop()
     control.setblocking(False)
@@ -104,10 +109,17 @@ async def answer(control: socket.socket, agg: Aggregator) -> None:
             if not msg and not fds:  # EOF: the exporter is gone
                 gone.set_result(None)
                 return
+            try:
+                Request.decode_all(msg)
+            except ChannelError as e:  # the exporter reads EOF on each socket passed
+                log.error("dnstap ingest: %s", e)
+                for fd in fds:
+                    os.close(fd)
+                continue
             for fd in fds:
                 sock = _adopt(fd)
                 if sock is not None:
-                    task = loop.create_task(_reply(sock, agg))
+                    task = loop.create_task(_reply(sock, agg, listener))
                     replies.add(task)
                     task.add_done_callback(replies.discard)
 
@@ -118,33 +130,33 @@ async def answer(control: socket.socket, agg: Aggregator) -> None:
         loop.remove_reader(control.fileno())
 
 
-async def serve(control: socket.socket, settings: dict[str, Any]) -> int:
+async def serve(control: socket.socket, settings: IngestSettings) -> int:
     agg = Aggregator(
-        settings["identities"], settings.get("target_labels"), settings.get("top_n", 10)
+        dict(settings.identities),
+        {t: dict(labels) for t, labels in settings.target_labels},
+        settings.top_n,
     )
     slots = Slots(agg, settings)
     try:
-        server = await _listen(slots, settings)
+        server, listener = await _listen(slots, settings)
     except OSError as e:
-        log.error("dnstap ingest cannot listen on %s: %s", settings["socket"], e)
+        log.error("dnstap ingest cannot listen on %s: %s", settings.socket, e)
         return 1
     try:
-        await answer(control, agg)
+        await answer(control, agg, listener)
     finally:
         server.close()
         slots.close_all()
-        _remove_own(settings)
+        _remove_own(settings.socket, listener)
     return 0
 
 
-def _remove_own(settings: dict[str, Any]) -> None:
+def _remove_own(path: str, listener: Listener) -> None:
     """Remove the socket this process bound, never one a successor bound at the same path
     after this one stopped listening."""
-    path: str = settings.get("socket") or ""
-    bound = settings.get("_bound")
     with contextlib.suppress(OSError):
-        st = os.stat(path) if path else None
-        if st is not None and bound == [st.st_dev, st.st_ino]:
+        st = os.stat(path)
+        if Listener(st.st_dev, st.st_ino) == listener:
             os.unlink(path)
 
 
@@ -153,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--control-fd", type=int, required=True)
     ap.add_argument("--log.format", dest="log_format", choices=logs.FORMATS, default="logfmt")
     ap.add_argument("--log.level", dest="log_level", choices=list(logs.LEVELS), default="info")
-    ap.add_argument("settings", help="JSON: socket, socket_mode, identities, ...")
+    ap.add_argument("settings", help="IngestSettings as JSON (dnsfleet.dnstap.protocol)")
     args = ap.parse_args(argv)
     logs.setup(level=args.log_level, fmt=args.log_format)
     # Frames of up to 256 KiB come and go: a pinned mmap threshold returns them to the
@@ -161,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     malloc.tune()
     control = socket.socket(fileno=args.control_fd)
     try:
-        return asyncio.run(serve(control, json.loads(args.settings)))
+        return asyncio.run(serve(control, IngestSettings.decode(args.settings)))
     except KeyboardInterrupt:  # Ctrl-C reaches the whole process group: the exporter says it
         return 130
     except Exception:

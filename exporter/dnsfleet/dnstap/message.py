@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
@@ -90,10 +90,37 @@ def _schema() -> Any:
 Dnstap: Any = _schema()
 
 
-def parse_frame(frame: bytes) -> Any:
+class MessageFields(Protocol):
+    """The fields of a decoded ``dnstap.Message`` that are read here: protobuf builds the
+    class at run time (no generated stub), so this is its type for mypy."""
+
+    type: int
+    socket_protocol: int
+    query_address: bytes
+    query_port: int
+    query_time_sec: int
+    query_time_nsec: int
+    query_message: bytes
+    response_time_sec: int
+    response_time_nsec: int
+    response_message: bytes
+
+    def HasField(self, field_name: str) -> bool: ...  # noqa: N802 - protobuf's name
+
+
+class DnstapFields(Protocol):
+    """The fields of a decoded ``dnstap.Dnstap`` that are read here."""
+
+    identity: bytes
+    message: MessageFields
+
+    def HasField(self, field_name: str) -> bool: ...  # noqa: N802 - protobuf's name
+
+
+def parse_frame(frame: bytes) -> DnstapFields:
     """A data frame's ``dnstap.Dnstap``; Undecodable when it is not one."""
     try:
-        d = Dnstap.FromString(frame)
+        d: DnstapFields = Dnstap.FromString(frame)
     except Exception:  # upb raises DecodeError; be broad: the bytes are the network's
         raise Undecodable("protobuf") from None
     if not d.HasField("message"):

@@ -3,7 +3,7 @@ aggregator, and the slots they hold.
 
 At most ``max_connections`` writers are connected at once. When every slot is taken, a new
 writer takes the slot of the one that has been idle (sent nothing) the longest, provided
-that one has been idle for at least ``evict_idle`` seconds (:data:`EVICT_IDLE`); otherwise
+that one has been idle for at least ``evict_idle`` seconds (a second by default); otherwise
 the new writer is refused. Writers that never sent a data frame go first: a resolver whose
 stream has carried frames is cut only when no such writer is there. So writers that
 connect and then stay silent can neither lock a real resolver out nor push a quiet one out
@@ -14,22 +14,20 @@ while writers that are all busy are never churned by one more.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from dnsfleet.dnstap.aggregate import Aggregator
 from dnsfleet.dnstap.framestreams import ProtocolError, Receiver, State
-
-EVICT_IDLE = 1.0
+from dnsfleet.dnstap.protocol import IngestSettings
 
 
 class Slots:
     """The writer connections open, oldest first."""
 
-    def __init__(self, agg: Aggregator, settings: dict[str, Any]) -> None:
+    def __init__(self, agg: Aggregator, settings: IngestSettings) -> None:
         self.agg = agg
         self.settings = settings
-        self.limit: int = settings["max_connections"]
-        self.evict_idle: float = settings.get("evict_idle", EVICT_IDLE)
+        self.limit = settings.max_connections
+        self.evict_idle = settings.evict_idle
         self.open: dict[Stream, None] = {}
 
     def stream(self) -> Stream:
@@ -78,7 +76,7 @@ class Stream(asyncio.Protocol):
         if not self.slots.admit(self, self.last_active):
             transport.abort()
             return
-        self._arm(self.slots.settings["handshake_timeout"], "handshake_timeout")
+        self._arm(self.slots.settings.handshake_timeout, "handshake_timeout")
 
     def _arm(self, delay: float, reason: str) -> None:
         if self.timer is not None:
@@ -122,7 +120,7 @@ class Stream(asyncio.Protocol):
             self.slots.release(self)
             self.transport.close()
         elif self.rx.state is State.DATA:
-            self._arm(self.slots.settings["idle_timeout"], "idle_timeout")
+            self._arm(self.slots.settings.idle_timeout, "idle_timeout")
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.timer is not None:

@@ -322,4 +322,9 @@ async def collect(ctx: CollectContext) -> list[Family]:
     return fams.all()
 
 
-COLLECTOR = Collector(name="zones", run=collect, enabled=lambda cfg: bool(cfg.zones))
+COLLECTOR = Collector(
+    name="zones",
+    run=collect,
+    enabled=lambda cfg: bool(cfg.zones),
+    sockets=lambda cfg: zone_sockets(cfg.zones),
+)
