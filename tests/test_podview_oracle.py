@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.metrics import samples
 from tests.harness.podlab import CLUSTER_DNS, SEARCH, SILENT_VIP, PodLab, podlab
 from tests.harness.tools import binary
 
@@ -142,3 +143,39 @@ def test_pod_view_sends_what_the_libc_sends(
         if expected is not None:
             assert wall == pytest.approx(expected, rel=LATENCY_TOLERANCE), (libc, wall)
             assert got["duration"] == pytest.approx(wall, rel=LATENCY_TOLERANCE), (libc, got, wall)
+
+
+def test_exporter_in_the_pod(lab: tuple[PodLab, dict[str, str], Path], tmp_path: Path) -> None:
+    """The real exporter (--once) in the pod namespace, reading the pod's /etc/resolv.conf:
+    the same figures as the oracles above, as families."""
+    podlab_, pods, _ = lab
+    cfg = tmp_path / "dnsfleet.yml"
+    cfg.write_text(
+        "pod_view:\n  - resolv_conf: /etc/resolv.conf\n"
+        "    names: [www.example.test, api.demo, txtonly]\n"
+        "  - resolv_conf: /etc/resolv.conf\n    names: [txtonly]\n    libc: musl\n"
+    )
+    exe = str(Path(sys.executable).parent / "dnsfleet-exporter")
+    out = subprocess.run(
+        podlab_.pod_exec(pods["cluster"], exe, "--config.file", str(cfg), "--once"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    got = samples(out.stdout)
+
+    def v(fam: str, libc: str = "glibc", **labels: str) -> float | None:
+        key = {("resolv_conf", "/etc/resolv.conf"), ("libc", libc), *labels.items()}
+        return got.get((fam, frozenset(key)))
+
+    assert got[("dnsfleet_collector_success", frozenset({("collector", "podview")}))] == 1
+    assert v("dnsfleet_podview_queries_per_lookup", name="www.example.test") == 8
+    assert v("dnsfleet_podview_queries_per_lookup", name="api.demo") == 4
+    assert v("dnsfleet_podview_queries_per_lookup", name="txtonly") == 8
+    assert v("dnsfleet_podview_queries_per_lookup", "musl", name="txtonly") == 2
+    assert v("dnsfleet_podview_lookup_failure", "musl", name="txtonly", reason="nodata") == 1
+    answer = {"name": "api.demo", "suffix": "svc.cluster.local", "nameserver": CLUSTER_DNS}
+    assert v("dnsfleet_podview_answer_info", **answer) == 1
+    assert v("dnsfleet_podview_lookup_success", name="www.example.test") == 1
+    assert v("dnsfleet_podview_lookup_cut_short", name="www.example.test") == 0
