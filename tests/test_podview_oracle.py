@@ -104,6 +104,11 @@ def _counted(lab: PodLab, pod: str, before: tuple[int, int]) -> int:
     return last
 
 
+def _per_port(ports: list[int]) -> list[int]:
+    """Datagrams from each source port, in the order the ports were first seen."""
+    return [ports.count(p) for p in dict.fromkeys(ports)]
+
+
 def _run(lab: PodLab, pod: str, cmd: list[str]) -> tuple[str, float, int]:
     before = (len(lab.cluster_queries()), lab.silent_datagrams())
     t0 = time.monotonic()
@@ -121,7 +126,12 @@ def test_pod_view_sends_what_the_libc_sends(
     podlab_, pods, gai = lab
     ns = pods[pod]
     # The oracles first: what real glibc and musl sent, and how long they took.
+    since = podlab_.silent_datagrams()
     text, getent_wall, getent_n = _run(podlab_, ns, [binary("getent"), "ahosts", name])
+    # The premise of the VIP model (stubmodel.vip_pinned): every retry of a name leaves
+    # from one source port (conntrack pins them to one backend), the next name from another.
+    glibc_ports = _per_port(podlab_.silent_ports(since))
+    assert glibc_ports == ([4, 4] if pod == "silent" else []), glibc_ports
     assert getent_n == glibc_n, f"{scenario}: glibc sent {getent_n}\n{text}"
     assert ("192.0.2" in text or "10.96.0.20" in text) == (glibc_out == "answer"), text
     text, _, musl_seen = _run(podlab_, ns, [str(gai), name])
@@ -133,7 +143,10 @@ def test_pod_view_sends_what_the_libc_sends(
         "musl": (musl_seen, float(musl_wall), musl_out),
     }
     for libc, (n, wall, outcome) in oracle.items():
+        since = podlab_.silent_datagrams()
         text, _, seen = _run(podlab_, ns, [sys.executable, "-c", DRIVE, name, libc])
+        if libc == "glibc":
+            assert _per_port(podlab_.silent_ports(since)) == glibc_ports
         got = json.loads(text.strip().splitlines()[-1])
         assert (seen, got["queries"]) == (n, n), f"{scenario} {libc}: {got}, observed {seen}"
         assert got["outcome"] == outcome, got

@@ -127,6 +127,11 @@ class PodLab:
         lines = self.cluster_log.read_text().splitlines()
         return [ln.split("info: ", 1)[1] for ln in lines if "info: " in ln]
 
+    def silent_ports(self, since: int) -> list[int]:
+        """The source port of each datagram the silent backend got, from the ``since``-th."""
+        lines = self.blackhole_log.read_text().splitlines() if self.blackhole_log.exists() else []
+        return [int(ln.split()[1]) for ln in lines[since:]]
+
     def silent_datagrams(self) -> int:
         return (
             len(self.blackhole_log.read_text().splitlines()) if self.blackhole_log.exists() else 0

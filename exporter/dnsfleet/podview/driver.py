@@ -6,9 +6,11 @@ The walk's names and verdicts come from :mod:`dnsfleet.podview.walk`; this modul
 
 glibc (resolv/res_send.c, ``__res_context_send`` and ``send_dg``): ``attempts`` rounds
 over the servers, the wait of server *i* from ``stubmodel.glibc_waits``; A and AAAA go out
-together on one *connected* UDP socket per server, kept for the whole lookup, so every
-retry leaves from the same source port (behind a service VIP, conntrack sends it to the
-same backend); ``single-request`` sends AAAA only after the A reply. ICMP port unreachable
+together on one *connected* UDP socket per server, kept for the transaction (one name
+tried) and closed at its end (``__res_iclose``, without RES_STAYOPEN), so every retry of a
+name leaves from the same source port (behind a service VIP, conntrack sends them all to
+the same backend) and the next name from a new one; ``single-request`` sends AAAA only
+after the A reply. ICMP port unreachable
 moves on at once; SERVFAIL, NOTIMP and REFUSED move on to the next server; a truncated
 reply is asked again over TCP (``send_vc``), as is everything with ``use-vc``.
 
@@ -323,6 +325,7 @@ async def lookup(
                     replies, by = await _glibc_step(walk, step)
                 else:
                     replies, by = await _musl_step(walk, step)
+                walk.close()  # res_send.c closes its sockets when a transaction ends
                 v = verdict(libc, step, replies)
                 records.append(StepRecord(step, replies, v, walk.sent - before, by))
                 at = next_index(plan, at, v)
