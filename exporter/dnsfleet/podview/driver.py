@@ -36,7 +36,6 @@ from dnsfleet.podview.walk import (
     Libc,
     Outcome,
     Reply,
-    Role,
     Step,
     Verdict,
     next_index,
@@ -350,4 +349,4 @@ async def lookup(
     )
 
 
-__all__ = ["Lookup", "Role", "Server", "StepRecord", "lookup"]
+__all__ = ["Lookup", "Server", "StepRecord", "lookup"]
