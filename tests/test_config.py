@@ -99,8 +99,8 @@ def test_config_that_monitors_nothing_is_refused(tmp_path: Path, text: str, prob
     with pytest.raises(ConfigError) as exc:
         config.load(p)
     assert str(exc.value) == (
-        f"{p}: {problem}: it has no targets, resolv_conf, consul, zones or dnstap section (write "
-        "`targets: []` to run only the host collectors on purpose)"
+        f"{p}: {problem}: it has no targets, resolv_conf, consul, zones, dnstap or pod_view "
+        "section (write `targets: []` to run only the host collectors on purpose)"
     )
 
 

@@ -215,3 +215,13 @@ def test_never_raises(text: str) -> None:
     rc = parse_resolv_conf(text)
     assert len(rc.servers) <= 3
     assert rc.timeout <= 30 and rc.attempts <= 5 and rc.ndots <= 15
+
+
+def test_the_walk_options_are_read() -> None:
+    rc = parse_resolv_conf(
+        "options ndots:5 single-request-reopen use-vc rotate no-tld-query inet6 no-aaaa\n"
+    )
+    assert (rc.ndots, rc.single_request_reopen, rc.single_request) == (5, True, False)
+    assert (rc.use_vc, rc.rotate, rc.no_tld_query, rc.inet6, rc.no_aaaa) == (True,) * 5
+    assert parse_resolv_conf("options no_tld_query\n").no_tld_query
+    assert not parse_resolv_conf("options debug\n").no_tld_query

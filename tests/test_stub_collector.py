@@ -167,7 +167,7 @@ def test_config_resolv_conf_section() -> None:
             "resolv_conf": [
                 "/etc/resolv.conf",
                 {
-                    "path": "/var/lib/kubelet/pods/x/etc-hosts/resolv.conf",
+                    "path": "/var/lib/containerd/io.containerd.grpc.v1.cri/sandboxes/x/resolv.conf",
                     "query_name": "kubernetes.default.svc.cluster.local.",
                     "query_type": "a",
                     "probe_timeout": "500ms",

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from dnsfleet.collectors.stub import FileReport
+from dnsfleet.config import ResolvConfWatch
+from dnsfleet.failover import render_report
 from dnsfleet.parsers.resolvconf import parse_resolv_conf
 from dnsfleet.stubmodel import (
     ServerOutcome,
@@ -13,6 +16,7 @@ from dnsfleet.stubmodel import (
     model,
     musl,
     tcp_connect_timeout,
+    vip_pinned,
 )
 
 pytestmark = pytest.mark.unit
@@ -119,3 +123,56 @@ def test_model_reads_the_parsed_file() -> None:
     assert model(rc, (S, S), "musl").delay == 2.0
     with pytest.raises(ValueError, match="unknown libc"):
         model(rc, (S, A), "uclibc")
+
+
+# (libc, backends, dead, timeout, attempts, failing share, pinned cost, unpinned share)
+VIP_CASES = [
+    # two CoreDNS pods, one silent: half the lookups fail after 2 x 5 s
+    ("glibc", 2, 1, 5, 2, 0.5, 10.0, 0.25),
+    ("glibc", 4, 1, 1, 2, 0.25, 2.0, 0.0625),
+    ("glibc", 3, 0, 5, 2, 0.0, 10.0, 0.0),
+    ("glibc", 1, 1, 2, 3, 1.0, 6.0, 1.0),
+    # musl's timeout is the whole transaction; attempts only divide it
+    ("musl", 2, 1, 5, 2, 0.5, 5.0, 0.25),
+]
+
+
+@pytest.mark.parametrize("case", VIP_CASES)
+def test_single_vip_conntrack_pins_every_retry(
+    case: tuple[str, int, int, int, int, float, float, float],
+) -> None:
+    libc, backends, dead, timeout, attempts, failing, cost, unpinned = case
+    v = vip_pinned(backends=backends, dead=dead, timeout=timeout, attempts=attempts, libc=libc)
+    assert (v.failing_share, v.pinned_cost, v.unpinned_failing_share) == (failing, cost, unpinned)
+    assert v.expected_delay == pytest.approx(failing * cost)
+
+
+def test_single_vip_refuses_impossible_counts() -> None:
+    with pytest.raises(ValueError, match="3 dead of 2"):
+        vip_pinned(backends=2, dead=3, timeout=5, attempts=2)
+
+
+def test_failover_report_names_the_pinning_of_a_single_nameserver() -> None:
+    conf = parse_resolv_conf("nameserver 10.96.0.10\noptions ndots:5 timeout:1 attempts:2\n")
+    outcomes = (ServerOutcome(ServerState.ANSWERING),)
+    rep = FileReport(
+        ResolvConfWatch(path="/etc/resolv.conf"),
+        conf,
+        servers=conf.servers,
+        outcomes=outcomes,
+        details=("",),
+        verdicts=(model(conf, outcomes, "glibc"),),
+    )
+    text = render_report(rep, "glibc")
+    assert "conntrack pins them all to one backend" in text
+    assert "50% of the names a lookup tries fail, after 2 s each (not 25%)" in text
+    two = parse_resolv_conf("nameserver 10.96.0.10\nnameserver 10.96.0.11\n")
+    rep2 = FileReport(
+        ResolvConfWatch(path="/etc/resolv.conf"),
+        two,
+        servers=two.servers,
+        outcomes=outcomes * 2,
+        details=("", ""),
+        verdicts=(model(two, outcomes * 2, "glibc"),),
+    )
+    assert "conntrack" not in render_report(rep2, "glibc")

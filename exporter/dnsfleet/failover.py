@@ -16,7 +16,8 @@ from dnsfleet.collectors.stub import FileReport, assess
 from dnsfleet.config import ResolvConfWatch, parse_duration
 from dnsfleet.config.values import duration_problem
 from dnsfleet.hostfs import HostFS
-from dnsfleet.stubmodel import ServerState, Verdict
+from dnsfleet.parsers.resolvconf import ResolvConf
+from dnsfleet.stubmodel import ServerState, Verdict, vip_pinned
 
 ADVICE = {
     ServerState.SILENT: "drops queries: every lookup that reaches it waits the full timeout",
@@ -27,6 +28,19 @@ ADVICE = {
     ServerState.ERROR: "broken exchange: clients move on",
     ServerState.ANSWERING: "answers",
 }
+
+
+def _vip_line(conf: ResolvConf, libc: str) -> str:
+    """A single nameserver is most often a service VIP (Kubernetes' cluster DNS)."""
+    v = vip_pinned(
+        backends=2, dead=1, timeout=max(conf.timeout, 1), attempts=conf.attempts, libc=libc
+    )
+    return (
+        "  one nameserver: every retry of a name leaves from one source port, so behind a "
+        "service VIP conntrack pins them all to one backend: with one of two backends silent, "
+        f"{v.failing_share:.0%} of the names a lookup tries fail, after {v.pinned_cost:.0f} s "
+        f"each (not {v.unpinned_failing_share:.0%}), until the endpoint is removed"
+    )
 
 
 def render_report(rep: FileReport, libc: str) -> str:
@@ -72,6 +86,8 @@ def render_report(rep: FileReport, libc: str) -> str:
                 else ""
             )
         )
+    if len(conf.servers) == 1:
+        lines.append(_vip_line(conf, libc))
     if conf.search:
         lines.append(
             f"  a relative name walks the search list ({len(conf.search)} "

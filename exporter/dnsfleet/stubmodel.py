@@ -184,3 +184,43 @@ def model(
         a = conf.attempts_written if conf.attempts_written is not None else 2
         return musl(outcomes, timeout=t, attempts=a)
     raise ValueError(f"unknown libc {libc!r} (known: {', '.join(LIBCS)})")
+
+
+@dataclass(frozen=True, slots=True)
+class VipVerdict:
+    """One nameserver that is a service VIP (kube-proxy DNAT) in front of ``backends``
+    endpoints, ``dead`` of them silent but still listed."""
+
+    libc: str
+    failing_share: float  # transactions (names tried) that fail: every retry pinned
+    pinned_cost: float  # seconds one DNS transaction of such a lookup waits before failing
+    unpinned_failing_share: float  # were each retry balanced afresh (what clients assume)
+    expected_delay: float  # mean seconds a transaction loses to the dead backends
+
+
+def vip_pinned(
+    *, backends: int, dead: int, timeout: int, attempts: int, libc: str = "glibc"
+) -> VipVerdict:
+    """glibc (res_send.c) asks each name of a lookup from one connected UDP socket per
+    nameserver and retries from it, closing it only when that name's transaction ends; musl
+    (res_msend.c) has one socket per name too. Every retry has the first one's source port,
+    so conntrack sends them all to the backend the first was DNATed to, until the entry
+    expires (nf_conntrack_udp_timeout, refreshed by every retry) or kube-proxy removes the
+    endpoint and flushes its entries. So a dead backend fails ``dead / backends`` of the
+    names tried outright, after every wait, instead of the ``(dead / backends) **
+    attempts`` that balancing each retry afresh would give. Per transaction: the next name
+    of the walk leaves from a new port and is balanced afresh.
+    """
+    if backends <= 0 or not 0 <= dead <= backends:
+        raise ValueError(f"{dead} dead of {backends} backends")
+    share = dead / backends
+    if libc == "glibc":
+        rounds = max(min(attempts, RES_MAXRETRY), 0)
+        cost = float(rounds * glibc_waits(timeout, 1)[0])
+        tries = rounds
+    elif libc == "musl":
+        cost = float(min(max(timeout, 0), MUSL_MAX_TIMEOUT))
+        tries = min(max(attempts, 1), MUSL_MAX_ATTEMPTS)
+    else:
+        raise ValueError(f"unknown libc {libc!r} (known: {', '.join(LIBCS)})")
+    return VipVerdict(libc, share, cost, share**tries if tries else 1.0, share * cost)

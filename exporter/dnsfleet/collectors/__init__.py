@@ -13,6 +13,7 @@ from dnsfleet.collectors import (
     cpu,
     dnstap,
     nic,
+    podview,
     resolver,
     resolver_capacity,
     stub,
@@ -39,6 +40,7 @@ _ALL: tuple[Collector, ...] = (
     cpu.COLLECTOR,
     zones.COLLECTOR,  # issue 23
     dnstap.COLLECTOR,  # issue 26
+    podview.COLLECTOR,  # issue 36
 )
 
 COLLECTORS: dict[str, Collector] = {c.name: c for c in _ALL}

@@ -17,6 +17,7 @@ from dnsfleet.config.files import read_yaml_source
 from dnsfleet.config.host import HostConfig, _parse_host
 from dnsfleet.config.limits import Limits, _parse_limits
 from dnsfleet.config.modules import DEFAULT_MODULE, Module, _parse_module
+from dnsfleet.config.podview import POD_VIEW_KEY, PodView
 from dnsfleet.config.reader import ConfigError, Node, Source
 from dnsfleet.config.resolver import ResolverConfig, _parse_resolver
 from dnsfleet.config.stub import DEFAULT_RESOLV_CONF, ResolvConfWatch, _parse_resolv_conf
@@ -63,6 +64,7 @@ class Config:
         default_factory=DnstapConfig,
         metadata=key(Section(DnstapConfig, parse_dnstap), doc="Passive SLIs from dnstap"),
     )  # issue 26
+    pod_view: tuple[PodView, ...] = field(default=(), metadata=POD_VIEW_KEY)
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def module_for(self, target: Target) -> Module:
@@ -101,8 +103,8 @@ def parse(data: Any, *, source: str, text: Source | None = None) -> Config:
         # quietly turn every probe series off: then no probe alert can ever fire.
         raise root.error(
             ("the file is empty" if not f.node.value else "nothing to monitor")
-            + ": it has no targets, resolv_conf, consul, zones or dnstap section (write "
-            "`targets: []` to run only the host collectors on purpose)"
+            + ": it has no targets, resolv_conf, consul, zones, dnstap or pod_view section "
+            "(write `targets: []` to run only the host collectors on purpose)"
         )
     return cfg
 
@@ -129,7 +131,7 @@ def _check_no_duplicate_target(root: Node, targets: tuple[Target, ...]) -> None:
 
 # A config must set at least one of these, if only to an empty list (see parse); a key
 # with no value (`targets:`, as a file cut short leaves it) does not count.
-MONITORING_KEYS = ("targets", "resolv_conf", "consul", "zones", "dnstap")
+MONITORING_KEYS = ("targets", "resolv_conf", "consul", "zones", "dnstap", "pod_view")
 
 
 def load(path: str | Path) -> Config:

@@ -90,6 +90,10 @@ class ResolvConf:
     edns0: bool = False
     trust_ad: bool = False
     no_aaaa: bool = False
+    # A dotless name is never tried as is after the search list (res_query.c).
+    no_tld_query: bool = False
+    # Deprecated in glibc 2.26; getaddrinfo never looked at it: read, never acted on.
+    inet6: bool = False
     problems: tuple[Problem, ...] = ()
 
 
@@ -244,15 +248,18 @@ def parse_resolv_conf(text: str) -> ResolvConf:  # noqa: C901, PLR0912, PLR0915 
         ndots=ndots,
         timeout_written=timeout_w if isinstance(timeout_w, int) else None,
         attempts_written=attempts_w if isinstance(attempts_w, int) else None,
-        rotate=bool(opts.get("rotate")),
-        single_request=bool(opts.get("single-request")),
-        single_request_reopen=bool(opts.get("single-request-reopen")),
-        use_vc=bool(opts.get("use-vc")),
-        edns0=bool(opts.get("edns0")),
-        trust_ad=bool(opts.get("trust-ad")),
-        no_aaaa=bool(opts.get("no-aaaa")),
+        **_flags(opts),
         problems=tuple(sorted(problems, key=lambda p: p.line)),
     )
+
+
+def _flags(opts: dict[str, object]) -> dict[str, bool]:
+    """The flag options as ResolvConf's fields (glibc spells no-tld-query both ways)."""
+    out = {f.replace("-", "_"): bool(opts.get(f)) for f in FLAG_OPTIONS if f != "no-tld-query"}
+    out["no_tld_query"] = out["no_tld_query"] or bool(opts.get("no-tld-query"))
+    for unmodelled in ("no_reload", "debug"):
+        del out[unmodelled]
+    return out
 
 
 def _nameserver(rest: str, n: int) -> Nameserver | None:
