@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dnsfleet.collectors import (
     bond,
+    conntrack,
     consul,
     cpu,
     dnstap,
@@ -34,6 +35,7 @@ _ALL: tuple[Collector, ...] = (
     bond.COLLECTOR,
     nic.COLLECTOR,
     cpu.COLLECTOR,
+    conntrack.COLLECTOR,
     zones.COLLECTOR,  # issue 23
     dnstap.COLLECTOR,  # issue 26
 )
