@@ -201,6 +201,8 @@ CATALOG = (
     # Issue 26: passive insight from dnstap.
     "DNSRandomSubdomainAttack",
     "DNSFleetDnstapIngestDown",
+    # Issue 36: cluster DNS as pods live it.
+    "DNSConntrackDropping",
 )
 # Host alerts come with issue 5's alerts/rules/host.rules.yml.
 HOST_ALERTS = {
