@@ -14,6 +14,7 @@ from dnsfleet.collectors import (
     cpu,
     dnstap,
     nic,
+    nodelocal,
     resolver,
     resolver_capacity,
     stub,
@@ -38,6 +39,7 @@ _ALL: tuple[Collector, ...] = (
     conntrack.COLLECTOR,
     zones.COLLECTOR,  # issue 23
     dnstap.COLLECTOR,  # issue 26
+    nodelocal.COLLECTOR,  # issue 36
 )
 
 COLLECTORS: dict[str, Collector] = {c.name: c for c in _ALL}

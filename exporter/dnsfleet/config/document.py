@@ -17,6 +17,7 @@ from dnsfleet.config.files import read_yaml_source
 from dnsfleet.config.host import HostConfig, _parse_host
 from dnsfleet.config.limits import Limits, _parse_limits
 from dnsfleet.config.modules import DEFAULT_MODULE, Module, _parse_module
+from dnsfleet.config.nodelocal import NodeLocalConfig, parse_nodelocal
 from dnsfleet.config.reader import ConfigError, Node, Source
 from dnsfleet.config.resolver import ResolverConfig, _parse_resolver
 from dnsfleet.config.stub import DEFAULT_RESOLV_CONF, ResolvConfWatch, _parse_resolv_conf
@@ -63,6 +64,13 @@ class Config:
         default_factory=DnstapConfig,
         metadata=key(Section(DnstapConfig, parse_dnstap), doc="Passive SLIs from dnstap"),
     )  # issue 26
+    nodelocal: NodeLocalConfig = field(
+        default_factory=NodeLocalConfig,
+        metadata=key(
+            Section(NodeLocalConfig, parse_nodelocal),
+            doc="NodeLocal DNSCache on this node and the fallback its pods have",
+        ),
+    )  # issue 36
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def module_for(self, target: Target) -> Module:
