@@ -203,6 +203,8 @@ CATALOG = (
     "DNSFleetDnstapIngestDown",
     # Issue 36: cluster DNS as pods live it.
     "DNSConntrackDropping",
+    "DNSNodeLocalPodsFailing",
+    "DNSNodeLocalDNSCacheDown",
 )
 # Host alerts come with issue 5's alerts/rules/host.rules.yml.
 HOST_ALERTS = {
@@ -297,6 +299,8 @@ PAGE_WORTHY = {
     # certain (signatures; the one alert paging ahead of the hour, see alerts/README.md).
     "DNSZoneDSMismatch": "zone bogus for every validator now",
     "DNSZoneSignaturesExpiring": "zone bogus for every validator within a day",
+    # Issue 36: every pod of a node fails every lookup, which no SLO source sees.
+    "DNSNodeLocalPodsFailing": "a node's pods fail every lookup now",
 }
 
 
