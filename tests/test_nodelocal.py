@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from dnsfleet.collectors.nodelocal import NodeView, PodPath, pod_path
 from dnsfleet.config import ConfigError, parse
 from tests.harness import gotools
+from tests.harness.hosttree import FIXTURES
 from tests.harness.netlab import netns_available
 from tests.harness.process import terminate
 from tests.harness.servers import Unbound
@@ -213,6 +215,66 @@ def node(tmp_path: Path) -> Iterator[Node]:
         n.stop()
 
 
+RULES = FIXTURES.parent.parent / "alerts" / "rules" / "nodelocal.rules.yml"
+STAGE_MINUTES = 10
+
+
+def promtool_case(stages: list[dict[str, Any]]) -> dict[str, Any]:
+    """A promtool test of the alert rules on what the collector reported: one node per pods'
+    configuration, each stage held for STAGE_MINUTES; at the end of each stage the page
+    fires exactly for the nodes whose pods had no path, the ticket for those falling back."""
+    n = len(stages) * STAGE_MINUTES
+    series, tests = [], []
+    for name in CONFIGS:
+        labels = f'instance="{name}:9853",site="lab",job="dnsfleet-node"'
+        views = [st["views"][name] for st in stages]
+        up = " ".join(f"{v['dnsfleet_nodelocal_up{}']:g}x{STAGE_MINUTES - 1}" for v in views)
+        series.append({"series": f"dnsfleet_nodelocal_up{{{labels}}}", "values": up})
+        for p in PodPath:
+            key = f'dnsfleet_nodelocal_pod_path{{path="{p.value}"}}'
+            vals = " ".join(f"{v[key]:g}x{STAGE_MINUTES - 1}" for v in views)
+            series.append(
+                {
+                    "series": f'dnsfleet_nodelocal_pod_path{{{labels},path="{p.value}"}}',
+                    "values": vals,
+                }
+            )
+    rules = {r["alert"]: r for r in yaml.safe_load(RULES.read_text())["groups"][0]["rules"]}
+    for i, stage in enumerate(stages):
+        t = f"{(i + 1) * STAGE_MINUTES - 1}m"
+        paths = {name: path_of(stage["views"][name]) for name in CONFIGS}
+        for alert, fires_on in (
+            ("DNSNodeLocalPodsFailing", {"none"}),
+            ("DNSNodeLocalDNSCacheDown", {"resolv_conf_fallback", "iptables_fallback"}),
+        ):
+            rule = rules[alert]
+            extra = {"path": "none"} if alert == "DNSNodeLocalPodsFailing" else {}
+            exp = [
+                {
+                    "exp_labels": {
+                        "instance": f"{name}:9853",
+                        "site": "lab",
+                        "job": "dnsfleet-node",
+                        **rule["labels"],
+                        **extra,
+                    },
+                    "exp_annotations": {
+                        k: v.replace("{{ $labels.instance }}", f"{name}:9853")
+                        for k, v in rule["annotations"].items()
+                    },
+                }
+                for name, p in paths.items()
+                if p in fires_on
+            ]
+            tests.append({"eval_time": t, "alertname": alert, "exp_alerts": exp})
+    assert n > 0
+    return {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": tests}],
+    }
+
+
 def path_of(view: dict[str, float]) -> str:
     (current,) = [k for k, v in view.items() if k.startswith("dnsfleet_nodelocal_pod_path") and v]
     return current.split('path="')[1].rstrip('"}')
@@ -234,8 +296,10 @@ def settle(node: Node, want: dict[str, str], *, seconds: float = 60) -> dict[str
 @pytest.mark.integration
 @pytest.mark.netns
 def test_node_cache_killed(node: Node) -> None:
+    stages = []
     # Serving: every configuration's pods are answered by the cache; its statistics read.
     got = settle(node, dict.fromkeys(CONFIGS, "nodelocal"))
+    stages.append(got)
     assert {k: path_of(v) for k, v in got["views"].items()} == dict.fromkeys(CONFIGS, "nodelocal")
     view = got["views"]["both"]
     assert view["dnsfleet_nodelocal_up{}"] == 1
@@ -247,6 +311,7 @@ def test_node_cache_killed(node: Node) -> None:
     node.procs["node-cache"].wait(timeout=30)
     want = {"link_local": "none", "both": "resolv_conf_fallback", "iptables": "none"}
     got = settle(node, want)
+    stages.append(got)
     assert {k: path_of(v) for k, v in got["views"].items()} == want
     assert got["views"]["both"]["dnsfleet_nodelocal_up{}"] == 0
     assert got["views"]["both"]["dnsfleet_nodelocal_cluster_dns_up{}"] == 1
@@ -255,10 +320,24 @@ def test_node_cache_killed(node: Node) -> None:
     node.run(binary("ip"), "link", "del", "nodelocaldns")
     want = {"link_local": "none", "both": "resolv_conf_fallback", "iptables": "iptables_fallback"}
     got = settle(node, want)
+    stages.append(got)
     assert {k: path_of(v) for k, v in got["views"].items()} == want
     assert got["views"]["iptables"]["dnsfleet_nodelocal_interface_present{}"] == 0
 
     # The cluster DNS gone too: no configuration has a way out.
     terminate(node.procs["cluster-dns"], timeout=10)
     got = settle(node, dict.fromkeys(CONFIGS, "none"))
+    stages.append(got)
     assert {k: path_of(v) for k, v in got["views"].items()} == dict.fromkeys(CONFIGS, "none")
+
+    # The alerts on what was observed: the page where pods had no path, else the ticket.
+    case = node.workdir / "nodelocal.test.yml"
+    case.write_text(yaml.safe_dump(promtool_case(stages), sort_keys=False))
+    out = subprocess.run(
+        [binary("promtool"), "test", "rules", str(case)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
