@@ -201,7 +201,7 @@ CATALOG = (
     # Issue 26: passive insight from dnstap.
     "DNSRandomSubdomainAttack",
     "DNSFleetDnstapIngestDown",
-    # Issue 36: cluster DNS as pods live it.
+    # Cluster DNS as pods live it: conntrack under it, NodeLocal DNSCache.
     "DNSConntrackDropping",
     "DNSNodeLocalPodsFailing",
     "DNSNodeLocalDNSCacheDown",
@@ -299,7 +299,7 @@ PAGE_WORTHY = {
     # certain (signatures; the one alert paging ahead of the hour, see alerts/README.md).
     "DNSZoneDSMismatch": "zone bogus for every validator now",
     "DNSZoneSignaturesExpiring": "zone bogus for every validator within a day",
-    # Issue 36: every pod of a node fails every lookup, which no SLO source sees.
+    # Every pod of a node fails every lookup, which no SLO source sees.
     "DNSNodeLocalPodsFailing": "a node's pods fail every lookup now",
 }
 

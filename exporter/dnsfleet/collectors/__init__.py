@@ -39,7 +39,7 @@ _ALL: tuple[Collector, ...] = (
     conntrack.COLLECTOR,
     zones.COLLECTOR,  # issue 23
     dnstap.COLLECTOR,  # issue 26
-    nodelocal.COLLECTOR,  # issue 36
+    nodelocal.COLLECTOR,
 )
 
 COLLECTORS: dict[str, Collector] = {c.name: c for c in _ALL}

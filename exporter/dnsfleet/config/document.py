@@ -70,7 +70,7 @@ class Config:
             Section(NodeLocalConfig, parse_nodelocal),
             doc="NodeLocal DNSCache on this node and the fallback its pods have",
         ),
-    )  # issue 36
+    )
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def module_for(self, target: Target) -> Module:

@@ -1,4 +1,4 @@
-"""``nodelocal``: the node's NodeLocal DNSCache and the fallback its pods have (issue 36)."""
+"""``nodelocal``: the node's NodeLocal DNSCache and the fallback its pods have."""
 
 from __future__ import annotations
 
