@@ -201,6 +201,10 @@ CATALOG = (
     # Issue 26: passive insight from dnstap.
     "DNSRandomSubdomainAttack",
     "DNSFleetDnstapIngestDown",
+    # Cluster DNS as pods live it: conntrack under it, NodeLocal DNSCache.
+    "DNSConntrackDropping",
+    "DNSNodeLocalPodsFailing",
+    "DNSNodeLocalDNSCacheDown",
 )
 # Host alerts come with issue 5's alerts/rules/host.rules.yml.
 HOST_ALERTS = {
@@ -295,6 +299,8 @@ PAGE_WORTHY = {
     # certain (signatures; the one alert paging ahead of the hour, see alerts/README.md).
     "DNSZoneDSMismatch": "zone bogus for every validator now",
     "DNSZoneSignaturesExpiring": "zone bogus for every validator within a day",
+    # Every pod of a node fails every lookup, which no SLO source sees.
+    "DNSNodeLocalPodsFailing": "a node's pods fail every lookup now",
 }
 
 

@@ -99,12 +99,14 @@ def test_config_that_monitors_nothing_is_refused(tmp_path: Path, text: str, prob
     with pytest.raises(ConfigError) as exc:
         config.load(p)
     assert str(exc.value) == (
-        f"{p}: {problem}: it has no targets, resolv_conf, consul, zones, dnstap or pod_view "
-        "section (write `targets: []` to run only the host collectors on purpose)"
+        f"{p}: {problem}: it has no targets, resolv_conf, consul, zones, dnstap, pod_view or "
+        "nodelocal section (write `targets: []` to run only the host collectors on purpose)"
     )
 
 
-@pytest.mark.parametrize("text", ["targets: []\n", "resolv_conf: []\n", "consul: {agents: []}\n"])
+@pytest.mark.parametrize(
+    "text", ["targets: []\n", "resolv_conf: []\n", "consul: {agents: []}\n", "nodelocal: {}\n"]
+)
 def test_explicitly_empty_config_is_accepted(tmp_path: Path, text: str) -> None:
     p = tmp_path / "hostonly.yml"
     p.write_text(text)

@@ -417,6 +417,11 @@ def test_node_mounts_suffice_without_host_pid(
         try:
             cfg = yaml.safe_load(config_map(rendered, NODE_NS)["data"]["node.yml"])
             cfg["host"] = {"resolver_process": "unbound"}
+            # The NodeLocal DNSCache target and section address 169.254.20.10 and the
+            # cluster DNS Service, off loopback: tests/test_nodelocal.py runs them in a
+            # namespace of their own.
+            cfg.pop("nodelocal")
+            cfg["targets"] = []
             (work / "node.yml").write_text(yaml.safe_dump(cfg))
             # Nothing listens there: the stub collector's probes are refused on loopback.
             (work / "resolv.conf").write_text("nameserver 127.0.0.153\n")

@@ -29,7 +29,7 @@ def host_latency() -> dash.Dashboard:
         "governor, bonding.",
     )
     d = variables(d, device=True)
-    return with_panels(d, _nic_interrupts(), _irq_spread(), _cpu_power(), _bonding())
+    return with_panels(d, _nic_interrupts(), _irq_spread(), _cpu_power(), _bonding(), _conntrack())
 
 
 def _nic_interrupts() -> list[Panel]:
@@ -175,5 +175,43 @@ def _bonding() -> list[Panel]:
                 instant=True,
                 fmt="table",
             ),
+        ),
+    ]
+
+
+def _conntrack() -> list[Panel]:
+    """Connection tracking losses beside the probe timeouts they explain, and table fill."""
+    return [
+        ts(
+            "Conntrack losses and DNS timeouts",
+            "Failed inserts, drops and early drops per second (DNSConntrackDropping) beside "
+            "probe timeouts per second: a UDP query whose conntrack entry was not inserted "
+            "is dropped, and its client waits out its timeout.",
+            "short",
+            query(
+                f"rate(dnsfleet_conntrack_insert_failed_total{{{SEL}}}{RATE})",
+                "{{instance}} insert_failed",
+            ),
+            query(f"rate(dnsfleet_conntrack_drops_total{{{SEL}}}{RATE})", "{{instance}} drop"),
+            query(
+                f"rate(dnsfleet_conntrack_early_drops_total{{{SEL}}}{RATE})",
+                "{{instance}} early_drop",
+            ),
+            query(
+                f'sum by (instance) (rate(dnsfleet_probe_failures_total{{{SEL}, reason="timeout"}}'
+                f"{RATE}))",
+                "{{instance}} probe timeouts",
+            ),
+        ),
+        ts(
+            "Conntrack table fill",
+            "Entries over nf_conntrack_max (DNSConntrackDropping above 0.9).",
+            "percentunit",
+            query(
+                f"dnsfleet_conntrack_entries{{{SEL}}} / dnsfleet_conntrack_entries_limit{{{SEL}}}",
+                "{{instance}}",
+            ),
+            min_val=0,
+            max_val=1,
         ),
     ]

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from dnsfleet.collectors import (
     bond,
+    conntrack,
     consul,
     cpu,
     dnstap,
     nic,
+    nodelocal,
     podview,
     resolver,
     resolver_capacity,
@@ -38,9 +40,11 @@ _ALL: tuple[Collector, ...] = (
     bond.COLLECTOR,
     nic.COLLECTOR,
     cpu.COLLECTOR,
+    conntrack.COLLECTOR,
     zones.COLLECTOR,  # issue 23
     dnstap.COLLECTOR,  # issue 26
-    podview.COLLECTOR,  # issue 36
+    podview.COLLECTOR,
+    nodelocal.COLLECTOR,
 )
 
 COLLECTORS: dict[str, Collector] = {c.name: c for c in _ALL}

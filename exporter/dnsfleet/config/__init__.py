@@ -34,6 +34,7 @@ from dnsfleet.config.files import read_yaml_mapping
 from dnsfleet.config.host import HOST_COLLECTORS, HostConfig
 from dnsfleet.config.limits import Limits
 from dnsfleet.config.modules import DEFAULT_MODULE, TRANSPORTS, Module, Transport
+from dnsfleet.config.nodelocal import NodeLocalConfig
 from dnsfleet.config.podview import PodView
 from dnsfleet.config.reader import ConfigError, Fields, Node
 from dnsfleet.config.resolver import DEFAULT_CAPACITY_FILE, ResolverConfig
@@ -78,6 +79,7 @@ __all__ = [
     "Limits",
     "Module",
     "Node",
+    "NodeLocalConfig",
     "PodView",
     "ResolvConfWatch",
     "ResolverConfig",

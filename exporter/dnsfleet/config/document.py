@@ -17,6 +17,7 @@ from dnsfleet.config.files import read_yaml_source
 from dnsfleet.config.host import HostConfig, _parse_host
 from dnsfleet.config.limits import Limits, _parse_limits
 from dnsfleet.config.modules import DEFAULT_MODULE, Module, _parse_module
+from dnsfleet.config.nodelocal import NodeLocalConfig, parse_nodelocal
 from dnsfleet.config.podview import POD_VIEW_KEY, PodView
 from dnsfleet.config.reader import ConfigError, Node, Source
 from dnsfleet.config.resolver import ResolverConfig, _parse_resolver
@@ -65,6 +66,13 @@ class Config:
         metadata=key(Section(DnstapConfig, parse_dnstap), doc="Passive SLIs from dnstap"),
     )  # issue 26
     pod_view: tuple[PodView, ...] = field(default=(), metadata=POD_VIEW_KEY)
+    nodelocal: NodeLocalConfig = field(
+        default_factory=NodeLocalConfig,
+        metadata=key(
+            Section(NodeLocalConfig, parse_nodelocal),
+            doc="NodeLocal DNSCache on this node and the fallback its pods have",
+        ),
+    )
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def module_for(self, target: Target) -> Module:
@@ -103,8 +111,10 @@ def parse(data: Any, *, source: str, text: Source | None = None) -> Config:
         # quietly turn every probe series off: then no probe alert can ever fire.
         raise root.error(
             ("the file is empty" if not f.node.value else "nothing to monitor")
-            + ": it has no targets, resolv_conf, consul, zones, dnstap or pod_view section "
-            "(write `targets: []` to run only the host collectors on purpose)"
+            + ": it has no "
+            + ", ".join(MONITORING_KEYS[:-1])
+            + f" or {MONITORING_KEYS[-1]} section"
+            " (write `targets: []` to run only the host collectors on purpose)"
         )
     return cfg
 
@@ -131,7 +141,7 @@ def _check_no_duplicate_target(root: Node, targets: tuple[Target, ...]) -> None:
 
 # A config must set at least one of these, if only to an empty list (see parse); a key
 # with no value (`targets:`, as a file cut short leaves it) does not count.
-MONITORING_KEYS = ("targets", "resolv_conf", "consul", "zones", "dnstap", "pod_view")
+MONITORING_KEYS = ("targets", "resolv_conf", "consul", "zones", "dnstap", "pod_view", "nodelocal")
 
 
 def load(path: str | Path) -> Config:

@@ -1,4 +1,4 @@
-"""``host``: the host collectors (bonding, NIC interrupts, CPU latency)."""
+"""``host``: the host collectors (bonding, NIC interrupts, CPU latency, conntrack)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dnsfleet.config.concepts import Regex
 from dnsfleet.config.reader import Node
 from dnsfleet.config.values import quote
 
-HOST_COLLECTORS = ("bonding", "nic", "cpu_latency")
+HOST_COLLECTORS = ("bonding", "nic", "cpu_latency", "conntrack")
 
 
 class ProcessName(Check):
@@ -31,7 +31,7 @@ class ProcessName(Check):
 
 @dataclass(frozen=True)
 class HostConfig:
-    """Host collectors (bonding, NIC interrupts, CPU latency)."""
+    """Host collectors (bonding, NIC interrupts, CPU latency, conntrack)."""
 
     collectors: tuple[str, ...] = field(
         default=HOST_COLLECTORS, metadata=key(ListOf(Choice(HOST_COLLECTORS)))
