@@ -123,12 +123,12 @@ def peek(w: bytes, *, with_ede: bool = True) -> Peek:
         if qd != 1:
             raise Malformed("not one question")
         end = skip_name(w, 12) + 4
-        # A question name ending in a pointer, not in the root label, is compressed.
+        # Cut, or compressed: its name ends in a pointer, not in the root label.
         if end > len(w) or w[end - 5]:
-            raise Malformed("compressed question")
+            raise Malformed("cut or compressed question")
         qtype = (w[end - 4] << 8) | w[end - 3]
         ede: tuple[int, ...] = ()
-        if with_ede and ar:
+        if with_ede and ar:  # EDE is in the OPT record, an additional one: none, no walk
             qclass = (w[end - 2] << 8) | w[end - 1]
             sections = read_sections(
                 w,
