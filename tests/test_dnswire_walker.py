@@ -160,3 +160,9 @@ def test_every_reader_shows_a_question_name_alike(wire: bytes, text: str) -> Non
     question = struct.pack("!HHHHHH", QID, SERVFAIL, 1, 0, 0, 0) + wire + b"\x00\x01\x00\x01"
     p = peek(question)
     assert (p.qname, name_text(p.qname)) == (wire, text)
+
+
+def test_ede_text_is_the_first_that_is_not_only_nuls() -> None:
+    wire = message(additional=(opt(ede(6, b"\0\0"), ede(7, b"signature expired\0")),))
+    r = parse_response(wire, QUERY, QID)
+    assert r is not None and (r.ede, r.ede_text) == ((6, 7), "signature expired")

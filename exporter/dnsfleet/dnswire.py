@@ -333,9 +333,9 @@ def read_options(data: bytes, pos: int, end: int) -> Options:
                 raise Malformed("Extended DNS Error option shorter than its info code")
             codes += ((data[pos] << 8) | data[pos + 1],)
             if length > 2 and not text:
-                # Trailing NULs are no text: a later option's text is taken instead.
                 text = data[pos + 2 : stop if length <= EDE_RAW_MAX else pos + EDE_RAW_MAX]
-                text = text.rstrip(b"\x00")
+                if not text[-1]:  # trailing NULs are no text: a later option's may be taken
+                    text = text.rstrip(b"\x00")
         elif code == NSID_OPTION and nsid is None:
             nsid = data[pos:stop]
         pos = stop
