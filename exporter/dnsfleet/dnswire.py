@@ -93,7 +93,7 @@ def encode_name(name: str) -> bytes:
 
 
 FLAG_RD = 0x0100
-EDNS_OPTION_NSID = b"\x00\x03\x00\x00"  # option code 3, empty payload (RFC 5001)
+EDNS_OPTION_NSID = struct.pack("!HH", NSID_OPTION, 0)  # empty: asks for the NSID (RFC 5001)
 
 
 def build_query(

@@ -43,9 +43,6 @@ class ZoneReason(StrEnum):
     INTERNAL_ERROR = "internal_error"  # a bug here, logged with its traceback
 
 
-ZONE_REASONS: tuple[ZoneReason, ...] = tuple(ZoneReason)
-
-
 class ZoneError(Exception):
     """A nameserver gave no usable answer: the reason, and the detail for the log."""
 
