@@ -164,11 +164,9 @@ class Response:
 
 
 def skip_name(data: bytes, pos: int) -> int:
-    """Offset just past the name at ``pos``, after following its compression pointers to
-    the name's end (see the module docstring). One loop walks the name and the names its
-    pointers lead to: labels must stop before ``limit``, the message's end and then the
-    last pointer followed (so a chain of pointers strictly decreases and cannot loop), and
-    within the ``room`` the 255 octets of a name leave."""
+    """Offset just past the name at ``pos``, its pointers followed to the name's end (see
+    the module docstring): labels stop before ``limit`` (the message's end, then the last
+    pointer followed) and within the ``room`` a name's 255 octets leave."""
     n = len(data)
     end = 0  # past the first pointer, once there is one: where the name ends in the message
     room = 256  # octets the labels of this segment may take, and one more
@@ -256,9 +254,8 @@ def parse_response(data: bytes, query: Query, qid: int) -> Response | None:
 # reader that shows it, the probe's Response).
 Options = tuple[bytes | None, tuple[int, ...], bytes]
 NO_OPTIONS: Options = (None, (), b"")
-# What the record sections say (read_sections): answer RRs, those of the question's type
-# and class, their smallest TTL, the OPT record's extended rcode bits (shifted to sit above
-# the header's four), and its options.
+# What read_sections says: answer RRs, those of the question's type and class, their
+# smallest TTL, the OPT record's extended rcode bits (above the header's four), its options.
 Sections = tuple[int, int, int | None, int, Options]
 
 
