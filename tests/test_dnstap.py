@@ -40,9 +40,9 @@ from dnsfleet.dnstap.framestreams import (
     encode_control,
 )
 from dnsfleet.dnstap.insight import Insight
-from dnsfleet.dnstap.insight import qname_text as insight_qname
-from dnsfleet.dnstap.message import Undecodable, parse_frame, peek, qname_text
+from dnsfleet.dnstap.message import Undecodable, parse_frame, peek
 from dnsfleet.dnstap.protocol import IngestSettings
+from dnsfleet.dnswire import name_text
 from dnsfleet.exposition import Family
 from tests.harness.dnstapwriter import Writer, frames, ingest_settings, pair
 
@@ -154,7 +154,7 @@ def response(
 def test_peek_reads_rcode_question_tc_and_ede() -> None:
     p = peek(response(rcode=2, ede=(7, 22), tc=True))
     assert (p.rcode, p.qtype, p.truncated, p.ede) == (2, 28, True, (7, 22))
-    assert qname_text(p.qname) == "www.example.test."
+    assert name_text(p.qname) == "www.example.test"
     assert peek(response()).ede == ()
     assert peek(response(rcode=2, ede=(7,)), with_ede=False).ede == ()
 
@@ -172,9 +172,9 @@ def test_peek_walks_answers_with_compression_to_the_opt_record() -> None:
 
 
 @pytest.mark.unit
-def test_qname_text_escapes_what_is_not_printable() -> None:
-    assert qname_text(b"\x03a.b\x02\x00\xff\x00") == "a\\046b.\\000\\255."
-    assert qname_text(b"\x00") == "."
+def test_name_text_escapes_what_is_not_printable() -> None:
+    assert name_text(b"\x03a.b\x02\x00\xff\x00") == "a\\046b.\\000\\255"
+    assert name_text(b"\x00") == ""
 
 
 @pytest.mark.unit
@@ -486,9 +486,9 @@ def test_insight_covers_at_most_sixteen_targets() -> None:
 
 
 @pytest.mark.unit
-def test_insight_qname_text_is_the_presentation_form() -> None:
-    assert insight_qname(wire("WWW.Example.test")) == "www.example.test"
-    assert insight_qname(b"\x03a.b\x01\xff\x00") == "a\\046b.\\255"
+def test_insight_name_text_is_the_presentation_form() -> None:
+    assert name_text(wire("WWW.Example.test")) == "www.example.test"
+    assert name_text(b"\x03a.b\x01\xff\x00") == "a\\046b.\\255"
 
 
 @pytest.mark.integration

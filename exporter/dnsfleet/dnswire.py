@@ -8,6 +8,10 @@ A compression pointer ends a name; its target is checked as dnspython checks it:
 point backwards (so a chain of pointers strictly decreases and cannot loop), inside the
 message and past the header, to a well-formed name of at most 255 octets. A message with
 two OPT records, like one with a bad pointer, is malformed (RFC 6891 6.1.1).
+The same walker reads the question and the EDE codes of the dnstap messages
+(``dnstap.message.peek``), and the rcode and type numbers and names are dnspython's
+(``dns.rcode``, ``dns.rdatatype``: small modules, ~150 KB of RSS in the dnstap ingest
+process, which loads no other part of dnspython).
 Full decoding with dnspython happens only for modules that match answer text, and
 dnspython's message and name modules are imported only then: with their idna and
 importlib.metadata dependencies they cost ~6 MB of RSS (tests check the hand-built query
@@ -20,26 +24,30 @@ import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import dns.rcode
+from dns.rcode import FORMERR, NOTIMP, REFUSED, SERVFAIL
+from dns.rdatatype import OPT as _OPT
+
 if TYPE_CHECKING:
     import dns.message
 
 HEADER = struct.Struct("!HHHHHH")
 RR_FIXED = struct.Struct("!HHIH")
-OPT = 41
+OPT = int(_OPT)  # a plain int: compared with every additional record's type
 NSID_OPTION = 3
 EDE_OPTION = 15  # Extended DNS Errors (RFC 8914)
 FLAG_QR = 0x8000
 FLAG_AA = 0x0400
 FLAG_TC = 0x0200
-FLAG_RA = 0x0080
 FLAG_AD = 0x0020
 DO_BIT = 0x8000  # in the OPT record's TTL: DNSSEC OK (RFC 3225)
 # An EDE's EXTRA-TEXT is for people (the status page, logs), never a label: kept this short.
 EDE_TEXT_MAX = 200
+EDE_RAW_MAX = 2 + 4 * EDE_TEXT_MAX  # the INFO-CODE and as many octets as such text takes
 MAX_TTL = 0x7FFFFFFF
 # Servers may answer these without echoing the question (e.g. FORMERR to a question they
-# could not parse): FORMERR, SERVFAIL, NOTIMP, REFUSED.
-QUESTIONLESS_RCODES = frozenset({1, 2, 4, 5})
+# could not parse).
+QUESTIONLESS_RCODES = frozenset({FORMERR, SERVFAIL, NOTIMP, REFUSED})
 
 
 class Malformed(ValueError):
@@ -86,7 +94,7 @@ def encode_name(name: str) -> bytes:
 
 
 FLAG_RD = 0x0100
-EDNS_OPTION_NSID = b"\x00\x03\x00\x00"  # option code 3, empty payload (RFC 5001)
+EDNS_OPTION_NSID = struct.pack("!HH", NSID_OPTION, 0)  # empty: asks for the NSID (RFC 5001)
 
 
 def build_query(
@@ -155,67 +163,54 @@ class Response:
         return bool(self.flags & FLAG_AA)
 
 
-def _skip_name(data: bytes, pos: int) -> int:
-    """Offset just past the name at ``pos``, after checking any compression pointer it
-    ends in (see the module docstring)."""
+def skip_name(data: bytes, pos: int) -> int:
+    """Offset just past the name at ``pos``, its pointers followed to the name's end (see
+    the module docstring): labels stop before ``limit`` (the message's end, then the last
+    pointer followed) and within the ``room`` a name's 255 octets leave."""
     n = len(data)
-    total = 0
+    end = 0  # past the first pointer, once there is one: where the name ends in the message
+    room = 256  # octets the labels of this segment may take, and one more
+    start = pos  # where this segment of the name begins
+    # Not min(): a call costs more than the rest of a short name's walk.
+    limit = n if pos + room > n else pos + room
     while True:
-        if pos >= n:
-            raise Malformed("name runs past the end of the message")
+        if pos >= limit:
+            raise _past_limit(too_long=pos - start >= room, compressed=bool(end))
         length = data[pos]
         if length == 0:
-            return pos + 1
-        kind = length & 0xC0
-        if kind == 0xC0:
+            return end or pos + 1
+        if length > 63:
+            if length < 0xC0:
+                raise Malformed(f"unsupported label type 0x{length & 0xC0:02x}")
             if pos + 2 > n:
                 raise Malformed("truncated compression pointer")
-            _check_pointer(data, pos, total)
-            return pos + 2
-        if kind:
-            raise Malformed(f"unsupported label type 0x{kind:02x}")
-        total += length + 1
-        if total > 255:
-            raise Malformed("name longer than 255 octets")
+            target = ((length & 0x3F) << 8) | data[pos + 1]
+            if target >= pos:
+                raise Malformed("compression pointer does not point backwards")
+            if target < 12:
+                raise Malformed("compression pointer into the header")
+            end = end or pos + 2
+            room -= pos - start
+            start = target
+            limit = pos if target + room > pos else target + room
+            pos = target
+            continue
         pos += length + 1
 
 
-def _check_pointer(data: bytes, at: int, total: int) -> None:
-    """Follow the pointer at ``at`` to the end of its name: every pointer must point before
-    itself and past the header, and the whole name must stay within 255 octets."""
-    n = len(data)
-    while True:
-        target = ((data[at] & 0x3F) << 8) | data[at + 1]
-        if target >= at:
-            raise Malformed("compression pointer does not point backwards")
-        if target < 12:
-            raise Malformed("compression pointer into the header")
-        pos = target
-        while True:
-            length = data[pos]  # pos < at <= n - 2: in bounds
-            if length == 0:
-                return
-            kind = length & 0xC0
-            if kind == 0xC0:
-                if pos + 2 > n:
-                    raise Malformed("truncated compression pointer")
-                at = pos
-                break
-            if kind:
-                raise Malformed(f"unsupported label type 0x{kind:02x}")
-            total += length + 1
-            if total > 255:
-                raise Malformed("name longer than 255 octets")
-            pos += length + 1
-            if pos >= at:
-                raise Malformed("compressed name overlaps its pointer")
+def _past_limit(*, too_long: bool, compressed: bool) -> Malformed:
+    if too_long:
+        return Malformed("name longer than 255 octets")
+    if compressed:
+        return Malformed("compressed name overlaps its pointer")
+    return Malformed("name runs past the end of the message")
 
 
 def header_id(data: bytes) -> int | None:
     return int.from_bytes(data[:2], "big") if len(data) >= 2 else None
 
 
-def parse_response(data: bytes, query: Query, qid: int) -> Response | None:  # noqa: C901, PLR0912 (the hot response walker: one pass, no calls)
+def parse_response(data: bytes, query: Query, qid: int) -> Response | None:
     """Read a response to ``query`` sent with ID ``qid``.
 
     Returns None for a datagram that is not an answer to this query (too short to carry a
@@ -235,80 +230,145 @@ def parse_response(data: bytes, query: Query, qid: int) -> Response | None:  # n
     if qd:
         if qd != 1:
             raise Malformed(f"{qd} questions in a response to one")
-        end = _skip_name(data, pos) + 4
+        end = skip_name(data, pos) + 4
         if end > len(data):
             raise Malformed("question runs past the end of the message")
         if data[pos:end].lower() != query.question:
             return None
         pos = end
-    rcode = flags & 0x000F
-    tc = bool(flags & FLAG_TC)
-    answer_rrs = 0
-    matching = 0
-    min_ttl: int | None = None
-    options = NO_OPTIONS
-    opts = 0
-    n = len(data)
-    try:
-        for section, count in ((0, an), (1, ns), (2, ar)):
-            for _ in range(count):
-                pos = _skip_name(data, pos)
-                if pos + 10 > n:
-                    raise Malformed("resource record header runs past the end")
-                rtype, rclass, ttl, rdlen = RR_FIXED.unpack_from(data, pos)
-                pos += 10
-                if pos + rdlen > n:
-                    raise Malformed("rdata runs past the end of the message")
-                if section == 0:
-                    answer_rrs += 1
-                    if rtype == query.qtype and rclass == query.qclass:
-                        matching += 1
-                        if ttl > MAX_TTL:
-                            ttl = 0  # RFC 2181 §8: a TTL with the top bit set means zero
-                        if min_ttl is None or ttl < min_ttl:
-                            min_ttl = ttl
-                elif section == 2 and rtype == OPT:
-                    if opts:
-                        raise Malformed("more than one OPT record")
-                    opts += 1
-                    rcode |= (ttl >> 24) << 4
-                    options = _read_options(data, pos, pos + rdlen)
-                pos += rdlen
-    except Malformed:
-        # A truncated answer may legitimately stop mid-section; report what we have.
-        if not tc:
-            raise
-    nsid, ede, text = options  # in Response's field order:
+    answer_rrs, matching, min_ttl, rcode_high, (nsid, ede, raw_text) = read_sections(
+        data,
+        pos,
+        counts=(an, ns, ar),
+        qtype=query.qtype,
+        qclass=query.qclass,
+        truncated=bool(flags & FLAG_TC),
+    )
+    rcode = (flags & 0x000F) | rcode_high
+    text = ede_text(raw_text) if raw_text else ""
     return Response(rid, flags, rcode, answer_rrs, matching, min_ttl, nsid, data, ede, text)
 
 
-# NSID, the EDE info codes and the first EDE text of an OPT record's RDATA.
-Options = tuple[bytes | None, tuple[int, ...], str]
-NO_OPTIONS: Options = (None, (), "")
+# NSID, the EDE info codes and the first non-empty EDE EXTRA-TEXT of an OPT record's RDATA,
+# its raw bytes (at most EDE_RAW_MAX, no trailing NULs: ede_text decodes it for the one
+# reader that shows it, the probe's Response).
+Options = tuple[bytes | None, tuple[int, ...], bytes]
+NO_OPTIONS: Options = (None, (), b"")
+# What read_sections says: answer RRs, those of the question's type and class, their
+# smallest TTL, the OPT record's extended rcode bits (above the header's four), its options.
+Sections = tuple[int, int, int | None, int, Options]
 
 
-def _read_options(data: bytes, pos: int, end: int) -> Options:
+def read_sections(  # noqa: C901, PLR0912 (the hot record walker: one pass, no calls but names)
+    data: bytes,
+    pos: int,
+    *,
+    counts: tuple[int, int, int],
+    qtype: int,
+    qclass: int,
+    truncated: bool,
+) -> Sections:
+    """Walk the answer, authority and additional sections (``counts`` records each) from
+    ``pos``; raises Malformed. A truncated message (TC) may legitimately stop mid-section:
+    what was read is returned."""
+    answer_rrs = 0
+    matching = 0
+    min_ttl: int | None = None
+    rcode_high = 0
+    options = NO_OPTIONS
+    opts = 0
+    n = len(data)
+    an, ns, ar = counts
+    additional = an + ns  # the index of the first additional record
+    try:
+        for k in range(additional + ar):
+            if pos < n and not data[pos]:
+                pos += 1  # the root (an OPT record's owner): spared a call
+            else:
+                pos = skip_name(data, pos)
+            if pos + 10 > n:
+                raise Malformed("resource record header runs past the end")
+            rtype, rclass, ttl, rdlen = RR_FIXED.unpack_from(data, pos)
+            pos += 10
+            if pos + rdlen > n:
+                raise Malformed("rdata runs past the end of the message")
+            if k < an:
+                answer_rrs += 1
+                if rtype == qtype and rclass == qclass:
+                    matching += 1
+                    if ttl > MAX_TTL:
+                        ttl = 0  # RFC 2181 §8: a TTL with the top bit set means zero
+                    if min_ttl is None or ttl < min_ttl:
+                        min_ttl = ttl
+            elif rtype == OPT and k >= additional:
+                if opts:
+                    raise Malformed("more than one OPT record")
+                opts += 1
+                rcode_high = (ttl >> 24) << 4
+                options = read_options(data, pos, pos + rdlen)
+            pos += rdlen
+    except Malformed:
+        if not truncated:
+            raise
+    return answer_rrs, matching, min_ttl, rcode_high, options
+
+
+def read_options(data: bytes, pos: int, end: int) -> Options:
     """The options of an OPT record's RDATA (see Options)."""
     nsid: bytes | None = None
-    codes: list[int] = []
-    text = ""
+    codes: tuple[int, ...] = ()  # a tuple grown in place: cheaper than a list for one or two
+    text = b""
     while pos + 4 <= end:
-        code, length = struct.unpack_from("!HH", data, pos)
+        code = (data[pos] << 8) | data[pos + 1]
+        length = (data[pos + 2] << 8) | data[pos + 3]
         pos += 4
-        if pos + length > end:
+        stop = pos + length
+        if stop > end:
             raise Malformed("EDNS option runs past its record")
-        if code == NSID_OPTION and nsid is None:
-            nsid = data[pos : pos + length]
-        elif code == EDE_OPTION:
+        if code == EDE_OPTION:
             # INFO-CODE (2 octets), then EXTRA-TEXT: UTF-8, possibly empty (RFC 8914 2).
             if length < 2:
                 raise Malformed("Extended DNS Error option shorter than its info code")
-            codes.append(int.from_bytes(data[pos : pos + 2], "big"))
-            if not text and length > 2:
-                raw = data[pos + 2 : pos + min(length, 2 + 4 * EDE_TEXT_MAX)]
-                text = raw.decode("utf-8", errors="replace").rstrip("\x00")[:EDE_TEXT_MAX]
-        pos += length
-    return nsid, tuple(codes), text
+            codes += ((data[pos] << 8) | data[pos + 1],)
+            if length > 2 and not text:
+                text = data[pos + 2 : stop if length <= EDE_RAW_MAX else pos + EDE_RAW_MAX]
+                if not text[-1]:  # trailing NULs are no text: a later option's may be taken
+                    text = text.rstrip(b"\x00")
+        elif code == NSID_OPTION and nsid is None:
+            nsid = data[pos:stop]
+        pos = stop
+    return nsid, codes, text
+
+
+def ede_text(raw: bytes) -> str:
+    """An EDE's EXTRA-TEXT for people: UTF-8 (RFC 8914 2), bad bytes replaced, at most
+    EDE_TEXT_MAX characters."""
+    return raw.decode("utf-8", errors="replace")[:EDE_TEXT_MAX]
+
+
+_PLAIN = bytes(range(0x21, 0x7F)).replace(b".", b"").replace(b"\\", b"")
+
+
+def name_text(wire: bytes) -> str:
+    """An uncompressed wire name in presentation form without the root's dot (``""`` for
+    the root), lower-case; labels of plain printable ASCII are decoded whole, others byte by
+    byte with ``\\DDD`` as in zone files."""
+    labels, i, n = [], 0, len(wire)
+    while i < n and wire[i]:
+        ln = wire[i]
+        raw = wire[i + 1 : i + 1 + ln]
+        if not raw.translate(None, _PLAIN):
+            labels.append(raw.decode("ascii"))
+        else:
+            labels.append("".join(chr(b) if b in _PLAIN else f"\\{b:03d}" for b in raw))
+        i += ln + 1
+    return ".".join(labels).lower()
+
+
+def rcode_text(rcode: int) -> str:
+    """dnspython's mnemonic of an rcode (``SERVFAIL``), the number for one it does not name:
+    the one spelling of an rcode in every label and detail."""
+    return dns.rcode.to_text(rcode)  # type: ignore[arg-type]  # any int: unnamed ones as digits
 
 
 def decode_message(wire: bytes) -> dns.message.Message:

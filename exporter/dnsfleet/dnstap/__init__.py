@@ -8,7 +8,7 @@ a probe or a scrape, and the exporter asks that process for its families on ever
 
 - :mod:`~dnsfleet.dnstap.framestreams`: the Frame Streams protocol, sans I/O.
 - :mod:`~dnsfleet.dnstap.message`: the dnstap protobuf schema and the DNS peeks (rcode,
-  question, EDE) done by hand on the wire bytes.
+  question, EDE) read from the wire bytes by :mod:`dnsfleet.dnswire`'s walker.
 - :mod:`~dnsfleet.dnstap.aggregate`: counters and histograms bounded in labels and bytes,
   and their families.
 - :mod:`~dnsfleet.dnstap.writers`: the writers' connections and the slots they hold.

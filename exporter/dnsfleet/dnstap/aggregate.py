@@ -24,24 +24,28 @@ import struct
 import time
 from collections.abc import Iterable, Mapping
 
+import dns.rdatatype
+from dns.rcode import SERVFAIL
+
 from dnsfleet.dnstap.framestreams import Refusal
 from dnsfleet.dnstap.insight import Insight
 from dnsfleet.dnstap.message import (
-    _MESSAGE_TYPES,
     CLIENT_QUERY,
     CLIENT_RESPONSE,
+    MESSAGE_TYPE_NAMES,
     TRANSPORTS,
     MessageFields,
-    Rcode,
     Undecodable,
     parse_frame,
     peek,
 )
+from dnsfleet.dnswire import rcode_text
 from dnsfleet.exposition import Family, labelset
+from dnsfleet.parsers.resolverdetail import QTYPES as QTYPE_NAMES
 
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-QTYPES = {1: "A", 2: "NS", 5: "CNAME", 6: "SOA", 12: "PTR", 15: "MX", 16: "TXT", 28: "AAAA"}
-QTYPES |= {33: "SRV", 43: "DS", 48: "DNSKEY", 64: "SVCB", 65: "HTTPS", 255: "ANY"}
+# The qtype label's values: the same closed set as the resolvers' own per-type counts.
+QTYPES = {int(dns.rdatatype.from_text(name)): name for name in QTYPE_NAMES}
 MAX_UNMAPPED = 32  # identities without a configured target that get a label of their own
 MAX_IDENTITY_LEN = 64
 MAX_EDE = 49  # RFC 8914 and the IANA registry assign 0-30 today; room for new ones
@@ -62,7 +66,7 @@ ERROR_REASONS = (
     "protobuf",  # a data frame that is no dnstap.Dnstap message
     "dns",  # a message whose DNS bytes do not parse
 )
-MESSAGE_TYPES = {i: n.lower() for i, n in enumerate(_MESSAGE_TYPES, 1)}
+MESSAGE_TYPES = {i: n.lower() for i, n in enumerate(MESSAGE_TYPE_NAMES, 1)}
 
 
 def client_address(raw: bytes) -> bytes:
@@ -156,7 +160,7 @@ class Aggregator:
 
     def _response(self, target: str, m: MessageFields) -> None:
         w: bytes = m.response_message
-        p = peek(w, with_ede=len(w) > 3 and (w[3] & 0xF) == Rcode.SERVFAIL)
+        p = peek(w, with_ede=len(w) > 3 and (w[3] & 0xF) == SERVFAIL)
         proto: int = m.socket_protocol
         key = (target, p.rcode, p.qtype if p.qtype in QTYPES else 0, proto)
         self.responses[key] = self.responses.get(key, 0) + 1
@@ -164,7 +168,7 @@ class Aggregator:
             self.truncated[target] = self.truncated.get(target, 0) + 1
         client = client_address(m.query_address)
         self.insight.observe(target, client, p.rcode, p.qname, self._now)
-        if p.rcode == Rcode.SERVFAIL:
+        if p.rcode == SERVFAIL:
             code = p.ede[0] if p.ede else None
             ede = "none" if code is None else str(code) if code <= MAX_EDE else "other"
             self.servfail[(target, ede)] = self.servfail.get((target, ede), 0) + 1
@@ -249,7 +253,7 @@ class Aggregator:
             (
                 {
                     **self._labels(t),
-                    "rcode": _rcode(rc),
+                    "rcode": rcode_text(rc),
                     "qtype": QTYPES.get(qt, "other"),
                     "transport": TRANSPORTS.get(pr, "unknown"),
                 },
@@ -287,13 +291,6 @@ def _pending_key(m: MessageFields, qid: int, proto: int) -> bytes:
     """(client address, port, DNS id, transport) in at most PENDING_KEY_MAX bytes."""
     addr = client_address(m.query_address)
     return addr + _PORT_ID_PROTO.pack(m.query_port & 0xFFFFFFFF, qid, proto & 0xFFFFFFFF)
-
-
-def _rcode(rc: int) -> str:
-    try:
-        return Rcode(rc).name
-    except ValueError:
-        return str(rc)
 
 
 def _family(name: str, help: str, rows: Iterable[tuple[dict[str, str], float]]) -> Family:

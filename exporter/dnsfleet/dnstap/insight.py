@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import socket
 
+from dns.rcode import NXDOMAIN, SERVFAIL
+
 from dnsfleet.dnstap import psl
 from dnsfleet.dnstap.subdomains import Detector
 from dnsfleet.dnstap.topn import SpaceSaving
+from dnsfleet.dnswire import name_text, rcode_text
 from dnsfleet.exposition import Family
 
 WINDOW = 60.0
 MAX_TOP_N = 50
 MAX_ANALYSED = 16
-KINDS = ("NXDOMAIN", "SERVFAIL")
+KINDS = (NXDOMAIN, SERVFAIL)  # the rcodes whose registered domains are counted
 
 
 class _Windowed:
@@ -72,13 +75,13 @@ class Insight:
             t = self.targets[target] = TargetInsight(self.top_n, now)
         t.roll(now)
         t.clients.current.add(client.decode("latin-1"))
-        nx = rcode == 3
-        if nx or rcode == 2 or t.detector.watching():
-            name = qname_text(qname)
+        nx = rcode == NXDOMAIN
+        if nx or rcode == SERVFAIL or t.detector.watching():
+            name = name_text(qname)
             parent = None
-            if nx or rcode == 2:
+            if nx or rcode == SERVFAIL:
                 parent = psl.registered_domain(name)
-                t.domains["NXDOMAIN" if nx else "SERVFAIL"].current.add(parent)
+                t.domains[NXDOMAIN if nx else SERVFAIL].current.add(parent)
             t.detector.observe(name, nx, now, parent)
 
     def families(self, labels: dict[str, dict[str, str]], now: float) -> list[Family]:
@@ -110,7 +113,7 @@ class Insight:
             lab = labels.get(target, {"target": target})
             for kind, w in t.domains.items():
                 for domain, n in w.shown:
-                    dom.add(n, {**lab, "rcode": kind, "domain": domain})
+                    dom.add(n, {**lab, "rcode": rcode_text(kind), "domain": domain})
             for client, n in t.clients.shown:
                 cli.add(n, {**lab, "client": client_text(client)})
             for s in t.detector.suspects(now):
@@ -135,21 +138,3 @@ def client_text(raw: str) -> str:
     if len(b) == 16:
         return socket.inet_ntop(socket.AF_INET6, b)
     return "unknown"
-
-
-_PLAIN = bytes(range(0x21, 0x7F)).replace(b".", b"").replace(b"\\", b"")
-
-
-def qname_text(wire: bytes) -> str:
-    """A wire name in presentation form without the root dot, lower-case; labels of
-    plain printable ASCII are decoded whole, others byte by byte with ``\\DDD``."""
-    labels, i, n = [], 0, len(wire)
-    while i < n and wire[i]:
-        ln = wire[i]
-        raw = wire[i + 1 : i + 1 + ln]
-        if not raw.translate(None, _PLAIN):
-            labels.append(raw.decode("ascii"))
-        else:
-            labels.append("".join(chr(b) if b in _PLAIN else f"\\{b:03d}" for b in raw))
-        i += ln + 1
-    return ".".join(labels).lower()

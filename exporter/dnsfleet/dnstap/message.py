@@ -8,28 +8,28 @@ bound (protocolbuffers/protobuf#24257).
 
 The DNS message inside is not decoded whole (dnspython's ``from_wire`` costs ~76 µs per
 message): :func:`peek` reads the header, the question and the OPT record's EDE options
-(RFC 8914) straight from the bytes. Every index is bounds-checked; anything that does not
-parse raises :class:`Undecodable`.
+(RFC 8914) straight from the bytes with the probes' own walker (:mod:`dnsfleet.dnswire`),
+so a name, a pointer or an option means the same to both. Anything that does not parse
+raises :class:`Undecodable`.
 """
 
 from __future__ import annotations
 
-import enum
-import struct
 from typing import Any, NamedTuple, Protocol
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from dnsfleet.dnswire import FLAG_TC, HEADER, Malformed, read_sections, skip_name
+
 F = descriptor_pb2.FieldDescriptorProto
 
-CLIENT_QUERY, CLIENT_RESPONSE = 5, 6
-RESOLVER_QUERY, RESOLVER_RESPONSE = 3, 4
-OPT, EDE_OPTION = 41, 15
 TRANSPORTS = dict(enumerate(("udp", "tcp", "dot", "doh", "dnscrypt_udp", "dnscrypt_tcp", "doq"), 1))
 # Message.Type, numbered from 1 in this order.
-_MESSAGE_TYPES = """AUTH_QUERY AUTH_RESPONSE RESOLVER_QUERY RESOLVER_RESPONSE CLIENT_QUERY
+MESSAGE_TYPE_NAMES = """AUTH_QUERY AUTH_RESPONSE RESOLVER_QUERY RESOLVER_RESPONSE CLIENT_QUERY
 CLIENT_RESPONSE FORWARDER_QUERY FORWARDER_RESPONSE STUB_QUERY STUB_RESPONSE TOOL_QUERY
 TOOL_RESPONSE UPDATE_QUERY UPDATE_RESPONSE""".split()  # noqa: SIM905 - a table to read
+CLIENT_QUERY = MESSAGE_TYPE_NAMES.index("CLIENT_QUERY") + 1
+CLIENT_RESPONSE = MESSAGE_TYPE_NAMES.index("CLIENT_RESPONSE") + 1
 
 
 class Undecodable(ValueError):
@@ -64,7 +64,7 @@ def _schema() -> Any:
     protocols = ["UDP", "TCP", "DOT", "DOH", "DNSCryptUDP", "DNSCryptTCP", "DOQ"]
     _enum(fd, "SocketProtocol", [(n, i) for i, n in enumerate(protocols, 1)])
     m = fd.message_type.add(name="Message")
-    _enum(m, "Type", [(n, i) for i, n in enumerate(_MESSAGE_TYPES, 1)])
+    _enum(m, "Type", [(n, i) for i, n in enumerate(MESSAGE_TYPE_NAMES, 1)])
     _field(m, "type", 1, F.TYPE_ENUM, ".dnstap.Message.Type")
     _field(m, "socket_family", 2, F.TYPE_ENUM, ".dnstap.SocketFamily")
     _field(m, "socket_protocol", 3, F.TYPE_ENUM, ".dnstap.SocketProtocol")
@@ -128,15 +128,6 @@ def parse_frame(frame: bytes) -> DnstapFields:
     return d
 
 
-class Rcode(enum.IntEnum):
-    NOERROR = 0
-    FORMERR = 1
-    SERVFAIL = 2
-    NXDOMAIN = 3
-    NOTIMP = 4
-    REFUSED = 5
-
-
 class Peek(NamedTuple):
     """What a DNS message's bytes say, without decoding it whole."""
 
@@ -148,85 +139,33 @@ class Peek(NamedTuple):
     ede: tuple[int, ...]  # INFO-CODEs of the EDE options (RFC 8914), in order
 
 
-_HEADER = struct.Struct(">HHHHHH")
-
-
-def _skip_name(w: bytes, i: int) -> int:
-    n = len(w)
-    for _ in range(128):  # a name has at most 127 labels
-        if i >= n:
-            raise Undecodable("dns")
-        ln = w[i]
-        if ln == 0:
-            return i + 1
-        if ln & 0xC0 == 0xC0:
-            if i + 1 >= n:
-                raise Undecodable("dns")
-            return i + 2  # a compression pointer ends the name here
-        if ln > 63:
-            raise Undecodable("dns")
-        i += ln + 1
-    raise Undecodable("dns")
-
-
 def peek(w: bytes, *, with_ede: bool = True) -> Peek:
-    """Header, question and (when ``with_ede``) EDE codes of a DNS message."""
-    if len(w) < 12:
-        raise Undecodable("dns")
-    mid, flags, qd, an, ns, ar = _HEADER.unpack_from(w)
-    if qd != 1:
-        raise Undecodable("dns")
-    end = _skip_name(w, 12)
-    if w[end - 1] != 0 or end + 4 > len(w):  # compressed or cut question
-        raise Undecodable("dns")
-    qtype = (w[end] << 8) | w[end + 1]
-    ede = _ede(w, end + 4, an + ns, ar) if with_ede and ar else ()
-    return Peek(mid, flags & 0xF, bool(flags & 0x0200), w[12:end], qtype, ede)
-
-
-def _ede(w: bytes, i: int, skip: int, ar: int) -> tuple[int, ...]:
-    n = len(w)
-    for _ in range(skip):
-        i = _skip_name(w, i)
-        if i + 10 > n:
-            raise Undecodable("dns")
-        i += 10 + ((w[i + 8] << 8) | w[i + 9])
-    for _ in range(ar):
-        i = _skip_name(w, i)
-        if i + 10 > n:
-            raise Undecodable("dns")
-        rtype = (w[i] << 8) | w[i + 1]
-        rdlen = (w[i + 8] << 8) | w[i + 9]
-        start, i = i + 10, i + 10 + rdlen
-        if i > n:
-            raise Undecodable("dns")
-        if rtype == OPT:
-            return _ede_options(w, start, i)
-    return ()
-
-
-def _ede_options(w: bytes, j: int, end: int) -> tuple[int, ...]:
-    codes = []
-    while j + 4 <= end:
-        code = (w[j] << 8) | w[j + 1]
-        olen = (w[j + 2] << 8) | w[j + 3]
-        if j + 4 + olen > end:
-            raise Undecodable("dns")
-        if code == EDE_OPTION and olen >= 2:
-            codes.append((w[j + 4] << 8) | w[j + 5])
-        j += 4 + olen
-    return tuple(codes)
-
-
-def qname_text(wire: bytes) -> str:
-    """Lower-case presentation form of an uncompressed wire name (``.`` for the root);
-    bytes outside printable ASCII as ``\\DDD``, as in zone files."""
-    labels, i = [], 0
-    while i < len(wire) and wire[i]:
-        ln = wire[i]
-        raw = wire[i + 1 : i + 1 + ln]
-        labels.append(
-            "".join(chr(b) if 0x21 <= b <= 0x7E and b not in b".\\" else f"\\{b:03d}" for b in raw)
-        )
-        i += ln + 1
-    return ".".join(labels).lower() + "." if labels else "."
+    """Header, question and (when ``with_ede``) EDE codes of a DNS message, read by
+    :mod:`dnsfleet.dnswire`'s walker."""
+    try:
+        if len(w) < 12:
+            raise Malformed("shorter than a header")
+        mid, flags, qd, an, ns, ar = HEADER.unpack_from(w)
+        tc = bool(flags & FLAG_TC)
+        if qd != 1:
+            raise Malformed("not one question")
+        end = skip_name(w, 12) + 4
+        # Cut, or compressed: its name ends in a pointer, not in the root label.
+        if end > len(w) or w[end - 5]:
+            raise Malformed("cut or compressed question")
+        qtype = (w[end - 4] << 8) | w[end - 3]
+        ede: tuple[int, ...] = ()
+        if with_ede and ar:  # EDE is in the OPT record, an additional one: none, no walk
+            qclass = (w[end - 2] << 8) | w[end - 1]
+            sections = read_sections(
+                w,
+                end,
+                counts=(an, ns, ar),
+                qtype=qtype,
+                qclass=qclass,
+                truncated=tc,
+            )
+            ede = sections[4][1]
+    except Malformed:
+        raise Undecodable("dns") from None
+    return Peek(mid, flags & 0xF, tc, w[12 : end - 4], qtype, ede)

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import dns.rcode
+from dns.rcode import NOERROR, NXDOMAIN, SERVFAIL
 
+from dnsfleet.dnswire import rcode_text
 from dnsfleet.probes.reasons import Reason
 
 if TYPE_CHECKING:
     from dnsfleet.config import Module
     from dnsfleet.dnswire import Response
-
-NOERROR, SERVFAIL, NXDOMAIN = 0, 2, 3
 
 
 def dnssec_verdict(r: Response, module: Module) -> tuple[Reason | None, str] | None:
@@ -21,7 +20,7 @@ def dnssec_verdict(r: Response, module: Module) -> tuple[Reason | None, str] | N
     if module.dnssec == "expect_bogus":
         # A validating resolver answers a name whose signatures are broken with SERVFAIL;
         # an answer (NOERROR, NXDOMAIN) means it handed out data it did not validate.
-        text = dns.rcode.to_text(r.rcode)  # type: ignore[arg-type]
+        text = rcode_text(r.rcode)
         if r.rcode == SERVFAIL:
             return None, "ok: SERVFAIL for the bogus name"
         if r.rcode in (NOERROR, NXDOMAIN):

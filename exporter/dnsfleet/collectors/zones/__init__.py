@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+import dns.rdatatype
+from dns.rdatatype import DNSKEY, DS, SOA
+
 from dnsfleet.collectors.base import DEADLINE_MARGIN, CollectContext, Collector
 from dnsfleet.collectors.zones.ask import Asker, ZoneError, ZoneReason, ask, reason_of
 from dnsfleet.collectors.zones.dnssec import (
@@ -39,7 +42,6 @@ from dnsfleet.exposition import Family
 
 log = logging.getLogger(__name__)
 
-SOA, DNSKEY, DS = 6, 48, 43
 STATE_KEY = "zones"
 
 __all__ = [
@@ -74,17 +76,10 @@ class SoaView:
     dnskey_rrsigs: Signatures
 
 
-def _rrsigs(msg: Any, name: Any, covers: int) -> Signatures:
+def _rrsigs(msg: Any, name: Any, covers: dns.rdatatype.RdataType) -> Signatures:
     import dns.rdataclass  # noqa: PLC0415 - with dns.message, already loaded by decode
-    import dns.rdatatype  # noqa: PLC0415
 
-    rrset = msg.get_rrset(
-        msg.answer,
-        name,
-        dns.rdataclass.IN,
-        dns.rdatatype.RRSIG,
-        covers=dns.rdatatype.RdataType(covers),
-    )
+    rrset = msg.get_rrset(msg.answer, name, dns.rdataclass.IN, dns.rdatatype.RRSIG, covers=covers)
     if rrset is None:
         return ()
     # Only the zone's own signatures can validate an apex RRset (RFC 4035 §5.3.1).
@@ -99,18 +94,17 @@ async def _view(ep: Endpoint, zone: Zone, end: float) -> SoaView:
     import dns.flags  # noqa: PLC0415
     import dns.name  # noqa: PLC0415
     import dns.rdataclass  # noqa: PLC0415
-    import dns.rdatatype  # noqa: PLC0415
 
     name = dns.name.from_text(zone.apex)
     soa_msg = await ask(ep, zone.apex, SOA, end)
     if not soa_msg.flags & dns.flags.AA:
         raise ZoneError(ZoneReason.NOT_AUTHORITATIVE, "not authoritative for the zone (no AA)")
-    soa = soa_msg.get_rrset(soa_msg.answer, name, dns.rdataclass.IN, dns.rdatatype.SOA)
+    soa = soa_msg.get_rrset(soa_msg.answer, name, dns.rdataclass.IN, SOA)
     if soa is None or not len(soa):
         raise ZoneError(ZoneReason.NO_SOA, "no SOA in the answer")
     key_msg = await ask(ep, zone.apex, DNSKEY, end)
     rd = soa[0]
-    keys = key_msg.get_rrset(key_msg.answer, name, dns.rdataclass.IN, dns.rdatatype.DNSKEY)
+    keys = key_msg.get_rrset(key_msg.answer, name, dns.rdataclass.IN, DNSKEY)
     return SoaView(
         serial=int(rd.serial),
         refresh=int(rd.refresh),
@@ -123,12 +117,9 @@ async def _view(ep: Endpoint, zone: Zone, end: float) -> SoaView:
 async def _ds_set(ep: Endpoint, zone: Zone, end: float) -> list[DsRecord]:
     import dns.name  # noqa: PLC0415
     import dns.rdataclass  # noqa: PLC0415
-    import dns.rdatatype  # noqa: PLC0415
 
     msg = await ask(ep, zone.apex, DS, end)
-    rrset = msg.get_rrset(
-        msg.answer, dns.name.from_text(zone.apex), dns.rdataclass.IN, dns.rdatatype.DS
-    )
+    rrset = msg.get_rrset(msg.answer, dns.name.from_text(zone.apex), dns.rdataclass.IN, DS)
     if rrset is None:
         return []
     return [
@@ -226,10 +217,10 @@ class ZoneFamilies:
             answered.append(v)
             self.serial.add(v.serial, labels)
             keys = signers(v.dnskeys)
-            for kind, sigs in (("SOA", v.soa_rrsigs), ("DNSKEY", v.dnskey_rrsigs)):
+            for rtype, sigs in ((SOA, v.soa_rrsigs), (DNSKEY, v.dnskey_rrsigs)):
                 exp = rrset_expiry(sigs, now, keys)
                 if exp is not None:
-                    self.expiry.add(exp, {**labels, "type": kind})
+                    self.expiry.add(exp, {**labels, "type": dns.rdatatype.to_text(rtype)})
         return answered
 
     def serials(self, zone: Zone, answered: list[SoaView], st: ZoneState, *, failed: bool) -> None:

@@ -16,8 +16,10 @@ from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from dns.rcode import NOERROR
+
 from dnsfleet.config import Endpoint
-from dnsfleet.dnswire import Malformed, Query, build_query, decode_message
+from dnsfleet.dnswire import Malformed, Query, build_query, decode_message, rcode_text
 from dnsfleet.probes import tcp, udp
 from dnsfleet.probes.reasons import classify_oserror
 from dnsfleet.probes.result import Exchange
@@ -39,9 +41,6 @@ class ZoneReason(StrEnum):
     NO_SOA = "no_soa"
     NOT_ASKED = "not_asked"  # no socket of the open-file share came free before the deadline
     INTERNAL_ERROR = "internal_error"  # a bug here, logged with its traceback
-
-
-ZONE_REASONS: tuple[ZoneReason, ...] = tuple(ZoneReason)
 
 
 class ZoneError(Exception):
@@ -119,8 +118,6 @@ async def ask(ep: Endpoint, zone: str, qtype: int, end: float) -> Any:
         msg = decode_message(ex.response.wire)
     except Malformed as e:
         raise ZoneError(ZoneReason.MALFORMED, str(e)) from None
-    if msg.rcode() != 0:
-        import dns.rcode  # noqa: PLC0415
-
-        raise ZoneError(ZoneReason.RCODE, f"rcode {dns.rcode.to_text(msg.rcode())}")
+    if msg.rcode() != NOERROR:
+        raise ZoneError(ZoneReason.RCODE, f"rcode {rcode_text(msg.rcode())}")
     return msg
