@@ -75,8 +75,10 @@ def judge(ex: Exchange, module: Module) -> ProbeResult:
     r = ex.response
     dnssec = module.dnssec != "none"
     if r is None:
+        # ``dnssec`` is the module's setting, not whether a handshake happened: an encrypted
+        # probe that timed out after its handshake asked for DNSSEC only if its module did.
         res = failed(ex.error or Reason.NETWORK_ERROR, ex.duration, ex.detail)
-        return replace(res, dnssec=True, tls=ex.tls) if dnssec or ex.tls else res
+        return replace(res, dnssec=dnssec, tls=ex.tls)
     reason, detail = _verdict(r, module)
     return ProbeResult(
         dnssec=dnssec,
