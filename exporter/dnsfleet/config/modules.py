@@ -148,7 +148,7 @@ class Module:
         return frozenset(int(dns.rcode.from_text(r)) for r in self.valid_rcodes)
 
 
-def _parse_module(name: str, node: Node) -> Module:
+def parse_module(name: str, node: Node) -> Module:
     f = node.fields()
     mod = Module(name=name, **read_keys(f, Module))
     check_needs(f, mod)

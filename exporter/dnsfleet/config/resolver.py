@@ -20,5 +20,5 @@ class ResolverConfig:
     )
 
 
-def _parse_resolver(node: Node) -> ResolverConfig:
+def parse_resolver(node: Node) -> ResolverConfig:
     return read_section(node, ResolverConfig)

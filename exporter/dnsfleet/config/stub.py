@@ -50,7 +50,7 @@ def _parse_resolv_conf_entry(node: Node) -> ResolvConfWatch:
     return watch
 
 
-def _parse_resolv_conf(node: Node) -> tuple[ResolvConfWatch, ...]:
+def parse_resolv_confs(node: Node) -> tuple[ResolvConfWatch, ...]:
     out: list[ResolvConfWatch] = []
     for item in node.sequence():
         watch = _parse_resolv_conf_entry(item)

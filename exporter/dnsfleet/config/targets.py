@@ -272,7 +272,7 @@ class Target:
         return self.endpoint.sockaddr
 
 
-def _parse_target(node: Node, modules: Mapping[str, Module]) -> Target:
+def parse_target(node: Node, modules: Mapping[str, Module]) -> Target:
     f = node.fields()
     addr_node = f.req("address")
     ep = Address().read(addr_node)
@@ -297,7 +297,7 @@ def _parse_target(node: Node, modules: Mapping[str, Module]) -> Target:
     )
 
 
-def _check_one_internals_entry(root: Node, targets: tuple[Target, ...]) -> None:
+def check_one_internals_entry(root: Node, targets: tuple[Target, ...]) -> None:
     """`stats` and `capacity_qps` describe the resolver at an address, not a module: two
     entries for one address could export conflicting series, so only one may carry them."""
     owner: dict[tuple[str, int, str], int] = {}
