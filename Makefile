@@ -97,8 +97,8 @@ bench: $(STAMP) check-deps
 	$(call install_debs,$(BENCH_DEBS))
 	$(BIN)/python -m venv --clear .venv-bench && .venv-bench/bin/pip install -q --require-hashes -r requirements/bench.txt
 	PYTHONPATH=. $(BIN)/python bench/bench_probe.py $(ARGS)
-	PYTHONPATH=. $(BIN)/python bench/bench_encrypted.py  # issue 23: DoT/DoH /probe
-	PYTHONPATH=. $(BIN)/python bench/bench_dnstap.py  # issue 26: dnstap ingest
+	PYTHONPATH=. $(BIN)/python bench/bench_encrypted.py  # DoT/DoH /probe
+	PYTHONPATH=. $(BIN)/python bench/bench_dnstap.py  # dnstap ingest
 
 ## make bench-host: dnsfleet's host collectors vs node_exporter's interrupts collector
 bench-host: $(STAMP)

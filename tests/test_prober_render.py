@@ -1,5 +1,5 @@
 """The per-target families of /metrics are rendered from templates compiled into f-string
-functions (prober.py, issue 21): held here, byte for byte, to a plain line-by-line
+functions (prober.py): held here, byte for byte, to a plain line-by-line
 renderer, for labels that need escaping, every reason and random counters; and the
 latency bucket an answer lands in, at and around every bound."""
 

@@ -38,9 +38,9 @@ _ALL: tuple[Collector, ...] = (
     bond.COLLECTOR,
     nic.COLLECTOR,
     cpu.COLLECTOR,
-    zones.COLLECTOR,  # issue 23
-    dnstap.COLLECTOR,  # issue 26
-    podview.COLLECTOR,  # issue 36
+    zones.COLLECTOR,
+    dnstap.COLLECTOR,
+    podview.COLLECTOR,
 )
 
 COLLECTORS: dict[str, Collector] = {c.name: c for c in _ALL}

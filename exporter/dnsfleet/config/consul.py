@@ -1,4 +1,4 @@
-"""``consul``: agents, services and prepared queries watched (issue 6)."""
+"""``consul``: agents, services and prepared queries watched."""
 
 from __future__ import annotations
 

@@ -59,11 +59,11 @@ class Config:
             "query_name, query_type, probe_timeout}",
         ),
     )
-    zones: tuple[Zone, ...] = field(default=(), metadata=ZONES_KEY)  # issue 23
+    zones: tuple[Zone, ...] = field(default=(), metadata=ZONES_KEY)
     dnstap: DnstapConfig = field(
         default_factory=DnstapConfig,
         metadata=key(Section(DnstapConfig, parse_dnstap), doc="Passive SLIs from dnstap"),
-    )  # issue 26
+    )
     pod_view: tuple[PodView, ...] = field(default=(), metadata=POD_VIEW_KEY)
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False)
 

@@ -1,4 +1,4 @@
-"""``resolv_conf``: the stub resolver configurations whose failover is modelled (issue 3)."""
+"""``resolv_conf``: the stub resolver configurations whose failover is modelled."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from dnsfleet.config.values import quote
 
 @dataclass(frozen=True)
 class ResolvConfWatch:
-    """A resolv.conf whose clients' failover the stub collector models (issue 3)."""
+    """A resolv.conf whose clients' failover the stub collector models."""
 
     path: str = field(
         metadata=key(AbsolutePath(), doc="As the host sees it; read through --path.rootfs")

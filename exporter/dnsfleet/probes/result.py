@@ -102,7 +102,7 @@ def _verdict(r: Response, module: Module) -> tuple[Reason | None, str]:
             if module.transport == "udp"
             else "TC bit set on a TCP answer",
         )
-    dnssec = dnssec_verdict(r, module)  # issue 23: probes/dnssec.py
+    dnssec = dnssec_verdict(r, module)
     if dnssec is not None:
         return dnssec
     if r.rcode not in module.valid_rcode_numbers:
