@@ -53,7 +53,7 @@ pytestmark = pytest.mark.integration
 
 HERE = FIXTURES / "golden"
 CONFIG = HERE / "dnsfleet.yml"
-GOLDEN = HERE / "exposition.prom"
+GOLDEN = HERE / "exposition.golden.prom"
 STATS = FIXTURES / "resolver" / "coredns-1.15-dnsperf.metrics.txt"
 REGENERATE = "make golden"
 
