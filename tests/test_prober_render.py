@@ -24,7 +24,7 @@ LE = [*(format_value(b) for b in LATENCY_BUCKETS), "+Inf"]
 
 
 def reference(states: list[TargetState]) -> str:
-    """What the exposition must say, one f-string per line (the pre-issue-21 renderer)."""
+    """What the exposition must say, one f-string per line (the plain, slow renderer)."""
     gauges: dict[str, list[str]] = {k: [] for k in ("success", "duration", "fail", "rcode", "rrs")}
     failures: list[str] = []
     attempts: list[str] = []
