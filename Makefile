@@ -23,7 +23,7 @@ BENCH_DEBS := prometheus-blackbox-exporter:prometheus-blackbox-exporter \
 ARGS ?=
 LINT_DIRS := $(wildcard exporter tests bench dashboards deploy alerts requirements)
 
-.PHONY: run test lock test-packaging lint venv check-deps bench bench-host bench-soak stack dashboards alerts k8s deb clean
+.PHONY: run test lock test-packaging lint golden venv check-deps bench bench-host bench-soak stack dashboards alerts k8s deb clean
 
 # A new lock starts a new venv (--clear): nothing of an older set stays behind. dnsfleet
 # itself goes in last, without dependencies and with the locked setuptools, so nothing is
@@ -92,13 +92,20 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+## make golden: rewrite the golden expositions (the whole /metrics of a fixed configuration,
+## and the host collectors' on the x86 fixture tree) from what the code emits now; review the
+## diff (git diff tests/fixtures), then commit it
+golden: $(STAMP) check-deps
+	UPDATE_GOLDEN=1 $(BIN)/pytest -q -n 0 tests/test_golden_exposition.py \
+	  tests/test_host_collectors.py::test_golden_exposition_of_x86_tree
+
 ## benchmarks (by hand; print ratios against peers installed from Debian and PyPI)
 bench: $(STAMP) check-deps
 	$(call install_debs,$(BENCH_DEBS))
 	$(BIN)/python -m venv --clear .venv-bench && .venv-bench/bin/pip install -q --require-hashes -r requirements/bench.txt
 	PYTHONPATH=. $(BIN)/python bench/bench_probe.py $(ARGS)
-	PYTHONPATH=. $(BIN)/python bench/bench_encrypted.py  # issue 23: DoT/DoH /probe
-	PYTHONPATH=. $(BIN)/python bench/bench_dnstap.py  # issue 26: dnstap ingest
+	PYTHONPATH=. $(BIN)/python bench/bench_encrypted.py  # DoT/DoH /probe
+	PYTHONPATH=. $(BIN)/python bench/bench_dnstap.py  # dnstap ingest
 
 ## make bench-host: dnsfleet's host collectors vs node_exporter's interrupts collector
 bench-host: $(STAMP)

@@ -1,4 +1,4 @@
-"""dnstap ingest (issue 26): unbound streams every client query and response to the reader
+"""dnstap ingest: unbound streams every client query and response to the reader
 while dnsperf sends a fixed rate of cached lookups; side by side in one run, the same feed
 read by dnsfleet, by dnstap-receiver (PyPI, the Python peer) and by fstrm_capture (the
 C reader from Debian's fstrm-bin: the control, showing what unbound itself drops).

@@ -1,4 +1,4 @@
-"""Cost per add and memory of dnstap's bounded structures (issue 26): Space-Saving top-N,
+"""Cost per add and memory of dnstap's bounded structures: Space-Saving top-N,
 the registered-domain lookup and the random-subdomain detector, on the hostile mix of
 tests/test_dnstap_subdomains.py. CPU time (process_time) without tracemalloc, memory with it,
 in separate passes.

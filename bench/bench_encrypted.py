@@ -1,5 +1,5 @@
 """DNS over TLS /probe cost against blackbox_exporter (``dns_over_tls: true``), side by side
-in one run against the same unbound tls-port on loopback (issue 23); dnsfleet's DoH (POST
+in one run against the same unbound tls-port on loopback; dnsfleet's DoH (POST
 and GET, HTTP/2) and plain UDP /probe alongside for scale (blackbox_exporter has no DoH).
 
 Each /probe opens a fresh connection and does a full TLS handshake, in both exporters.

@@ -1,5 +1,5 @@
 """Probe cost against blackbox_exporter, side by side in one run against the same unbound on
-loopback, measured as issue 21 asks:
+loopback, measured as the peers are measured:
 
 * ``/probe``: ``wrk -t1 -c8`` (keep-alive, 8 connections) for ``--seconds`` against each
   exporter in turn, alternating which goes first, ``--rounds`` times; CPU is utime + stime

@@ -147,8 +147,8 @@ def test_every_alert_has_firing_and_quiet_tests() -> None:
     )
 
 
-# The catalog fixed by issue 7 (names are an interface), plus DNSSiteDown (the site-wide
-# inhibition source), DNSConsulAPIDown (issue 6) and DNSBondLacpNotAggregating (issue 5).
+# The alert catalog: names are an interface (routes, silences and dashboards use them), so
+# every alert is listed, and one renamed or gone fails here.
 CATALOG = (
     "DNSResolverDown",
     "DNSResolverLatencyHigh",
@@ -175,7 +175,7 @@ CATALOG = (
     "DNSSiteDown",
     "DNSConsulAPIDown",
     "DNSBondLacpNotAggregating",
-    # Issue 13: the ways the monitoring itself goes blind, and partial loss.
+    # The ways the monitoring itself goes blind, and partial loss.
     "DNSResolverProbeFailuresHigh",
     "DNSResolverStatsUnreadable",
     "DNSResolverCanaryUnusable",
@@ -184,21 +184,21 @@ CATALOG = (
     "DNSFleetTargetsDropped",
     "DNSFleetSeriesVanished",
     "DNSFleetExportersAbsent",
-    # Issue 14: capacity headroom and trend, Kubernetes cluster DNS sizing.
+    # Capacity headroom and trend, Kubernetes cluster DNS sizing.
     "DNSResolverCapacityHeadroomLow",
     "DNSResolverCapacityExhaustionNear",
     "DNSClusterDNSReplicasShort",
-    # Issue 20: the SLOs' burn-rate alerts (generated from alerts/config.yml).
+    # The SLOs' burn-rate alerts (generated from alerts/config.yml).
     "DNSAvailabilityBudgetBurn",
     "DNSLatencyBudgetBurn",
-    # Issue 23: DNSSEC from the resolver's side, zone integrity.
+    # DNSSEC from the resolver's side, zone integrity.
     "DNSResolverNotValidating",
     "DNSResolverCertificateExpiring",
     "DNSZoneSignaturesExpiring",
     "DNSZoneSerialDrift",
     "DNSZoneDSMismatch",
     "DNSZoneNameserverFailing",
-    # Issue 26: passive insight from dnstap.
+    # Passive insight from dnstap.
     "DNSRandomSubdomainAttack",
     "DNSFleetDnstapIngestDown",
     # Cluster DNS as pods live it: conntrack under it, NodeLocal DNSCache.
@@ -206,7 +206,7 @@ CATALOG = (
     "DNSNodeLocalPodsFailing",
     "DNSNodeLocalDNSCacheDown",
 )
-# Host alerts come with issue 5's alerts/rules/host.rules.yml.
+# The host alerts live in alerts/rules/host.rules.yml, a file of their own.
 HOST_ALERTS = {
     "DNSNicQueueImbalance",
     "DNSNicIrqAffinityCollapsed",
@@ -230,7 +230,7 @@ SITE_SCOPED = {"DNSSiteDown", "DNSAvailabilityBudgetBurn", "DNSLatencyBudgetBurn
 def test_catalog_complete(name: str) -> None:
     names = {r["alert"] for r in alerting_rules()}
     if name in HOST_ALERTS and name not in names and not HOST_RULES_MERGED:
-        pytest.xfail("host alerts arrive with issue 5 (alerts/rules/host.rules.yml)")
+        pytest.xfail("no alerts/rules/host.rules.yml: the host alerts are not there")
     assert name in names
 
 
@@ -285,7 +285,7 @@ def test_readme_table_matches_rules() -> None:
 
 # ------------------------------------------------------------------------ paging policy
 
-# Critical pages; it is allowed only for these (issue 20): clients are hurt now or within the
+# Critical pages; it is allowed only for these: clients are hurt now or within the
 # hour at a site (a fast burn of an SLO's error budget: the generated alerts' critical
 # windows), no resolver of a site answers, or the monitoring itself is gone.
 PAGE_WORTHY = {
@@ -295,7 +295,7 @@ PAGE_WORTHY = {
     "DNSFleetExportersAbsent": "monitoring gone",
     "DNSFleetExporterDown": "monitoring of a site gone (no exporter of it answers)",
     "DNSFleetTargetsDropped": "monitoring of a site gone (no exporter of it probes)",
-    # Issue 23: a zone every validating resolver fails now (DS), or within the day for
+    # A zone every validating resolver fails now (DS), or within the day for
     # certain (signatures; the one alert paging ahead of the hour, see alerts/README.md).
     "DNSZoneDSMismatch": "zone bogus for every validator now",
     "DNSZoneSignaturesExpiring": "zone bogus for every validator within a day",

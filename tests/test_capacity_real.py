@@ -1,4 +1,4 @@
-"""Issue 22, capacity on a busy host, with real resperf and unbound: three runs of one kind
+"""Capacity on a busy host, with real resperf and unbound: three runs of one kind
 are recorded each with resperf's own CPU time and wall time, summed up as median and spread,
 and judged by the documented rules; whatever the host's load decides, what is recorded,
 exported and printed agrees with those rules (the figures themselves are the host's, so

@@ -1,4 +1,4 @@
-"""Issue 22, capacity on a busy host, pure parts: each resperf run judged (the resolver or
+"""Capacity on a busy host, pure parts: each resperf run judged (the resolver or
 the sending client set the limit?), repeats summed up as median and spread, contradictions
 recorded in the state file and exported instead of a capacity. Figures from 28 resperf
 runs against one unbound on this shared 2-core host, three per batch and kind."""

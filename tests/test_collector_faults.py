@@ -1,6 +1,6 @@
 """The collector framework under permission-denied, missing, garbage, oversized and hanging
 host files: the collector that hit it reports failure (success 0, the reason logged), the
-others are unaffected. The real host collectors (issue 5) test their own files; here
+others are unaffected. The real host collectors test their own files; here
 stand-in collectors read a fixture tree through HostFS the same way."""
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ def test_invalid_config_exact_message(path: Path) -> None:
     assert str(exc.value) == expected_message(path)
 
 
-def test_invalid_cases_cover_the_issue() -> None:
+def test_invalid_cases_cover_every_kind_of_mistake() -> None:
     names = {p.stem for p in INVALID}
     assert {
         "unknown-top-key",

@@ -1,4 +1,4 @@
-"""What one configuration file may ask of the loader (issue 21: N2, N3, N11): nesting and
+"""What one configuration file may ask of the loader: nesting and
 alias expansion are bounded before anything recurses, values in messages are cut short,
 and only a regular file of bounded size is read. The same reader serves dnsfleet.yml and
 the web configuration file."""

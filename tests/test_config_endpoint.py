@@ -43,7 +43,7 @@ def test_targets_and_agents_carry_endpoints() -> None:
     assert cfg.targets[0].sockaddr == ("fe80::1", 5353, 0, 1)
     agent = cfg.consul.agents[0]
     assert agent.dns == Endpoint("::1", 8600)
-    assert (agent.dns_host, agent.dns_port, agent.dns_sockaddr) == (
+    assert (agent.dns.host, agent.dns.port, agent.dns_sockaddr) == (
         "::1",
         8600,
         ("::1", 8600, 0, 0),

@@ -1,4 +1,4 @@
-"""Config held to the standard of a strict loader (issue 11): label names matched whole,
+"""Config held to the standard of a strict loader: label names matched whole,
 every label the exporter sets reserved, no NaN or infinity, no duplicate keys, rcodes and
 zone ids in range, Go duration syntax, and a fuzz proving that any input gives a Config or
 a ConfigError, never anything else."""

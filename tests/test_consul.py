@@ -48,7 +48,7 @@ def test_config_defaults_and_forms(tmp_path: Path) -> None:
     )
     c = cfg.consul
     a = c.agents[0]
-    assert (a.dns_host, a.dns_port, a.http_address) == ("127.0.0.1", 8600, "http://127.0.0.1:8500")
+    assert (a.dns.host, a.dns.port, a.http_address) == ("127.0.0.1", 8600, "http://127.0.0.1:8500")
     assert [s.label for s in c.services] == ["web", "primary.db"]
     assert c.timeout == 2.0
     out = config_mod.to_yaml(cfg)

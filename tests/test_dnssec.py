@@ -1,4 +1,4 @@
-"""Issue 23 against real daemons: DNSSEC validation seen from the resolver's side,
+"""Against real daemons: DNSSEC validation seen from the resolver's side,
 Extended DNS Errors and zone integrity, with a validating unbound and a non-validating one
 in front of BIND serving signed zones (tests/harness/dnssec.py). One lab for the module
 (~3 s to start)."""

@@ -1,4 +1,4 @@
-"""dnstap (issue 26): Frame Streams, the DNS peeks, the aggregates, and the ingest process
+"""dnstap: Frame Streams, the DNS peeks, the aggregates, and the ingest process
 against writers that behave and writers that do not. Real resolvers: test_dnstap_real.py."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""dnstap insight, registered domains (issue 26): the Public Suffix List's own conformance cases
+"""dnstap insight, registered domains: the Public Suffix List's own conformance cases
 against Debian's list, a list of the test's own (normal, wildcard, exception, IDNA rules), the
 stated fallback when the file is missing, and hostile names."""
 

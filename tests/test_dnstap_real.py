@@ -1,4 +1,4 @@
-"""dnstap from real resolvers (issue 26): unbound streams its client queries and responses
+"""dnstap from real resolvers: unbound streams its client queries and responses
 to the exporter's listener, and what dnsfleet counts equals what the clients got. Everything
 on loopback; the resolvers' only upstreams are this test's own servers."""
 

@@ -1,4 +1,4 @@
-"""dnstap insight, random-subdomain detector (issue 26): among 50,000 random names under 50,000
+"""dnstap insight, random-subdomain detector: among 50,000 random names under 50,000
 random parents it flags exactly the attacked parent; legitimate traffic is not flagged; an
 attack that stops ages out; no input makes its state or its output exceed the bounds."""
 

@@ -1,4 +1,4 @@
-"""dnstap insight, top-N (issue 26): Space-Saving keeps the heavy hitters exact and its memory
+"""dnstap insight, top-N: Space-Saving keeps the heavy hitters exact and its memory
 bounded by its capacity whatever arrives."""
 
 from __future__ import annotations

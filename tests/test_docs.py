@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dnsfleet.probes.reasons import REASONS
 from dnsfleet.status.facts import Kept
 
 pytestmark = pytest.mark.unit
@@ -150,3 +151,9 @@ def test_docs_do_not_point_outside_the_repository() -> None:
         for m in re.findall(r"shared/[A-Z]+\.md", d.read_text())
     ]
     assert not problems, problems
+
+
+def test_readme_explains_every_failure_reason() -> None:
+    """The README's table of failure reasons names every member of the closed set."""
+    rows = set(re.findall(r"^\| `([a-z_]+)` \|", (ROOT / "README.md").read_text(), re.M))
+    assert {str(r) for r in REASONS} <= rows

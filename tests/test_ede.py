@@ -1,5 +1,6 @@
-"""Issue 23, pure: the DO/AD query bits and the Extended DNS Error reader against dnspython,
-the EDE code table against dnspython's registry, and the DNSSEC verdicts."""
+"""DNSSEC from the resolver's side, pure: the DO/AD query bits and the Extended DNS Error
+reader against dnspython, the EDE code table against dnspython's registry, and the DNSSEC
+verdicts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 23: DNS over TLS and DNS over HTTPS (GET, POST) against unbound's tls-port and
+"""DNS over TLS and DNS over HTTPS (GET, POST) against unbound's tls-port and
 https-port and dnsdist's addTLSLocal/addDOHLocal, with certificates from a test CA made by
 openssl (tests/harness/pki.py): a failing case for each of tls_handshake, certificate
 (expired, wrong name, untrusted) and http_status. One lab for the module."""

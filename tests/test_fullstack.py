@@ -475,11 +475,11 @@ MAY_BE_EMPTY = {
     # and test_resolver_real.py.
     "annotation: Cache resets": "a reset may not be judged within the restart scenario",
     "Error budget left over time": "as above",
-    # Issue 23: the stack runs no signed zone, validating resolver or TLS listener; these
+    # The stack runs no signed zone, validating resolver or TLS listener; these
     # families are proven against real daemons in tests/test_dnssec.py and
     # tests/test_encrypted.py, and the queries are checked by promtool (test_dashboards.py).
     **{
-        title: "no signed zone, DNSSEC module or DoT/DoH listener in the stack (issue 23)"
+        title: "no signed zone, DNSSEC module or DoT/DoH listener in the stack"
         for title in (
             "Signature expiry per zone",
             "SOA serial per nameserver",
@@ -513,7 +513,7 @@ def test_dashboard_queries_against_prometheus(stack: Stack) -> None:
             NO_DATA[f"{name} / {title}"] = sorted(needs - present)
     assert not problems, "\n".join(problems)
     assert ran > 50
-    # What the stack cannot produce: the host collectors (issue 5; no bonding or cpuidle
+    # What the stack cannot produce: the host collectors (no bonding or cpuidle
     # on this machine). Everything else must be covered.
     missing = {k: v for k, v in NO_DATA.items() if v}
     # Nor Kubernetes (kube-state-metrics, CoreDNS) for the cluster DNS panel, whose rules

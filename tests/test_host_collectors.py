@@ -95,7 +95,7 @@ def test_golden_exposition_of_x86_tree(tmp_path: Path) -> None:
     text = deterministic(collect(host_fs(TREES / "x86")))
     if os.environ.get("UPDATE_GOLDEN"):
         GOLDEN.write_text(text)
-    assert text == GOLDEN.read_text(), "rerun with UPDATE_GOLDEN=1 after an intended change"
+    assert text == GOLDEN.read_text(), "after an intended change: `make golden`, review the diff"
     out = promtool_check(text)
     assert out.returncode == 0, out.stdout + out.stderr
 

@@ -42,7 +42,7 @@ def test_every_shared_sample_has_a_test() -> None:
         "bonding/active-backup-one-down.txt",
         "bonding/lacp-partner-churned.txt",
         "resolver-stats/unbound-stats-excerpt.txt",
-    }  # issue 4's, not a host file
+    }  # resolver statistics, not a host file
     found = {str(p.relative_to(SHARED)) for p in SHARED.rglob("*.txt")}
     assert found == covered
 

@@ -1,7 +1,7 @@
 """The HTTP server's hand-written pieces held to the libraries they replace: the one-pass
 head parser against the line-by-line one (the same result or the same refusal for any
 head), the query reader against urllib.parse.parse_qsl, and content-coding negotiation
-against RFC 9110 §12.5.3 (issue 21: N9)."""
+against RFC 9110 §12.5.3."""
 
 from __future__ import annotations
 

@@ -378,7 +378,7 @@ def _soak(tmp_path: Path) -> None:
     # The good server answered (its latency histogram counts answers). Not "its last probe
     # succeeded": with a 20 ms timeout against a server thread of this same process, one
     # late answer in a thousand scrapes is the machine's load, not a leak (this failed on a
-    # busy machine before issue 21 and after it).
+    # busy machine, now and then).
     assert sum(states[(good.port, "udp")].buckets) > 0
     assert sum(states[(good.port, "tcp")].buckets) > 0
     assert reasons[(hole.port, "udp")] is Reason.TIMEOUT
@@ -419,8 +419,9 @@ BROKEN: list[tuple[str, str]] = [
         "  - {address: 127.0.0.2, module: m}\n",
     ),
     ("not utf-8", "\udcff"),
-    # Issue 21: libyaml's C composer died with SIGSEGV on deep nesting (exit 139 on SIGHUP);
-    # an alias bomb froze the loop; a FIFO blocked it for good; /dev/urandom ate memory.
+    # Before the bounded loader: libyaml's C composer died with SIGSEGV on deep nesting (exit
+    # 139 on SIGHUP); an alias bomb froze the loop; a FIFO blocked it for good; /dev/urandom
+    # ate memory.
     ("deep nesting", "targets: " + "[" * 50_000 + "]" * 50_000 + "\n"),
     (
         "alias bomb",

@@ -1,5 +1,5 @@
 """The per-target families of /metrics are rendered from templates compiled into f-string
-functions (prober.py, issue 21): held here, byte for byte, to a plain line-by-line
+functions (prober.py): held here, byte for byte, to a plain line-by-line
 renderer, for labels that need escaping, every reason and random counters; and the
 latency bucket an answer lands in, at and around every bound."""
 
@@ -24,7 +24,7 @@ LE = [*(format_value(b) for b in LATENCY_BUCKETS), "+Inf"]
 
 
 def reference(states: list[TargetState]) -> str:
-    """What the exposition must say, one f-string per line (the pre-issue-21 renderer)."""
+    """What the exposition must say, one f-string per line (the plain, slow renderer)."""
     gauges: dict[str, list[str]] = {k: [] for k in ("success", "duration", "fail", "rcode", "rrs")}
     failures: list[str] = []
     attempts: list[str] = []

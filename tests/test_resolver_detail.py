@@ -1,4 +1,4 @@
-"""Issue 22, pure parts: latency, upstream, drop, cache, memory, qtype and DNSSEC families
+"""Resolver detail, pure parts: latency, upstream, drop, cache, memory, qtype and DNSSEC families
 from statistics captured after one dnsperf run (2,270 queries of every kind: cache hits,
 misses, secure, insecure and bogus zones, slow and silent upstreams, rate-limited, dropped
 and refused clients) against the real daemons: unbound 1.17.1, BIND 9.18.49,

@@ -1,4 +1,4 @@
-"""Issue 22 on the real daemons: after one bounded dnsperf run of the lab's query mix
+"""Resolver detail on the real daemons: after one bounded dnsperf run of the lab's query mix
 (tests/harness/statslab.py), every latency, upstream, drop, recursion, cache, memory, qtype
 and DNSSEC family dnsfleet reads equals the daemon's own tool, read independently here:
 

@@ -1,6 +1,6 @@
-"""Issue 4 with real unbound and BIND: cache flushes, restarts, natural expiry, backend
-changes, the remote-control socket (unix and TLS), the statistics channel, and
-capacity-test with resperf. Servers that get restarted are this module's own."""
+"""Restart and cache-reset detection with real unbound and BIND: cache flushes, restarts,
+natural expiry, backend changes, the remote-control socket (unix and TLS), the statistics
+channel, and capacity-test with resperf. Servers that get restarted are this module's own."""
 
 from __future__ import annotations
 

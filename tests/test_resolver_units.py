@@ -1,4 +1,5 @@
-"""Issue 4, pure parts: parsers on recorded text, the cache-reset rule, config keys."""
+"""Restart and cache-reset detection, pure parts: parsers on recorded text, the cache-reset
+rule, config keys."""
 
 from __future__ import annotations
 

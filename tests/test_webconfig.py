@@ -552,7 +552,7 @@ def test_empty_web_config_serves_plain_http(tmp_path: Path, exporter_config: Pat
         assert curl_status(e.url + "/-/healthy") == "200"
 
 
-# ------------------------------------------------------------------ issue 11: hardening
+# ------------------------------------------------ hardening: limits, refusals, odd inputs
 
 
 def _hash(password: bytes, cost: int = 4) -> str:

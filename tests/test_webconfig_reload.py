@@ -1,4 +1,4 @@
-"""Web-config reloads apply whole or not at all (issue 21: N1, N7, N8, N13), on the real
+"""Web-config reloads apply whole or not at all, on the real
 exporter process with certificate authorities made by the openssl command and real TLS
 clients (curl, Python's ssl) over loopback."""
 

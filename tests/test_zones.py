@@ -1,4 +1,4 @@
-"""Issue 23, pure: RFC 1982 serial arithmetic, signature times read as RFC 4034 §3.1.5 says,
+"""Zone integrity, pure: RFC 1982 serial arithmetic, signature times read as RFC 4034 §3.1.5 says,
 the hand-written DS digest and key tag against dnspython's dns.dnssec, the zone checks'
 share of the open-file budget, and the `zones` section's errors."""
 

@@ -133,7 +133,7 @@ class Prober:
         self.queries: dict[str, Query] = {}
         self.probes_total = 0
         self.internal_errors = 0  # probes that ended in an exception of ours (_internal)
-        # Canary TTLs and backend identities (issue 4), queried in the same probe round.
+        # Canary TTLs and backend identities (restart detection), queried in the same probe round.
         self.watch = ResolverWatch()
 
     def configure(self, cfg: Config) -> None:

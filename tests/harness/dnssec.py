@@ -1,4 +1,4 @@
-"""A signed DNSSEC lab on loopback (issue 23), made with BIND 9's own tools.
+"""A signed DNSSEC lab on loopback, made with BIND 9's own tools.
 
 Zones (ECDSAP256SHA256, a KSK and a ZSK each, made by ``dnssec-keygen``/``dnssec-signzone``):
 

@@ -1,8 +1,8 @@
 """Fixture host trees (proc/, sys/, root/) for the host collectors.
 
 The committed trees under tests/fixtures/host/ are written by this module; regenerate them
-with ``python -m tests.harness.hosttree`` after changing it (then refresh the golden file with
-``UPDATE_GOLDEN=1 pytest tests/test_host_collectors.py``). Layouts follow real kernels:
+with ``python -m tests.harness.hosttree`` after changing it (then refresh the golden files with
+``make golden``). Layouts follow real kernels:
 ``class/net/<if>/device`` is a symlink into ``devices/``, virtio_net's device is the virtioN
 bus device under its PCI function, MSI vectors are files in ``msi_irqs/``.
 """

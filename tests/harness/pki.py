@@ -1,4 +1,4 @@
-"""A test PKI made with openssl (issue 23): root CA -> intermediate -> leaf certificates.
+"""A test PKI made with openssl: root CA -> intermediate -> leaf certificates.
 
 - ``good``: SAN DNS:dns.test, IP:127.0.0.1, IP:::1; the chain file is leaf + intermediate,
   and the intermediate (20 days) expires before the leaf (90 days): the earliest expiry in

@@ -136,7 +136,7 @@ end
 class Kresd(ResolverDaemon):
     upstream: str = ""  # "127.0.0.1@port": every query is forwarded there (STUB)
     start_time_metric: bool = False  # add process_start_time_seconds (KRESD_START_TIME_LUA)
-    extra: str = ""  # more Lua configuration (e.g. DoT/DoH listeners, issue 23)
+    extra: str = ""  # more Lua configuration (e.g. DoT/DoH listeners)
 
     @property
     def metrics_url(self) -> str:

@@ -41,8 +41,8 @@ _ALL: tuple[Collector, ...] = (
     nic.COLLECTOR,
     cpu.COLLECTOR,
     conntrack.COLLECTOR,
-    zones.COLLECTOR,  # issue 23
-    dnstap.COLLECTOR,  # issue 26
+    zones.COLLECTOR,
+    dnstap.COLLECTOR,
     podview.COLLECTOR,
     nodelocal.COLLECTOR,
 )

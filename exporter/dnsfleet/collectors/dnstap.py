@@ -1,4 +1,4 @@
-"""dnstap (issue 26): the families of the ingest process (:mod:`dnsfleet.dnstap`), which
+"""dnstap: the families of the ingest process (:mod:`dnsfleet.dnstap`), which
 listens for the resolvers' dnstap streams in a process of its own.
 
 The collector's start hook (:func:`start`, which the exporter calls when it starts and after

@@ -1,4 +1,4 @@
-"""``consul``: agents, services and prepared queries watched (issue 6)."""
+"""``consul``: agents, services and prepared queries watched."""
 
 from __future__ import annotations
 
@@ -90,18 +90,6 @@ class ConsulAgent:
     )
 
     @property
-    def dns_host(self) -> str:
-        return self.dns.host
-
-    @property
-    def dns_port(self) -> int:
-        return self.dns.port
-
-    @property
-    def dns_scope_id(self) -> int:
-        return self.dns.scope_id
-
-    @property
     def dns_family(self) -> socket.AddressFamily:
         return self.dns.family
 
@@ -137,7 +125,7 @@ class ConsulConfig:
     timeout: float = field(default=2.0, metadata=key(Duration(maximum=60)))
 
 
-def _parse_consul(node: Node) -> ConsulConfig:
+def parse_consul(node: Node) -> ConsulConfig:
     f = node.fields()
     cfg = ConsulConfig(**read_keys(f, ConsulConfig))
     seen: set[str] = set()

@@ -1,4 +1,4 @@
-"""``dnstap``: the listener resolvers stream their dnstap messages to (issue 26)."""
+"""``dnstap``: the listener resolvers stream their dnstap messages to."""
 
 from __future__ import annotations
 

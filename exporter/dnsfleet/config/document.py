@@ -11,18 +11,18 @@ from typing import Any
 from dnsfleet.config.addresses import parse_address
 from dnsfleet.config.checks import ListOf, MapOf, Section, ShortSection, key, read_keys
 from dnsfleet.config.concepts import AbsolutePath, Cidrs
-from dnsfleet.config.consul import ConsulConfig, _parse_consul
+from dnsfleet.config.consul import ConsulConfig, parse_consul
 from dnsfleet.config.dnstap import DnstapConfig, parse_dnstap, resolve_identities
 from dnsfleet.config.files import read_yaml_source
-from dnsfleet.config.host import HostConfig, _parse_host
-from dnsfleet.config.limits import Limits, _parse_limits
-from dnsfleet.config.modules import DEFAULT_MODULE, Module, _parse_module
+from dnsfleet.config.host import HostConfig, parse_host
+from dnsfleet.config.limits import Limits, parse_limits
+from dnsfleet.config.modules import DEFAULT_MODULE, Module, parse_module
 from dnsfleet.config.nodelocal import NodeLocalConfig, parse_nodelocal
 from dnsfleet.config.podview import POD_VIEW_KEY, PodView
 from dnsfleet.config.reader import ConfigError, Node, Source
-from dnsfleet.config.resolver import ResolverConfig, _parse_resolver
-from dnsfleet.config.stub import DEFAULT_RESOLV_CONF, ResolvConfWatch, _parse_resolv_conf
-from dnsfleet.config.targets import Target, _check_one_internals_entry, _parse_target
+from dnsfleet.config.resolver import ResolverConfig, parse_resolver
+from dnsfleet.config.stub import DEFAULT_RESOLV_CONF, ResolvConfWatch, parse_resolv_confs
+from dnsfleet.config.targets import Target, check_one_internals_entry, parse_target
 from dnsfleet.config.values import quote
 from dnsfleet.config.yamlload import collector_paused
 from dnsfleet.config.zones import ZONES_KEY, Zone
@@ -39,32 +39,32 @@ class Config:
     targets: tuple[Target, ...] = field(
         default=(), metadata=key(ListOf(Section(Target)), doc="The resolvers probed")
     )
-    limits: Limits = field(default_factory=Limits, metadata=key(Section(Limits, _parse_limits)))
+    limits: Limits = field(default_factory=Limits, metadata=key(Section(Limits, parse_limits)))
     host: HostConfig = field(
-        default_factory=HostConfig, metadata=key(Section(HostConfig, _parse_host))
+        default_factory=HostConfig, metadata=key(Section(HostConfig, parse_host))
     )
     resolver: ResolverConfig = field(
-        default_factory=ResolverConfig, metadata=key(Section(ResolverConfig, _parse_resolver))
+        default_factory=ResolverConfig, metadata=key(Section(ResolverConfig, parse_resolver))
     )
     probe_allowlist: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = field(
         default=(), metadata=key(Cidrs(), doc="Networks /probe?target= may address")
     )
     consul: ConsulConfig = field(
-        default_factory=ConsulConfig, metadata=key(Section(ConsulConfig, _parse_consul))
+        default_factory=ConsulConfig, metadata=key(Section(ConsulConfig, parse_consul))
     )
     resolv_conf: tuple[ResolvConfWatch, ...] = field(
         default=DEFAULT_RESOLV_CONF,
         metadata=key(
-            ListOf(ShortSection(ResolvConfWatch, short=AbsolutePath()), whole=_parse_resolv_conf),
+            ListOf(ShortSection(ResolvConfWatch, short=AbsolutePath()), whole=parse_resolv_confs),
             doc="resolv.conf files whose clients' failover is modelled: paths, or {path, "
             "query_name, query_type, probe_timeout}",
         ),
     )
-    zones: tuple[Zone, ...] = field(default=(), metadata=ZONES_KEY)  # issue 23
+    zones: tuple[Zone, ...] = field(default=(), metadata=ZONES_KEY)
     dnstap: DnstapConfig = field(
         default_factory=DnstapConfig,
         metadata=key(Section(DnstapConfig, parse_dnstap), doc="Passive SLIs from dnstap"),
-    )  # issue 26
+    )
     pod_view: tuple[PodView, ...] = field(default=(), metadata=POD_VIEW_KEY)
     nodelocal: NodeLocalConfig = field(
         default_factory=NodeLocalConfig,
@@ -75,9 +75,6 @@ class Config:
     )
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
-    def module_for(self, target: Target) -> Module:
-        return self.modules[target.module]
-
 
 def parse(data: Any, *, source: str, text: Source | None = None) -> Config:
     """Validate a loaded YAML document into a :class:`Config`; with the ``text`` it was
@@ -87,11 +84,11 @@ def parse(data: Any, *, source: str, text: Source | None = None) -> Config:
     modules: dict[str, Module] = {}
     module_nodes: list[tuple[str, Node]] = f.opt("modules", [], lambda n: list(n.items()))
     for name, mnode in module_nodes:
-        modules[name] = _parse_module(name, mnode)
+        modules[name] = parse_module(name, mnode)
     target_nodes: list[Node] = f.opt("targets", [], Node.sequence)
-    targets = tuple(_parse_target(t, modules) for t in target_nodes)
+    targets = tuple(parse_target(t, modules) for t in target_nodes)
     _check_no_duplicate_target(root, targets)
-    _check_one_internals_entry(root, targets)
+    check_one_internals_entry(root, targets)
     values = read_keys(f, Config, skip=("modules", "targets"))
     values["dnstap"] = resolve_identities(root.child("dnstap"), values["dnstap"], targets)
     cfg = Config(

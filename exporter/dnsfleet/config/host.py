@@ -55,5 +55,5 @@ class HostConfig:
     )
 
 
-def _parse_host(node: Node) -> HostConfig:
+def parse_host(node: Node) -> HostConfig:
     return read_section(node, HostConfig)

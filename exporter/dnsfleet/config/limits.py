@@ -27,5 +27,5 @@ class Limits:
     )
 
 
-def _parse_limits(node: Node) -> Limits:
+def parse_limits(node: Node) -> Limits:
     return read_section(node, Limits)

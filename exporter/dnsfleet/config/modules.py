@@ -15,12 +15,12 @@ from dnsfleet.config.concepts import DnsName, QueryClass, QueryType, Rcodes, RE2
 from dnsfleet.config.reader import Node
 from dnsfleet.config.transport import CaFile, DohUrl, DohUrlCheck
 
-# tls: DNS over TLS (RFC 7858), https: DNS over HTTPS (RFC 8484), issue 23.
+# tls: DNS over TLS (RFC 7858), https: DNS over HTTPS (RFC 8484).
 Transport = Literal["udp", "tcp", "tls", "https"]
 TRANSPORTS: tuple[Transport, ...] = ("udp", "tcp", "tls", "https")
 ENCRYPTED: frozenset[str] = frozenset({"tls", "https"})
 HttpsMethod = Literal["GET", "POST"]
-# DNSSEC from the resolver's side (issue 23): see docs/configuration.md, `dnssec`.
+# DNSSEC from the resolver's side: see docs/configuration.md, `dnssec`.
 Dnssec = Literal["none", "do", "require_ad", "expect_bogus"]
 DNSSEC_MODES: tuple[Dnssec, ...] = ("none", "do", "require_ad", "expect_bogus")
 
@@ -42,7 +42,7 @@ class Module:
     recursion_desired: bool = field(default=True, metadata=key(Boolean()))
     edns: bool = field(default=True, metadata=key(Boolean()))
     edns_udp_size: int = field(default=1232, metadata=key(Integer(minimum=512, maximum=65535)))
-    # DoT and DoH (issue 23): see docs/configuration.md, "Encrypted transports".
+    # DoT and DoH: see docs/configuration.md, "Encrypted transports".
     tls_server_name: str | None = field(
         default=None,
         metadata=key(
@@ -103,7 +103,7 @@ class Module:
             Boolean(), doc="/probe may override query_name and query_type only when true."
         ),
     )
-    # Restart and cache-flush detection (issue 4).
+    # Restart and cache-flush detection: the canary's TTL followed across scrapes.
     canary: str | None = field(
         default=None,
         metadata=key(
@@ -148,7 +148,7 @@ class Module:
         return frozenset(int(dns.rcode.from_text(r)) for r in self.valid_rcodes)
 
 
-def _parse_module(name: str, node: Node) -> Module:
+def parse_module(name: str, node: Node) -> Module:
     f = node.fields()
     mod = Module(name=name, **read_keys(f, Module))
     check_needs(f, mod)

@@ -1,4 +1,4 @@
-"""``resolver``: resolver internals (issue 4)."""
+"""``resolver``: resolver internals."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ DEFAULT_CAPACITY_FILE = "/var/lib/dnsfleet/capacity.json"
 
 @dataclass(frozen=True)
 class ResolverConfig:
-    """Resolver internals (issue 4)."""
+    """Resolver internals."""
 
     capacity_file: str = field(
         default=DEFAULT_CAPACITY_FILE,
@@ -20,5 +20,5 @@ class ResolverConfig:
     )
 
 
-def _parse_resolver(node: Node) -> ResolverConfig:
+def parse_resolver(node: Node) -> ResolverConfig:
     return read_section(node, ResolverConfig)

@@ -1,4 +1,4 @@
-"""``resolv_conf``: the stub resolver configurations whose failover is modelled (issue 3)."""
+"""``resolv_conf``: the stub resolver configurations whose failover is modelled."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from dnsfleet.config.values import quote
 
 @dataclass(frozen=True)
 class ResolvConfWatch:
-    """A resolv.conf whose clients' failover the stub collector models (issue 3)."""
+    """A resolv.conf whose clients' failover the stub collector models."""
 
     path: str = field(
         metadata=key(AbsolutePath(), doc="As the host sees it; read through --path.rootfs")
@@ -50,7 +50,7 @@ def _parse_resolv_conf_entry(node: Node) -> ResolvConfWatch:
     return watch
 
 
-def _parse_resolv_conf(node: Node) -> tuple[ResolvConfWatch, ...]:
+def parse_resolv_confs(node: Node) -> tuple[ResolvConfWatch, ...]:
     out: list[ResolvConfWatch] = []
     for item in node.sequence():
         watch = _parse_resolv_conf_entry(item)

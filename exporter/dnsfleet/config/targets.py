@@ -102,7 +102,7 @@ STATS_TYPES: tuple[StatsType, ...] = (
 HTTP_STATS_TYPES = frozenset({"bind", "pdns-recursor", "dnsdist", "knot-resolver", "coredns"})
 
 
-# Default ports of the encrypted transports (issue 23); udp and tcp default to 53.
+# Default ports of the encrypted transports (RFC 7858, RFC 8484); udp and tcp default to 53.
 TRANSPORT_PORTS = {"tls": 853, "https": 443}
 UNBOUND: frozenset[str] = frozenset({"unbound"})
 HTTP: frozenset[str] = HTTP_STATS_TYPES
@@ -137,7 +137,7 @@ class Control(Check):
 
 @dataclass(frozen=True)
 class StatsSource:
-    """Where a resolver's own statistics are read (issue 4).
+    """Where a resolver's own statistics are read.
 
     unbound: ``control`` is ``unix:///path/to/sock``, ``tcp://host:port`` (remote-control
     without certificates) or ``tls://host:port`` with the control keys. bind: ``url`` is the
@@ -241,9 +241,7 @@ class Target:
     scope_id: int = 0  # IPv6 link-local zone, from address
     stats: StatsSource | None = field(
         default=None,
-        metadata=key(
-            Section(StatsSource, _parse_stats), doc="The resolver's own statistics (issue 4)"
-        ),
+        metadata=key(Section(StatsSource, _parse_stats), doc="The resolver's own statistics"),
     )
     capacity_qps: float | None = field(
         default=None, metadata=key(Number(minimum=1), doc="Declared capacity in queries per second")
@@ -272,7 +270,7 @@ class Target:
         return self.endpoint.sockaddr
 
 
-def _parse_target(node: Node, modules: Mapping[str, Module]) -> Target:
+def parse_target(node: Node, modules: Mapping[str, Module]) -> Target:
     f = node.fields()
     addr_node = f.req("address")
     ep = Address().read(addr_node)
@@ -297,7 +295,7 @@ def _parse_target(node: Node, modules: Mapping[str, Module]) -> Target:
     )
 
 
-def _check_one_internals_entry(root: Node, targets: tuple[Target, ...]) -> None:
+def check_one_internals_entry(root: Node, targets: tuple[Target, ...]) -> None:
     """`stats` and `capacity_qps` describe the resolver at an address, not a module: two
     entries for one address could export conflicting series, so only one may carry them."""
     owner: dict[tuple[str, int, str], int] = {}

@@ -1,4 +1,4 @@
-"""Module keys for the encrypted transports, DoT and DoH (issue 23): the DoH URL and the CA
+"""Module keys for the encrypted transports, DoT and DoH: the DoH URL and the CA
 file, each checked when the file is loaded."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``zones``: zones whose integrity is checked at their own nameservers (issue 23)."""
+"""``zones``: zones whose integrity is checked at their own nameservers."""
 
 from __future__ import annotations
 

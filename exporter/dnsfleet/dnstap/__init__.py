@@ -1,4 +1,4 @@
-"""dnstap: what real clients got, read from the resolvers' own dnstap streams (issue 26).
+"""dnstap: what real clients got, read from the resolvers' own dnstap streams.
 
 A resolver writes dnstap (protobuf ``dnstap.Dnstap`` messages, https://dnstap.info) over
 Frame Streams (farsightsec/fstrm) to a unix socket. dnsfleet listens on that socket in a

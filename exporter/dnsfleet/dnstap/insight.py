@@ -1,5 +1,5 @@
 """Bounded insight per target: the top registered domains by NXDOMAIN and by SERVFAIL, the
-top client addresses, and random-subdomain suspects (issue 26).
+top client addresses, and random-subdomain suspects.
 
 Counts are per window of :data:`WINDOW` seconds: the families show the last complete
 window, so a top-N value reads "responses in the last minute". Series are bounded by

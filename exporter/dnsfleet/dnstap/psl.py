@@ -1,4 +1,4 @@
-"""Registered domains (eTLD+1) from the Public Suffix List, for the dnstap insight (issue 26).
+"""Registered domains (eTLD+1) from the Public Suffix List, for the dnstap insight.
 
 What it is for: the dnstap top-N tables and the random-subdomain detector count by
 *registered domain* (`victim.example.co.uk`, `bar.blogspot.com`), not by query name, so a

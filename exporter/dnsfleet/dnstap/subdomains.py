@@ -1,4 +1,4 @@
-"""Random-subdomain ("water torture") detection per parent domain, in bounded memory (issue 26).
+"""Random-subdomain ("water torture") detection per parent domain, in bounded memory.
 
 What it is for: a random-subdomain flood sends queries for `<random>.victim.example`, every
 name new, so every answer is NXDOMAIN (or SERVFAIL once the victim's servers give up) and the

@@ -1,4 +1,4 @@
-"""Top-N heavy hitters in bounded memory, for the dnstap insight families (issue 26).
+"""Top-N heavy hitters in bounded memory, for the dnstap insight families.
 
 What it is for: the dnstap aggregator ranks registered domains by NXDOMAIN and by SERVFAIL
 answers, and client addresses by queries, without holding one counter per distinct key:

@@ -79,8 +79,3 @@ def allowed(state: CpuidleState, limit_us: int) -> bool:
     """Whether a governor may enter the state under a latency limit (menu/teo/ladder skip a
     state whose exit latency exceeds the limit: ``cpuidle_governor_latency_req``)."""
     return not state.disabled and state.latency_us <= limit_us
-
-
-def native_s32(value: int) -> bytes:
-    """The bytes /dev/cpu_dma_latency returns for ``value`` (for fixture trees)."""
-    return struct.pack("=i", value)

@@ -16,8 +16,8 @@ ExchangeFn = Callable[..., Awaitable[Exchange]]
 PROBES: dict[Transport, ExchangeFn] = {
     "udp": udp.exchange,
     "tcp": tcp.exchange,
-    "tls": tls.exchange,  # DNS over TLS (issue 23)
-    "https": https.exchange,  # DNS over HTTPS (issue 23)
+    "tls": tls.exchange,  # DNS over TLS (RFC 7858)
+    "https": https.exchange,  # DNS over HTTPS (RFC 8484)
 }
 # The probes that need the module itself (server name, CA, DoH URL and method).
 WITH_MODULE = frozenset({"tls", "https"})

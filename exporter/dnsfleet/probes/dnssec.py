@@ -1,4 +1,4 @@
-"""DNSSEC seen from the resolver's side (issue 23): the verdict on an answer to a module
+"""DNSSEC seen from the resolver's side: the verdict on an answer to a module
 with ``dnssec: require_ad`` or ``expect_bogus``. Pure; called from ``judge``."""
 
 from __future__ import annotations

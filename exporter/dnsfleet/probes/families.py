@@ -112,7 +112,7 @@ def probe_result_families(rows: Iterable[tuple[str, ProbeResult | None]]) -> lis
 
 
 def probe_extra_families(rows: Iterable[tuple[str, ProbeResult | None]]) -> list[TextFamily]:
-    """Pure: the per-probe gauges only some results have (issue 23): DNSSEC, Extended DNS
+    """Pure: the per-probe gauges only some results have: DNSSEC, Extended DNS
     Errors, TLS. /probe adds them to its fixed template when the result has them."""
     authenticated: list[str] = []
     ede: list[str] = []
@@ -198,5 +198,5 @@ def probe_exposition(result: ProbeResult) -> str:
         duration=format_value(result.duration), rcode=result.rcode, answers=result.answer_rrs
     )
     if result.dnssec or result.tls is not None or (result.response and result.response.ede):
-        text += render(probe_extra_families([("", result)]))  # issue 23
+        text += render(probe_extra_families([("", result)]))
     return text

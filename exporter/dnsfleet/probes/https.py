@@ -1,11 +1,13 @@
 """DNS over HTTPS (RFC 8484), GET or POST, over HTTP/2: a fresh connection and TLS
-handshake per probe (tls.py), one request.
+handshake per probe (tlsconn.py, shared with DoT), one request.
 
-HTTP/2 is framed by ``h2`` (sans-I/O, pure Python) over asyncio's own TLS: unbound and Knot
-Resolver serve DoH over HTTP/2 only (aiohttp speaks HTTP/1.1). The POST body and its
-END_STREAM go in one DATA frame: Knot Resolver 5.6 answers 400 when END_STREAM comes in a
-separate empty frame, as some clients send it. The query ID is 0 (RFC 8484 4.1, for HTTP
-caches). The ALPN must come back ``h2``; anything else is a failed handshake.
+HTTP/2 is framed by ``h2`` (sans-I/O, pure Python) over the TLS connection tlsconn.py drives
+by hand (an ``ssl.SSLObject`` on memory BIOs; asyncio's own TLS cost more client CPU per
+probe): unbound and Knot Resolver serve DoH over HTTP/2 only (aiohttp speaks HTTP/1.1). The
+POST body and its END_STREAM go in one DATA frame: Knot Resolver 5.6 answers 400 when
+END_STREAM comes in a separate empty frame, as some clients send it. The query ID is 0 (RFC
+8484 4.1, for HTTP caches). The ALPN must come back ``h2``; anything else is a failed
+handshake.
 """
 
 from __future__ import annotations

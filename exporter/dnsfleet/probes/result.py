@@ -75,8 +75,10 @@ def judge(ex: Exchange, module: Module) -> ProbeResult:
     r = ex.response
     dnssec = module.dnssec != "none"
     if r is None:
+        # ``dnssec`` is the module's setting, not whether a handshake happened: an encrypted
+        # probe that timed out after its handshake asked for DNSSEC only if its module did.
         res = failed(ex.error or Reason.NETWORK_ERROR, ex.duration, ex.detail)
-        return replace(res, dnssec=True, tls=ex.tls) if dnssec or ex.tls else res
+        return replace(res, dnssec=dnssec, tls=ex.tls)
     reason, detail = _verdict(r, module)
     return ProbeResult(
         dnssec=dnssec,
@@ -100,7 +102,7 @@ def _verdict(r: Response, module: Module) -> tuple[Reason | None, str]:
             if module.transport == "udp"
             else "TC bit set on a TCP answer",
         )
-    dnssec = dnssec_verdict(r, module)  # issue 23: probes/dnssec.py
+    dnssec = dnssec_verdict(r, module)
     if dnssec is not None:
         return dnssec
     if r.rcode not in module.valid_rcode_numbers:

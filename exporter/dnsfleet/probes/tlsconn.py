@@ -11,6 +11,7 @@ ms of client CPU here against ~0.3 ms for DNS over TCP), so its time is kept apa
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import ssl
 import time
@@ -51,11 +52,28 @@ async def recv(loop: asyncio.AbstractEventLoop, sock: socket.socket, n: int) -> 
     return await loop.sock_recv(sock, n)
 
 
+# What identifies a version of a CA file: path, device, inode, size, modification time in ns
+# (as the web configuration's guard tells a changed file); None for the system store.
+CaStamp = tuple[str, int, int, int, int] | None
+
+
+def ca_stamp(ca_file: str | None) -> CaStamp:
+    """The stamp of the CA file as it is now. A file the loader checked that is gone or
+    unreadable since raises OSError, which ends as the probe's internal failure."""
+    if ca_file is None:
+        return None
+    st = os.stat(ca_file)
+    return (ca_file, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 @lru_cache(maxsize=64)
-def _context(ca_file: str | None, alpn: tuple[str, ...], stamp: int) -> ssl.SSLContext:
-    # ``stamp`` is the module's identity: a reload (a new Module) builds a fresh context, so
-    # a replaced CA file is read again. With the system store this costs ~35 ms; once.
-    ctx = ssl.create_default_context(cadata=read_ca_file(ca_file) if ca_file else None)
+def _context(stamp: CaStamp, alpn: tuple[str, ...]) -> ssl.SSLContext:
+    # Keyed on the file's stamp, not on the module: a replaced CA file is a new key, so the
+    # context is built from what the file holds now. (A module's id() is reused once the old
+    # Module is collected: after a CA rotation and reload, a quarter of the reloads got a
+    # context built from the old file.) With the system store this costs ~35 ms; once.
+    cadata = read_ca_file(stamp[0]) if stamp is not None else None
+    ctx = ssl.create_default_context(cadata=cadata)
     if alpn:
         ctx.set_alpn_protocols(list(alpn))
     return ctx
@@ -63,7 +81,7 @@ def _context(ca_file: str | None, alpn: tuple[str, ...], stamp: int) -> ssl.SSLC
 
 def context_for(module: Module, alpn: tuple[str, ...] = ()) -> ssl.SSLContext:
     """The module's client context: certificate and name verified, TLS 1.2 or later."""
-    return _context(module.tls_ca_file, alpn, id(module))
+    return _context(ca_stamp(module.tls_ca_file), alpn)
 
 
 def server_hostname(module: Module, sockaddr: Sockaddr) -> str:
@@ -226,6 +244,9 @@ class Attempt:
     ) -> Connection | Exchange:
         """TCP then TLS to ``sockaddr``: the connection, or the failed Exchange."""
         loop = asyncio.get_running_loop()
+        # Before the socket: a CA file gone since the load is the exporter's failure
+        # (internal), not the handshake's.
+        ctx = context_for(module, alpn)
         try:
             sock = socket.socket(family, socket.SOCK_STREAM)
         except OSError as e:
@@ -236,9 +257,7 @@ class Attempt:
             await loop.sock_connect(sock, sockaddr)
             t_tcp = time.monotonic()
             self.stage = "tls"
-            conn = Connection(
-                loop, sock, context_for(module, alpn), server_hostname(module, sockaddr)
-            )
+            conn = Connection(loop, sock, ctx, server_hostname(module, sockaddr))
             await conn.handshake()
         except OSError as e:  # ssl.SSLError is an OSError
             sock.close()

@@ -1,4 +1,4 @@
-"""Zone integrity at the zone's own nameservers (issue 23): SOA serials compared with RFC 1982
+"""Zone integrity at the zone's own nameservers: SOA serials compared with RFC 1982
 serial arithmetic, the RRSIG validity of the SOA and DNSKEY sets, and whether a DNSKEY
 matches the DS the parent publishes.
 
