@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
@@ -47,14 +48,32 @@ class StatsError(Exception):
     """The statistics could not be read; the message is the reason."""
 
 
+# A file's identity and content version: (path, device, inode, size, mtime_ns).
+FileKey = tuple[str, int, int, int, int]
+
+
+def _file_key(path: str) -> FileKey:
+    st = os.stat(path)
+    return (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 @functools.lru_cache(maxsize=64)
-def _tls_context(server_cert: str, client_cert: str, client_key: str) -> ssl.SSLContext:
+def _context_of(server_cert: FileKey, client_cert: FileKey, client_key: FileKey) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_REQUIRED
-    ctx.load_verify_locations(server_cert)
-    ctx.load_cert_chain(client_cert, client_key)
+    ctx.load_verify_locations(server_cert[0])
+    ctx.load_cert_chain(client_cert[0], client_key[0])
     return ctx
+
+
+def _tls_context(server_cert: str, client_cert: str, client_key: str) -> ssl.SSLContext:
+    """The remote-control client context for the files as they are now. Keyed on each
+    file's stamp, not its path: unbound-control-setup re-run, or a certificate renewed in
+    place, is a new key, so the next scrape presents and trusts what the files hold now
+    rather than the pair read at the first scrape until the exporter restarts. A file that
+    cannot be read raises OSError, which the caller reports as the read's failure."""
+    return _context_of(_file_key(server_cert), _file_key(client_cert), _file_key(client_key))
 
 
 async def unbound_control(source: StatsSource, command: str) -> str:
