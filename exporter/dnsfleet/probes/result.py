@@ -6,10 +6,8 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
-import dns.rcode
-
 from dnsfleet.config import Module
-from dnsfleet.dnswire import Malformed, Response, answer_texts
+from dnsfleet.dnswire import Malformed, Response, answer_texts, rcode_text
 from dnsfleet.probes.dnssec import dnssec_verdict
 from dnsfleet.probes.reasons import Reason
 
@@ -49,7 +47,7 @@ class ProbeResult:
 
     @property
     def rcode_text(self) -> str:
-        return dns.rcode.to_text(self.rcode) if self.rcode >= 0 else "-"  # type: ignore[arg-type]
+        return rcode_text(self.rcode) if self.rcode >= 0 else "-"
 
 
 @lru_cache(maxsize=256)
@@ -106,8 +104,7 @@ def _verdict(r: Response, module: Module) -> tuple[Reason | None, str]:
     if dnssec is not None:
         return dnssec
     if r.rcode not in module.valid_rcode_numbers:
-        text = dns.rcode.to_text(r.rcode)  # type: ignore[arg-type]
-        return Reason.RCODE, f"rcode {text} not in {', '.join(module.valid_rcodes)}"
+        return Reason.RCODE, f"rcode {rcode_text(r.rcode)} not in {', '.join(module.valid_rcodes)}"
     if r.matching_answers < module.min_answers:
         return (
             Reason.ANSWER_MISMATCH,
