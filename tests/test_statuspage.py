@@ -19,8 +19,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import given
-from hypothesis import strategies as st
 
 from dnsfleet.config import Config, parse
 from dnsfleet.exposition import Family, labelset
@@ -28,7 +26,7 @@ from dnsfleet.prober import Prober
 from dnsfleet.probes import Reason, failed
 from dnsfleet.probes.result import ProbeResult
 from dnsfleet.selfmetrics import ReloadStatus
-from dnsfleet.status.facts import History, PageFacts, ResolverFacts, Snapshot, parse_labels
+from dnsfleet.status.facts import History, PageFacts, ResolverFacts, Snapshot
 from dnsfleet.status.facts import Sample as StatusSample
 from dnsfleet.status.page import (
     RUNBOOK_BASE_URL,
@@ -46,16 +44,6 @@ from tests.harness.tools import binary
 from tests.test_fullstack import spare_loopback_pair
 
 # ------------------------------------------------------------------------------ pure
-
-
-@pytest.mark.unit
-@given(
-    st.dictionaries(
-        st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True), st.text(max_size=20), max_size=5
-    )
-)
-def test_parse_labels_inverts_labelset(labels: dict[str, str]) -> None:
-    assert parse_labels(labelset(labels)) == labels
 
 
 @pytest.mark.unit
@@ -203,7 +191,7 @@ def snap(
     t = labelset({"target": "192.0.2.1:53", "site": "x"})
     tm = labelset({"target": "192.0.2.1:53", "module": "m", "site": "x"})
     fams = [
-        Family("dnsfleet_resolver_start_time_seconds", "").add(start, parse_labels(t)),
+        Family("dnsfleet_resolver_start_time_seconds", "").add(start, t),
         Family("dnsfleet_resolver_queries_total", "", "counter"),
         Family("dnsfleet_resolver_cache_resets_total", "", "counter"),
         Family("dnsfleet_resolver_last_cache_reset_timestamp_seconds", ""),

@@ -15,7 +15,7 @@ import asyncio
 from dnsfleet.capacity.model import State, read_state
 from dnsfleet.collectors.base import CollectContext, Collector
 from dnsfleet.config import Config, Target
-from dnsfleet.exposition import Family, labelset
+from dnsfleet.exposition import Family, Labels, labelset
 
 STATE_KEY = "resolver_capacity"
 
@@ -59,7 +59,7 @@ def capacity_families(cfg: Config, measured: State) -> list[Family]:
             chosen[key] = t
     for key, t in chosen.items():
 
-        def labels(kind: str, t: Target = t) -> str:
+        def labels(kind: str, t: Target = t) -> Labels:
             return labelset([("target", t.address), ("kind", kind), *t.labels])
 
         if t.capacity_qps is not None:
@@ -71,7 +71,7 @@ def capacity_families(cfg: Config, measured: State) -> list[Family]:
                 spread.add_raw(kl, m.spread)
             # A figure known to be wrong must not feed the headroom rules.
             for reason in m.contradictions:
-                contradiction.add_raw(kl + "," + labelset([("reason", reason)]), 1.0)
+                contradiction.add_raw(kl.with_(("reason", reason)), 1.0)
             if m.contradictions:
                 continue
             cap.add_raw(kl, m.capacity_qps)

@@ -19,7 +19,7 @@ import json
 import struct
 from typing import Any
 
-from dnsfleet.exposition import Family
+from dnsfleet.exposition import Family, Labels
 
 REQUEST = b"F"
 HEADER = struct.Struct(">I")
@@ -35,7 +35,9 @@ class ChannelError(Exception):
 
 
 def encode_reply(families: list[Family]) -> bytes:
-    rows = [[f.name, f.help, f.type, f.samples] for f in families]
+    rows = [
+        [f.name, f.help, f.type, [(s, lab.pairs, v) for s, lab, v in f.samples]] for f in families
+    ]
     body = json.dumps(rows, separators=(",", ":")).encode()
     return HEADER.pack(len(body)) + body
 
@@ -50,6 +52,8 @@ def reply_length(header: bytes) -> int:
 def decode_reply(body: bytes) -> list[Family]:
     try:
         rows: list[Any] = json.loads(body)
-        return [Family(n, h, t, [(s, lab, v) for s, lab, v in smp]) for n, h, t, smp in rows]
+        return [
+            Family(n, h, t, [(s, Labels(lab), v) for s, lab, v in smp]) for n, h, t, smp in rows
+        ]
     except (ValueError, TypeError) as e:
         raise ChannelError(f"a reply that does not parse: {e}") from None

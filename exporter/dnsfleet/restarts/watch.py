@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from dnsfleet.config import Config, Module, Target
 from dnsfleet.dnswire import Query
-from dnsfleet.exposition import Family, join_labels, labelset
+from dnsfleet.exposition import Family, Labels, join_labels, labelset
 from dnsfleet.probes import ProbeResult, probe, query_for
 from dnsfleet.restarts.canary import VERIFY_QUERIES, CanaryTracker, chaos_txt, nsid_of
 
@@ -22,7 +22,7 @@ StateKey = tuple[str, str]  # (address, module)
 @dataclass(slots=True)
 class WatchState:
     target: Target
-    labels: str  # target, module and configured labels
+    labels: Labels  # target, module and configured labels
     canary: CanaryTracker = field(default_factory=CanaryTracker)
     # An authoritative answer (AA set: local-data, a stub to the authoritative server, or
     # the authority itself) comes from no cache: its TTL never counts down, so it cannot

@@ -52,27 +52,6 @@ KEPT = frozenset(Kept)
 Labels = dict[str, str]
 
 
-def parse_labels(text: str) -> Labels:
-    """Pure: ``a="1",b="x\\"y"`` (as :func:`dnsfleet.exposition.labelset` renders) -> dict."""
-    out: Labels = {}
-    i, n = 0, len(text)
-    while i < n:
-        eq = text.index("=", i)
-        key = text[i:eq]
-        j = eq + 2  # past ="
-        buf: list[str] = []
-        while text[j] != '"':
-            if text[j] == "\\":
-                j += 1
-                buf.append("\n" if text[j] == "n" else text[j])
-            else:
-                buf.append(text[j])
-            j += 1
-        out[key] = "".join(buf)
-        i = j + 2  # past ",
-    return out
-
-
 @dataclass(frozen=True)
 class Sample:
     labels: Labels
@@ -93,7 +72,7 @@ class Snapshot:
         for fam in families:
             if isinstance(fam, Family) and fam.name in KEPT:
                 kept.setdefault(fam.name, []).extend(
-                    Sample(parse_labels(lab), v) for suffix, lab, v in fam.samples if not suffix
+                    Sample(lab.as_dict(), v) for suffix, lab, v in fam.samples if not suffix
                 )
         return cls(wall, duration, {k: tuple(v) for k, v in kept.items()})
 
