@@ -123,7 +123,7 @@ def test_failing_column_says_since_when_even_with_readable_statistics() -> None:
     view = StatusView(
         config=cfg,
         reload_status=ReloadStatus(True, 900),
-        targets=list(p.states.values()),
+        targets=p.snapshots(),
         facts=PageFacts.of(Snapshot.of([up, start], wall=1000, duration=0.1)),
         history=History(),
         runbook_base_url=RUNBOOK_BASE_URL,
@@ -159,7 +159,7 @@ def test_control_and_bidi_characters_in_labels_and_details_are_shown_as_escapes(
     view = StatusView(
         config=cfg,
         reload_status=ReloadStatus(True, 900),
-        targets=list(p.states.values()),
+        targets=p.snapshots(),
         facts=None,
         history=History(),
         runbook_base_url=RUNBOOK_BASE_URL,

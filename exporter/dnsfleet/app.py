@@ -351,7 +351,7 @@ class Exporter:
         return StatusView(
             config=self.config,
             reload_status=self.reload_status,
-            targets=list(self.prober.states.values()),
+            targets=self.prober.snapshots(),
             facts=PageFacts.of(self.last_snapshot) if self.last_snapshot else None,
             history=self.status_history,
             runbook_base_url=self.runbook_base_url,

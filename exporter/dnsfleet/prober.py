@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from dnsfleet.config import Config, Module, Target
 from dnsfleet.dnswire import Query
 from dnsfleet.exposition import Family, Labels, TextFamily
-from dnsfleet.proberecord import LATENCY, LATENCY_BUCKETS, ProbeRecord
+from dnsfleet.proberecord import LATENCY, LATENCY_BUCKETS, ProbeRecord, TargetSnapshot
 from dnsfleet.probes import REASONS, Exchange, ProbeResult, Reason, failed, judge, probe, query_for
 from dnsfleet.probes.ede import code_label
 from dnsfleet.probes.udp import exchange_many
@@ -26,7 +26,7 @@ from dnsfleet.restarts import ResolverWatch, canary_families
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LATENCY_BUCKETS", "Prepared", "ProbeRecord", "Prober", "TargetState"]
+__all__ = ["LATENCY_BUCKETS", "Prepared", "ProbeRecord", "Prober", "TargetSnapshot", "TargetState"]
 
 _NOT_STARTED = failed(Reason.TIMEOUT, 0.0, "scrape deadline reached before the probe could start")
 
@@ -392,3 +392,8 @@ class Prober:
 
     def families(self) -> list[TextFamily | Family]:
         return self.record().families()
+
+    def snapshots(self) -> tuple[TargetSnapshot, ...]:
+        """Each configured target's last result and failing run, as immutable records."""
+        states = self.states.values()
+        return tuple(TargetSnapshot(s.target, s.last, s.last_wall, s.failing_since) for s in states)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dnsfleet.config import Target
 from dnsfleet.exposition import (
     LATENCY_BUCKETS,
     Family,
@@ -20,7 +21,7 @@ from dnsfleet.exposition import (
 from dnsfleet.probes import REASONS, ProbeResult
 from dnsfleet.probes.families import probe_result_families
 
-__all__ = ["LATENCY", "LATENCY_BUCKETS", "ProbeRecord", "RecordRow"]
+__all__ = ["LATENCY", "LATENCY_BUCKETS", "ProbeRecord", "RecordRow", "TargetSnapshot"]
 
 # labels, last result, probes, failures by reason, latency buckets, latency sum, EDE counts,
 # queries sent of an expect_bogus module (None for other modules)
@@ -86,6 +87,17 @@ class ProbeRecord:
             ),
             *self.canary,
         ]
+
+
+@dataclass(frozen=True, slots=True)
+class TargetSnapshot:
+    """What the status page shows of one target, copied from its ``prober.TargetState`` when
+    the page is built: the page never holds the prober's live state."""
+
+    target: Target
+    last: ProbeResult | None  # None: not probed yet
+    last_wall: float  # epoch seconds of the last probe
+    failing_since: float | None  # epoch seconds; None while the last probe succeeded
 
 
 def _counter_texts(rows: list[RecordRow]) -> tuple[str, str, str, str, str]:

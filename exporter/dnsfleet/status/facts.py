@@ -1,9 +1,10 @@
 """What the status page shows, kept from each scrape: the last :class:`Snapshot` of the
 families the page reads (named in :class:`Kept`, the one table that ties the page to metric
-names), the typed :class:`PageFacts` read from it, and the :class:`History` of restarts and
-cache resets found by comparing one snapshot with the next. ``app`` keeps the snapshot and
-the history and builds the page's view from the facts; ``status.page`` renders it and names
-no metric and no label.
+names; read from their samples' typed labels, never from text), the typed
+:class:`PageFacts` read from it, and the :class:`History` of restarts and cache resets
+found by comparing one snapshot with the next. ``app`` keeps the snapshot and the history
+and builds the page's view from the facts; ``status.page`` renders it and names no metric
+and no label.
 """
 
 from __future__ import annotations
