@@ -20,6 +20,7 @@ from dnsfleet.parsers.resolvconf import parse_resolv_conf
 from dnsfleet.prober import Prepared, Prober
 from dnsfleet.proberecord import ProbeRecord
 from dnsfleet.probes import ProbeResult
+from dnsfleet.restarts import canary_readings
 from dnsfleet.selfmetrics import (
     CONCURRENT_CYCLES,
     LoopLag,
@@ -32,7 +33,7 @@ from dnsfleet.selfmetrics import (
     scrape_duration_family,
     share_descriptors,
 )
-from dnsfleet.status.facts import History, PageFacts, Snapshot
+from dnsfleet.status.facts import History, PageFacts
 from dnsfleet.status.page import RUNBOOK_BASE_URL, StatusView
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,7 @@ class Exporter:
         self.web_config_status: Callable[[], ReloadStatus] | None = None
         self.scrapes_total = 0
         # What the status page shows: the last scrape's findings, never a probe of its own.
-        self.last_snapshot: Snapshot | None = None
+        self.last_facts: PageFacts | None = None
         self.status_history = History()
         # The status page links runbooks under this (--web.runbook-base-url).
         self.runbook_base_url = RUNBOOK_BASE_URL
@@ -342,8 +343,10 @@ class Exporter:
         # families as their record, not their text: 0.3 MB instead of 3.4 MB at 1,000 targets.
         self._keep(_Kept(budget, record, rest))
         fams = _exposition(record, rest)
-        self.last_snapshot = Snapshot.of(fams, wall=wall, duration=took)
-        self.status_history.update(self.last_snapshot, (t.address for t in cfg.targets))
+        self.last_facts = PageFacts.of(
+            ctx.findings, canary_readings(self.prober.watch), wall=wall, duration=took
+        )
+        self.status_history.update(self.last_facts, (t.address for t in cfg.targets))
         return fams
 
     def status_view(self) -> StatusView:
@@ -352,7 +355,7 @@ class Exporter:
             config=self.config,
             reload_status=self.reload_status,
             targets=self.prober.snapshots(),
-            facts=PageFacts.of(self.last_snapshot) if self.last_snapshot else None,
+            facts=self.last_facts,
             history=self.status_history,
             runbook_base_url=self.runbook_base_url,
         )

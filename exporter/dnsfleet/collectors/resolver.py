@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dnsfleet.collectors.base import DEADLINE_MARGIN, CollectContext, Collector
@@ -42,6 +43,15 @@ log = logging.getLogger(__name__)
 
 STATE_KEY = "resolver_stats"  # in CollectContext.state: {(address, source): StartJudgement}
 JudgementKey = tuple[str, StatsSource]
+
+
+@dataclass(frozen=True, slots=True)
+class ResolverReading:
+    """What one target's statistics said in a scrape (for the status page)."""
+
+    address: str
+    stats: ResolverStats | None  # None: unreadable
+    started: float | None  # the judged start time, else the stated one (as exported)
 
 
 def resolver_labels(target: Target) -> Labels:
@@ -225,7 +235,10 @@ async def collect(ctx: CollectContext) -> list[Family]:
                 log.info("resolver %s restarted (its own statistics say so)", t.address)
         if j is not None:
             judged[key] = j
-        rows.append((resolver_labels(t), None if r is None else r[0], j))
+        st = None if r is None else r[0]
+        rows.append((resolver_labels(t), st, j))
+        started = None if st is None else st.start_time if j is None else j.start_time
+        ctx.findings.add(ResolverReading(t.address, st, started))
     ctx.state[STATE_KEY] = judged
     return resolver_families(rows)
 

@@ -264,6 +264,41 @@ def canary_families(watch: ResolverWatch) -> list[Family]:
 
 
 @dataclass(frozen=True, slots=True)
+class CanaryReading:
+    """What one target's canary and backend identity said (for the status page); the
+    canary fields are None for a module without a canary."""
+
+    address: str
+    module: str
+    backend: str | None
+    usable: bool | None  # None until it has a baseline or a reason it cannot have one
+    unusable_reason: str  # "" unless unusable
+    cached: bool | None
+    resets: int | None
+    last_reset: float | None
+
+
+def canary_readings(watch: ResolverWatch) -> list[CanaryReading]:
+    out = []
+    for st in watch.states.values():
+        c = st.canary if st.target.module in watch.canary_queries else None
+        judged = c is not None and (bool(c.baselines) or c.unusable is not None)
+        out.append(
+            CanaryReading(
+                st.target.address,
+                st.target.module,
+                backend=st.backend,
+                usable=None if c is None or not judged else not c.unusable,
+                unusable_reason=c.unusable.value if c is not None and c.unusable else "",
+                cached=None if c is None else st.canary_cached,
+                resets=None if c is None else c.resets,
+                last_reset=None if c is None else c.last_reset,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
 class _CanaryFamilies:
     ttl: Family
     cached: Family
