@@ -127,3 +127,21 @@ def test_merge_checks_every_family_the_prober_s_too() -> None:
         ("dnsfleet_probe_success", frozenset({("target", "a")})): 1,
         ("dnsfleet_z", frozenset({("target", "a")})): 1,
     }
+
+
+def test_a_collector_family_clashing_with_the_prober_s_is_left_out_of_the_scrape() -> None:
+    """A cycle's families are merged as one: a collector emitting a name the prober writes
+    costs that family, logged, never the scrape (it once failed every /metrics with a 500)."""
+    from dnsfleet.app import _exposition
+    from dnsfleet.proberecord import ProbeRecord
+    from dnsfleet.probes import REASONS, ProbeResult
+
+    ok = ProbeResult(success=True, reason=None, duration=0.01, rcode=0, answer_rrs=1, detail="")
+    lab = Labels({"target": "a", "module": "m"})
+    row = (lab, ok, 1, (0,) * len(REASONS), (1,) + (0,) * len(LATENCY_BUCKETS), 0.01, (), None)
+    clash = Family("dnsfleet_probe_success", "Not the prober's.").add(0, {"target": "b"})
+    fams = _exposition(ProbeRecord([row], []), [clash, Family("dnsfleet_other", "O.").add(1)])
+    got = of(fams)
+    assert got[("dnsfleet_probe_success", frozenset(lab.pairs))] == 1
+    assert ("dnsfleet_probe_success", frozenset({("target", "b")})) not in got
+    assert got[("dnsfleet_other", frozenset())] == 1
