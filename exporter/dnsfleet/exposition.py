@@ -39,12 +39,17 @@ class Labels:
 
     pairs: tuple[tuple[str, str], ...]
     text: str
+    _hash: int
 
     def __init__(self, pairs: Mapping[str, str] | Iterable[Sequence[str]] = ()) -> None:
         items = pairs.items() if isinstance(pairs, Mapping) else pairs
-        self.pairs = tuple((str(k), str(v)) for k, v in items)
-        self.text = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in self.pairs)
-        self._hash = hash(self.text)
+        kept = tuple((str(k), str(v)) for k, v in items)
+        text = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in kept)
+        for name, value in (("pairs", kept), ("text", text), ("_hash", hash(text))):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Labels are immutable: cannot set {name}")
 
     def __hash__(self) -> int:
         return self._hash
@@ -60,12 +65,6 @@ class Labels:
 
     def __repr__(self) -> str:
         return f"Labels({{{self.text}}})"
-
-    def get(self, name: str, default: str = "") -> str:
-        return next((v for k, v in self.pairs if k == name), default)
-
-    def as_dict(self) -> dict[str, str]:
-        return dict(self.pairs)
 
     def with_(self, *pairs: tuple[str, str]) -> Labels:
         """These labels and more after them (``reason``, ``le``, ``code``)."""
