@@ -35,17 +35,24 @@ class Labels:
     their text ``a="1",b="2"`` (no braces), rendered once when the set is made. Two sets are
     the same series when their texts are equal."""
 
-    __slots__ = ("_hash", "pairs", "text")
+    __slots__ = ("_hash", "pairs", "prefix", "text")
 
     pairs: tuple[tuple[str, str], ...]
     text: str
+    prefix: str  # the text ahead of one more label: with its comma, if any
     _hash: int
 
     def __init__(self, pairs: Mapping[str, str] | Iterable[Sequence[str]] = ()) -> None:
         items = pairs.items() if isinstance(pairs, Mapping) else pairs
         kept = tuple((str(k), str(v)) for k, v in items)
         text = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in kept)
-        for name, value in (("pairs", kept), ("text", text), ("_hash", hash(text))):
+        prefix = text + "," if text else ""
+        for name, value in (
+            ("pairs", kept),
+            ("text", text),
+            ("prefix", prefix),
+            ("_hash", hash(text)),
+        ):
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -69,11 +76,6 @@ class Labels:
     def with_(self, *pairs: tuple[str, str]) -> Labels:
         """These labels and more after them (``reason``, ``le``, ``code``)."""
         return Labels((*self.pairs, *pairs))
-
-    @property
-    def prefix(self) -> str:
-        """The text ahead of one more label: with its comma, if any."""
-        return self.text + "," if self.text else ""
 
 
 NO_LABELS = Labels()
@@ -373,5 +375,5 @@ class HistogramWriter:
         )
 
     def text(self, labels: Labels, counts: Sequence[float], total: float) -> str:
-        block = self._block if labels else self._bare
+        block = self._block if labels.text else self._bare
         return block(labels.prefix, labels.text, format_value(total), *accumulate(counts))
