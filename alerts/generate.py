@@ -24,8 +24,7 @@ from typing import Any
 import yaml
 from deploy.kubernetes.generate import _Dumper
 
-from dnsfleet.exposition import format_value
-from dnsfleet.proberecord import LATENCY_BUCKETS
+from dnsfleet.exposition import LATENCY_BUCKETS, format_value, le_text
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "alerts" / "config.yml"
@@ -256,9 +255,9 @@ def _expr(slo: Slo, src: Source, text: str, window: str = "") -> str:
     values = {"selector": src.selector, "window": window}
     if slo.threshold is not None:
         values["threshold"] = format_value(slo.threshold)
-        # Prometheus 3 writes `le` of classic histograms as floats ("1.0"), 2.x as exposed.
-        forms = dict.fromkeys((format_value(slo.threshold), repr(slo.threshold)))
-        values["threshold_le"] = "|".join(f.replace(".", "\\\\.") for f in forms)
+        # The exporter writes `le` as Prometheus 3 normalises it ("1.0"), and so does 2.x
+        # store it as exposed: one spelling, matched exactly.
+        values["threshold_le"] = le_text(slo.threshold)
     return Template(text).substitute(values)
 
 

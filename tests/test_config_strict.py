@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from dnsfleet import config
 from dnsfleet.config import RESERVED_LABELS, ConfigError
+from dnsfleet.exposition import Labels
 from dnsfleet.web import config as webconfig
 from tests.harness.metrics import samples
 from tests.harness.tools import examples
@@ -103,7 +104,7 @@ def test_emitted_label_names_are_all_reserved() -> None:
             "dnsdist", (fixtures / "resolver" / "dnsdist-1.7.metrics.txt").read_text()
         ),
     ]
-    texts.append(render(stats_families([('target="t"', st, None) for st in stats])))
+    texts.append(render(stats_families([(Labels({"target": "t"}), st, None) for st in stats])))
     names = {k for text in texts for _, labels in samples(text) for k, _ in labels}
     assert names - RESERVED_LABELS == set(), sorted(names - RESERVED_LABELS)
 

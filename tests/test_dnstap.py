@@ -213,7 +213,7 @@ def test_peek_of_a_cut_or_spliced_response_never_raises_anything_else(
 
 
 def samples(fams: list[Family]) -> dict[tuple[str, str], float]:
-    return {(f.name + s, lab): v for f in fams for s, lab, v in f.samples}
+    return {(f.name + s, lab.text): v for f in fams for s, lab, v in f.samples}
 
 
 @pytest.mark.unit
@@ -256,10 +256,11 @@ def test_labels_stay_bounded_whatever_the_identities_and_names() -> None:
         evs.append(_with_identity(r, f"id-{i}".encode()))
     agg.ingest(evs)
     fams = agg.families()
-    targets = {lab.split('"')[1] for f in fams for _, lab, _ in f.samples if "target=" in lab}
+    texts = [lab.text for f in fams for _, lab, _ in f.samples]
+    targets = {lab.split('"')[1] for lab in texts if "target=" in lab}
     assert len(targets) == MAX_UNMAPPED + 1 and "other" in targets
     qtypes = {
-        lab.split('qtype="')[1].split('"')[0]
+        lab.text.split('qtype="')[1].split('"')[0]
         for f in fams
         if f.name == "dnsfleet_dnstap_responses_total"
         for _, lab, _ in f.samples
@@ -459,17 +460,19 @@ def test_fifty_thousand_random_names_flag_only_the_attacked_parent() -> None:
         ins.observe(t, client, 0, wire(f"www{i % 20}.popular.test"), 1.0)
     fams = {f.name: f for f in ins.families({t: {"target": t, "site": "lab"}}, 2.0)}
     suspects = fams["dnsfleet_dnstap_random_subdomain_suspect"].samples
-    assert [lab for _, lab, _ in suspects] == [
+    assert [lab.text for _, lab, _ in suspects] == [
         'target="127.0.0.1:53",site="lab",parent="victim.test"'
     ]
     kids = fams["dnsfleet_dnstap_random_subdomain_distinct_children"].samples[0][2]
     assert kids > 10_000  # linear counting saturates at 34,069
     # Counts show once the minute is over: at most top_n per kind.
     fams = {f.name: f for f in ins.families({}, 62.0)}
-    top = fams["dnsfleet_dnstap_top_domain_responses"].samples
+    top = [(s, lab.text, v) for s, lab, v in fams["dnsfleet_dnstap_top_domain_responses"].samples]
     assert 0 < len(top) <= 10
     assert top[0] == ("", 'target="127.0.0.1:53",rcode="NXDOMAIN",domain="victim.test"', 50_000)
-    clients = fams["dnsfleet_dnstap_top_client_responses"].samples
+    clients = [
+        (s, lab.text, v) for s, lab, v in fams["dnsfleet_dnstap_top_client_responses"].samples
+    ]
     assert 0 < len(clients) <= 10
     assert ("", 'target="127.0.0.1:53",client="127.0.0.1"', 100_000) in clients
     # A minute later with nothing new, nothing is shown: a stopped attack ages out.

@@ -39,7 +39,7 @@ Counts = dict[tuple[str, str], float]
 
 
 def counts(fams: list[Family]) -> Counts:
-    return {(f.name + s, lab): v for f in fams for s, lab, v in f.samples}
+    return {(f.name + s, lab.text): v for f in fams for s, lab, v in f.samples}
 
 
 def read(ing: Ingest) -> Counts:

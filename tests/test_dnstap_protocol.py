@@ -25,7 +25,7 @@ from dnsfleet.dnstap.protocol import (
     ReplyReader,
     Request,
 )
-from dnsfleet.exposition import Family
+from dnsfleet.exposition import Family, Labels
 from tests.harness.dnstapwriter import Writer, ingest_settings
 
 SETTINGS = IngestSettings(
@@ -43,10 +43,10 @@ SETTINGS = IngestSettings(
 
 def families() -> tuple[Family, ...]:
     hist = Family("dnsfleet_dnstap_response_duration_seconds", "Latency.", "histogram")
-    hist.add_raw('target="a",le="0.5"', 3, "_bucket")
-    hist.add_raw('target="a",le="+Inf"', 4, "_bucket")
-    hist.add_raw('target="a"', 0.75, "_sum")
-    hist.add_raw('target="a"', 4, "_count")
+    hist.add_raw(Labels([("target", "a"), ("le", "0.5")]), 3, "_bucket")
+    hist.add_raw(Labels([("target", "a"), ("le", "+Inf")]), 4, "_bucket")
+    hist.add_raw(Labels([("target", "a")]), 0.75, "_sum")
+    hist.add_raw(Labels([("target", "a")]), 4, "_count")
     return (
         Family("dnsfleet_dnstap_frames_total", "Frames.", "counter").add(12),
         Family("dnsfleet_dnstap_connections", "Open.").add(1, {"note": 'a "quoted"\nvalue'}),
@@ -62,7 +62,8 @@ def body(doc: object) -> bytes:
 def good() -> dict[str, object]:
     return {
         "listener": {"dev": 2049, "ino": 77},
-        "families": [["m_total", "Help.", "counter", [["", 'a="1"', 1.5]]]],
+        "labelsets": [[["a", "1"]]],
+        "families": [["m_total", "Help.", "counter", [["", 0, 1.5]]]],
     }
 
 
@@ -116,7 +117,12 @@ MALFORMED = [
     (b"\xff\xfe", "a reply that does not parse"),
     (b'{"families": [' + b"[" * 100_000, "a reply that does not parse"),
     (body([["m", "h", "gauge", []]]), "reply: not an object"),
-    (body({"families": []}), "reply: keys ['families'], not families and listener"),
+    (body({"families": []}), "reply: keys ['families'], not families, labelsets and listener"),
+    (spoiled(("labelsets",), {}), "reply.labelsets: not a list"),
+    (spoiled(("labelsets", 0), {"a": "1"}), "reply.labelsets[0]: not a list"),
+    (spoiled(("labelsets", 0, 0), ["a"]), "reply.labelsets[0][0]: not a label (name, value)"),
+    (spoiled(("labelsets", 0, 0), ["a b", "1"]), "reply.labelsets[0][0]: not a label"),
+    (spoiled(("labelsets", 0, 0), ["__x", 1]), "reply.labelsets[0][0]: not a label"),
     (spoiled(("listener",), [1, 2]), "reply.listener: not an object"),
     (spoiled(("listener", "ino"), "77"), "reply.listener.ino: not an integer"),
     (spoiled(("listener", "dev"), -1), "reply.listener.dev: not an integer"),
@@ -129,8 +135,10 @@ MALFORMED = [
     (spoiled(("families", 0, 3), "samples"), "reply.families[0].samples: not a list"),
     (spoiled(("families", 0, 3, 0), ["", 1.0]), "reply.families[0].samples[0]: 2 fields"),
     (spoiled(("families", 0, 3, 0, 0), "{x}"), "samples[0]: not a sample suffix"),
-    (spoiled(("families", 0, 3, 0, 1), 'a="1"\nb 2'), "samples[0]: not a label set"),
-    (spoiled(("families", 0, 3, 0, 1), {"a": "1"}), "samples[0]: not a label set"),
+    (spoiled(("families", 0, 3, 0, 1), 'a="1"'), "samples[0]: not the index of one of 1 label"),
+    (spoiled(("families", 0, 3, 0, 1), 1), "samples[0]: not the index of one of 1 label sets"),
+    (spoiled(("families", 0, 3, 0, 1), -1), "samples[0]: not the index of one of 1 label sets"),
+    (spoiled(("families", 0, 3, 0, 1), True), "samples[0]: not the index of one of 1 label"),
     (spoiled(("families", 0, 3, 0, 2), "1.5"), "samples[0]: not a number"),
     (spoiled(("families", 0, 3, 0, 2), True), "samples[0]: not a number"),
     (spoiled(("families", 0, 3, 0, 2), None), "samples[0]: not a number"),
@@ -150,7 +158,7 @@ def test_a_good_reply_decodes() -> None:
     reply = Reply.decode(body(good()))
     assert reply.listener == Listener(2049, 77)
     assert [(f.name, f.type, f.samples) for f in reply.families] == [
-        ("m_total", "counter", [("", 'a="1"', 1.5)])
+        ("m_total", "counter", [("", Labels([("a", "1")]), 1.5)])
     ]
 
 

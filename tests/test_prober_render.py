@@ -12,7 +12,7 @@ import pytest
 
 from dnsfleet.config import parse
 from dnsfleet.dnswire import Response
-from dnsfleet.exposition import format_value, render
+from dnsfleet.exposition import format_value, le_text, render
 from dnsfleet.prober import Prober, TargetState
 from dnsfleet.proberecord import LATENCY_BUCKETS
 from dnsfleet.probes import REASONS, ProbeResult, Reason
@@ -20,7 +20,7 @@ from dnsfleet.probes.result import Exchange, judge
 
 pytestmark = pytest.mark.unit
 
-LE = [*(format_value(b) for b in LATENCY_BUCKETS), "+Inf"]
+LE = [*(le_text(b) for b in LATENCY_BUCKETS), "+Inf"]
 
 
 def reference(states: list[TargetState]) -> str:
@@ -30,7 +30,7 @@ def reference(states: list[TargetState]) -> str:
     attempts: list[str] = []
     hist: list[str] = []
     for st in states:
-        lab = st.labels
+        lab = st.labels.text
         r = st.last
         if r is not None:
             gauges["success"].append(f"dnsfleet_probe_success{{{lab}}} {1 if r.success else 0}\n")

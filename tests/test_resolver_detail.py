@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from dnsfleet.collectors.resolver import detail_families
+from dnsfleet.exposition import Labels
 from dnsfleet.parsers.bind import parse_bind_server
 from dnsfleet.parsers.promtext import parse_prometheus_text, parse_resolver_metrics
 from dnsfleet.parsers.resolver import ResolverStats
@@ -296,7 +297,7 @@ def test_label_sets_are_closed_and_histograms_cumulative(software: str) -> None:
 
 
 def test_families_render_and_read_back() -> None:
-    rows = [(f'target="{name}"', make().detail) for name, make in ALL.items()]
+    rows = [(Labels({"target": name}), make().detail) for name, make in ALL.items()]
     got = of(detail_families(rows))
     key = frozenset({("target", "unbound"), ("le", "1e-06")})
     assert got[("dnsfleet_resolver_response_latency_seconds_bucket", key)] == 676

@@ -32,6 +32,7 @@ import pytest
 
 from dnsfleet.collectors.resolver import resolver_families
 from dnsfleet.config import StatsSource
+from dnsfleet.exposition import Labels
 from dnsfleet.parsers.resolver import ResolverStats
 from dnsfleet.parsers.resolverdetail import QTYPES
 from dnsfleet.resolverstats import read_stats
@@ -121,7 +122,7 @@ def dnsfleet(source: StatsSource, address: str) -> tuple[ResolverStats, Samples]
             return await read_stats(source, session)
 
     st = asyncio.run(read())
-    labels = f'target="{address}"'
+    labels = Labels({"target": address})
     return st, of(resolver_families([(labels, st, None)]))
 
 

@@ -19,7 +19,7 @@ from dnsfleet.capacity.queries import miss_name_count, miss_names
 from dnsfleet.collectors.resolver import stats_families
 from dnsfleet.collectors.resolver_capacity import capacity_families
 from dnsfleet.config import ConfigError, Endpoint, parse
-from dnsfleet.exposition import render
+from dnsfleet.exposition import Labels, render
 from dnsfleet.parsers.bind import parse_bind_server
 from dnsfleet.parsers.promtext import parse_resolver_metrics
 from dnsfleet.parsers.resperf import (
@@ -295,7 +295,7 @@ def test_capacity_families_by_kind() -> None:
     assert cap.value({"target": "10.0.0.2", "kind": "declared"}) == 400
     assert cap.value({"target": "10.0.0.2", "kind": "hit"}) == 900
     assert lower.value({"target": "10.0.0.2", "kind": "declared"}) is None
-    assert all('"10.0.0.3"' not in labels for _, labels, _ in cap.samples)
+    assert all('"10.0.0.3"' not in labels.text for _, labels, _ in cap.samples)
 
 
 # ------------------------------------------------------------------ the cache-reset rule
@@ -829,7 +829,9 @@ def test_stats_families_export_the_judged_start_and_restarts() -> None:
         "pdns-recursor", (FIX / "pdns-recursor-4.8.metrics.txt").read_text()
     )
     j = judge_start(None, reading(at=20, uptime=st.uptime))
-    text = render(stats_families([('target="t"', st, j), ('target="u"', None, None)]))
+    text = render(
+        stats_families([(Labels({"target": "t"}), st, j), (Labels({"target": "u"}), None, None)])
+    )
     assert f'dnsfleet_resolver_start_time_seconds{{target="t"}} {j.start_time:.0f}' in text
     assert 'dnsfleet_resolver_restarts_total{target="t"} 0' in text
     assert 'target="u"' in text and 'restarts_total{target="u"}' not in text

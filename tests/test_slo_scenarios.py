@@ -148,7 +148,7 @@ def canary(clients_per_minute: int) -> Scenario:
         series |= probe_series("val", "10.2.0.1:53", module, f"0x{n}", n)
         series[f"dnsfleet_probe_dns_rcode{{{lab}}}"] = f"{rcode}x{n}"
         series[f"dnsfleet_probe_success{{{lab}}}"] = f"1x{n}"
-        for le in ("0.005", "1", "+Inf"):
+        for le in ("0.005", "1.0", "+Inf"):
             series[f'dnsfleet_probe_latency_seconds_bucket{{{lab},le="{le}"}}'] = (
                 f"0+{PROBES_PER_MINUTE}x{n}"
             )

@@ -19,17 +19,18 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import given
-from hypothesis import strategies as st
 
+from dnsfleet.collectors.base import CollectorRun, Findings
+from dnsfleet.collectors.resolver import ResolverReading
+from dnsfleet.collectors.resolver_capacity import CapacityFigure
 from dnsfleet.config import Config, parse
-from dnsfleet.exposition import Family, labelset
+from dnsfleet.parsers.resolver import ResolverStats
 from dnsfleet.prober import Prober
 from dnsfleet.probes import Reason, failed
 from dnsfleet.probes.result import ProbeResult
+from dnsfleet.restarts import CanaryReading
 from dnsfleet.selfmetrics import ReloadStatus
-from dnsfleet.status.facts import History, PageFacts, ResolverFacts, Snapshot, parse_labels
-from dnsfleet.status.facts import Sample as StatusSample
+from dnsfleet.status.facts import History, PageFacts, ResolverFacts
 from dnsfleet.status.page import (
     RUNBOOK_BASE_URL,
     StatusView,
@@ -46,16 +47,6 @@ from tests.harness.tools import binary
 from tests.test_fullstack import spare_loopback_pair
 
 # ------------------------------------------------------------------------------ pure
-
-
-@pytest.mark.unit
-@given(
-    st.dictionaries(
-        st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True), st.text(max_size=20), max_size=5
-    )
-)
-def test_parse_labels_inverts_labelset(labels: dict[str, str]) -> None:
-    assert parse_labels(labelset(labels)) == labels
 
 
 @pytest.mark.unit
@@ -127,16 +118,14 @@ def test_failing_column_says_since_when_even_with_readable_statistics() -> None:
     ok = ProbeResult(success=True, reason=None, duration=0.01, rcode=0, answer_rrs=1, detail="")
     p.states[("192.0.2.1", "m")].observe(failed(Reason.RCODE, 0.01, "SERVFAIL"), 1000)
     p.states[("192.0.2.2", "m")].observe(ok, 1000)
-    up = Family("dnsfleet_resolver_stats_up", "")
-    start = Family("dnsfleet_resolver_start_time_seconds", "")
+    findings = Findings()
     for a in ("192.0.2.1", "192.0.2.2"):
-        up.add(1, {"target": a})
-        start.add(400, {"target": a})
+        findings.add(ResolverReading(a, stats(start_time=400, software=("", "")), 400))
     view = StatusView(
         config=cfg,
         reload_status=ReloadStatus(True, 900),
-        targets=list(p.states.values()),
-        facts=PageFacts.of(Snapshot.of([up, start], wall=1000, duration=0.1)),
+        targets=p.snapshots(),
+        facts=PageFacts.of(findings, [], wall=1000, duration=0.1),
         history=History(),
         runbook_base_url=RUNBOOK_BASE_URL,
     )
@@ -171,7 +160,7 @@ def test_control_and_bidi_characters_in_labels_and_details_are_shown_as_escapes(
     view = StatusView(
         config=cfg,
         reload_status=ReloadStatus(True, 900),
-        targets=list(p.states.values()),
+        targets=p.snapshots(),
         facts=None,
         history=History(),
         runbook_base_url=RUNBOOK_BASE_URL,
@@ -184,10 +173,76 @@ def test_control_and_bidi_characters_in_labels_and_details_are_shown_as_escapes(
 
 
 @pytest.mark.unit
+def test_page_facts_come_from_the_producers_typed_records() -> None:
+    """The resolver's reading, its capacity figures, the canaries and the collectors' runs
+    become the page's facts as they were handed over: nothing is read from a family."""
+    findings = Findings()
+    findings.add(
+        ResolverReading("192.0.2.1:53", stats(start_time=400, queries=9), 400),
+        ResolverReading("192.0.2.2:53", None, None),
+        CapacityFigure("192.0.2.1:53", "hit", 5000, True),
+        CapacityFigure("192.0.2.1:53", "miss", 0, False),
+        CollectorRun("stub", True, 0.25),
+        CollectorRun("nic", False, 0.5),
+    )
+    canaries = [
+        CanaryReading("192.0.2.1:53", "m", "b1", False, "", True, 3, 950.0),
+        CanaryReading("192.0.2.1:53", "n", None, None, "", None, 1, 990.0),
+        CanaryReading("192.0.2.2:53", "m", None, None, "", None, None, None),
+    ]
+    facts = PageFacts.of(findings, canaries, wall=1000, duration=0.1)
+    assert facts.resolvers["192.0.2.1:53"] == ResolverFacts(
+        stats_up=True,
+        software="unbound 1.17.1",
+        started=400,
+        capacity={"hit": 5000},
+        lower_bound=frozenset({"hit"}),
+        last_cache_reset=990.0,
+        queries=9,
+        cache_hits=0,
+        cache_misses=0,
+    )
+    assert facts.resolvers["192.0.2.2:53"] == ResolverFacts(stats_up=False)
+    assert list(facts.canaries) == [("192.0.2.1:53", "m")]
+    assert facts.canaries[("192.0.2.1:53", "m")].unusable_reason == "unknown"
+    assert facts.cache_resets == {("192.0.2.1:53", "m"): 3, ("192.0.2.1:53", "n"): 1}
+    assert [(c.name, c.ok) for c in facts.collectors] == [("nic", False), ("stub", True)]
+    assert not facts.stub_watched and not facts.stubs
+
+
+@pytest.mark.unit
+def test_the_status_package_reads_no_exposition() -> None:
+    """The page is built from typed records: no module of status/ imports the exposition
+    or a parser of its text."""
+    import ast
+
+    import dnsfleet.status
+
+    root = Path(dnsfleet.status.__file__).parent
+    for f in root.glob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom | ast.Import):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+                names += [a.name for a in node.names]
+                assert not [n for n in names if "exposition" in n or "promtext" in n], f
+
+
+@pytest.mark.unit
 def test_runbook_base_url_default_is_the_rules_default() -> None:
     from alerts.generate import CONFIG, load_config
 
     assert load_config(CONFIG).runbook_base_url == RUNBOOK_BASE_URL
+
+
+def stats(
+    *,
+    start_time: float | None = None,
+    queries: int = 0,
+    hits: int = 0,
+    misses: int = 0,
+    software: tuple[str, str] = ("unbound", "1.17.1"),
+) -> ResolverStats:
+    return ResolverStats(*software, start_time, queries, hits, misses, None)
 
 
 def snap(
@@ -196,30 +251,18 @@ def snap(
     start: float,
     resets: int,
     last_reset: float | None,
-    queries: float,
-    hits: float | None = None,
-    misses: float | None = None,
-) -> Snapshot:
-    t = labelset({"target": "192.0.2.1:53", "site": "x"})
-    tm = labelset({"target": "192.0.2.1:53", "module": "m", "site": "x"})
-    fams = [
-        Family("dnsfleet_resolver_start_time_seconds", "").add(start, parse_labels(t)),
-        Family("dnsfleet_resolver_queries_total", "", "counter"),
-        Family("dnsfleet_resolver_cache_resets_total", "", "counter"),
-        Family("dnsfleet_resolver_last_cache_reset_timestamp_seconds", ""),
-    ]
-    fams[1].add_raw(t, queries)
-    fams[2].add_raw(tm, resets)
-    if last_reset is not None:
-        fams[3].add_raw(tm, last_reset)
-    for name, v in (
-        ("dnsfleet_resolver_cache_hits_total", hits),
-        ("dnsfleet_resolver_cache_misses_total", misses),
-    ):
-        if v is not None:
-            fams.append(Family(name, "", "counter"))
-            fams[-1].add_raw(t, v)
-    return Snapshot.of(fams, wall=wall, duration=0.1)
+    queries: int,
+    hits: int | None = None,
+    misses: int | None = None,
+) -> PageFacts:
+    """The facts of one scrape, from the records its producers hand over."""
+    t = "192.0.2.1:53"
+    findings = Findings()
+    findings.add(
+        ResolverReading(t, stats(queries=queries, hits=hits or 0, misses=misses or 0), start)
+    )
+    canary = CanaryReading(t, "m", None, True, "", True, resets, last_reset)
+    return PageFacts.of(findings, [canary], wall=wall, duration=0.1)
 
 
 @pytest.mark.unit
@@ -257,8 +300,8 @@ def test_history_keeps_the_cache_hit_ratio_between_scrapes() -> None:
     assert "192.0.2.1:53" not in h.hit_ratio  # counters restarted
 
 
-def cap(kind: str, v: float) -> StatusSample:
-    return StatusSample({"target": "t", "kind": kind}, v)
+def cap(kind: str, v: float) -> tuple[str, float]:
+    return (kind, v)
 
 
 @pytest.mark.unit
@@ -307,20 +350,16 @@ def cap(kind: str, v: float) -> StatusSample:
     ],
 )
 def test_status_page_capacity_cell(
-    caps: list[StatusSample],
-    lower: list[StatusSample],
+    caps: list[tuple[str, float]],
+    lower: list[tuple[str, float]],
     qps: float | None,
     h: float | None,
     want: str,
 ) -> None:
-    fams = [
-        Family("dnsfleet_resolver_capacity_qps", ""),
-        Family("dnsfleet_resolver_capacity_lower_bound", ""),
-    ]
-    for fam, samples in zip(fams, (caps, lower), strict=True):
-        for sample in samples:
-            fam.add(sample.value, sample.labels)
-    facts = PageFacts.of(Snapshot.of(fams, wall=1, duration=0)).resolvers.get("t")
+    findings = Findings()
+    bounds = {kind for kind, v in lower if v == 1}
+    findings.add(*(CapacityFigure("t", kind, v, kind in bounds) for kind, v in caps))
+    facts = PageFacts.of(findings, [], wall=1, duration=0).resolvers.get("t")
     facts = facts or ResolverFacts()
     cell = _headroom(facts.capacity, facts.lower_bound, qps, h)
     assert (
@@ -329,14 +368,6 @@ def test_status_page_capacity_cell(
     )
     if qps is not None and caps:
         assert ('class="bad"' in cell) == want.startswith("20%")
-
-
-@pytest.mark.unit
-def test_snapshot_keeps_only_the_page_families() -> None:
-    kept = Family("dnsfleet_collector_success", "").add(1, {"collector": "nic"})
-    other = Family("dnsfleet_nic_queue_interrupts_total", "").add(5, {"device": "eth0"})
-    s = Snapshot.of([kept, other], wall=1, duration=0)
-    assert set(s.families) == {"dnsfleet_collector_success"}
 
 
 # --------------------------------------------------------------------- the real page

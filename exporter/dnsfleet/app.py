@@ -26,6 +26,7 @@ from dnsfleet.parsers.resolvconf import parse_resolv_conf
 from dnsfleet.prober import Prepared, Prober
 from dnsfleet.proberecord import ProbeRecord
 from dnsfleet.probes import ProbeResult
+from dnsfleet.restarts import canary_readings
 from dnsfleet.selfmetrics import (
     CONCURRENT_CYCLES,
     LoopLag,
@@ -38,7 +39,7 @@ from dnsfleet.selfmetrics import (
     scrape_duration_family,
     share_descriptors,
 )
-from dnsfleet.status.facts import History, PageFacts, Snapshot
+from dnsfleet.status.facts import History, PageFacts
 from dnsfleet.status.page import RUNBOOK_BASE_URL, StatusView
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,13 @@ class _Kept:
     budget: float
     record: ProbeRecord
     rest: list[Family | TextFamily]
+
+
+def _exposition(record: ProbeRecord, rest: list[Family | TextFamily]) -> list[Family | TextFamily]:
+    """Every family of one cycle, merged and checked as one (exposition.merge): a family
+    that conflicts with another, the prober's or a collector's, is that family's logged
+    error and is left out; the scrape goes on."""
+    return merge([*record.families(), *rest])
 
 
 class Exporter:
@@ -126,7 +134,7 @@ class Exporter:
         self.web_config_status: Callable[[], ReloadStatus] | None = None
         self.scrapes_total = 0
         # What the status page shows: the last scrape's findings, never a probe of its own.
-        self.last_snapshot: Snapshot | None = None
+        self.last_facts: PageFacts | None = None
         self.status_history = History()
         # The status page links runbooks under this (--web.runbook-base-url).
         self.runbook_base_url = RUNBOOK_BASE_URL
@@ -260,7 +268,7 @@ class Exporter:
         kept = self._kept_for(budget)
         if kept is None:
             raise TimeoutError
-        return [*kept.record.families(), *kept.rest]
+        return _exposition(kept.record, kept.rest)
 
     def _cycle_for(self, budget: float, deadline: float) -> _Cycle | None:
         """The freshest cycle in flight this request may share: its probes got at least
@@ -329,7 +337,7 @@ class Exporter:
         self.scrapes_total += 1
         record = self.prober.record(results)
         rest: list[Family | TextFamily] = [
-            *merge(collected),
+            *collected,
             *exporter_families(
                 reload_successful=self.reload_status.successful,
                 reload_timestamp=self.reload_status.timestamp,
@@ -352,9 +360,11 @@ class Exporter:
         # wait for a cycle in flight is answered with it (see scrape_families). The probe
         # families as their record, not their text: 0.3 MB instead of 3.4 MB at 1,000 targets.
         self._keep(_Kept(budget, record, rest))
-        fams = [*record.families(), *rest]
-        self.last_snapshot = Snapshot.of(fams, wall=wall, duration=took)
-        self.status_history.update(self.last_snapshot, (t.address for t in cfg.targets))
+        fams = _exposition(record, rest)
+        self.last_facts = PageFacts.of(
+            ctx.findings, canary_readings(self.prober.watch), wall=wall, duration=took
+        )
+        self.status_history.update(self.last_facts, (t.address for t in cfg.targets))
         return fams
 
     def status_view(self) -> StatusView:
@@ -362,8 +372,8 @@ class Exporter:
         return StatusView(
             config=self.config,
             reload_status=self.reload_status,
-            targets=list(self.prober.states.values()),
-            facts=PageFacts.of(self.last_snapshot) if self.last_snapshot else None,
+            targets=self.prober.snapshots(),
+            facts=self.last_facts,
             history=self.status_history,
             runbook_base_url=self.runbook_base_url,
         )

@@ -13,13 +13,12 @@ import dataclasses
 import logging
 import socket
 import time
-from bisect import bisect_left
 from dataclasses import dataclass, field
 
 from dnsfleet.config import Config, Module, Target
 from dnsfleet.dnswire import Query
-from dnsfleet.exposition import Family, TextFamily, labelset
-from dnsfleet.proberecord import LATENCY_BUCKETS, ProbeRecord
+from dnsfleet.exposition import Family, Labels, TextFamily
+from dnsfleet.proberecord import LATENCY, LATENCY_BUCKETS, ProbeRecord, TargetSnapshot
 from dnsfleet.probes import REASONS, Exchange, ProbeResult, Reason, failed, judge, probe, query_for
 from dnsfleet.probes.ede import code_label
 from dnsfleet.probes.udp import exchange_many
@@ -27,7 +26,7 @@ from dnsfleet.restarts import ResolverWatch, canary_families
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LATENCY_BUCKETS", "Prepared", "ProbeRecord", "Prober", "TargetState"]
+__all__ = ["LATENCY_BUCKETS", "Prepared", "ProbeRecord", "Prober", "TargetSnapshot", "TargetState"]
 
 _NOT_STARTED = failed(Reason.TIMEOUT, 0.0, "scrape deadline reached before the probe could start")
 
@@ -61,7 +60,7 @@ def evident(result: ProbeResult, module: Module, *, budget: float, lead: bool) -
 @dataclass(slots=True)
 class TargetState:
     target: Target
-    labels: str  # target, module and configured labels
+    labels: Labels  # target, module and configured labels
     # The target's socket address and family, worked out once (each probe needs them).
     sockaddr: tuple[str, int] | tuple[str, int, int, int]
     family: socket.AddressFamily
@@ -100,15 +99,15 @@ class TargetState:
         if result.response is not None:
             # Latency of answers only: a timeout's duration is the timeout, not latency.
             d = result.duration
-            self.buckets[bisect_left(LATENCY_BUCKETS, d)] += 1  # the first bound >= d
+            self.buckets[LATENCY.index(d)] += 1
             self.latency_sum += d
             for code in result.response.ede:
                 label = code_label(code)
                 self.ede_counts[label] = self.ede_counts.get(label, 0) + 1
 
 
-def target_labels(target: Target) -> str:
-    return labelset([("target", target.address), ("module", target.module), *target.labels])
+def target_labels(target: Target) -> Labels:
+    return Labels([("target", target.address), ("module", target.module), *target.labels])
 
 
 def new_state(target: Target, *, bogus: bool = False) -> TargetState:
@@ -393,3 +392,8 @@ class Prober:
 
     def families(self) -> list[TextFamily | Family]:
         return self.record().families()
+
+    def snapshots(self) -> tuple[TargetSnapshot, ...]:
+        """Each configured target's last result and failing run, as immutable records."""
+        states = self.states.values()
+        return tuple(TargetSnapshot(s.target, s.last, s.last_wall, s.failing_since) for s in states)

@@ -8,33 +8,26 @@ text. The state it copies lives in prober.py (``TargetState``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import accumulate
 
-from dnsfleet.exposition import Family, TextFamily, format_value
-from dnsfleet.probes import REASONS, ProbeResult
-from dnsfleet.probes.families import compile_template, label_prefix, probe_result_families
-
-LATENCY_BUCKETS: tuple[float, ...] = (
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
+from dnsfleet.config import Target
+from dnsfleet.exposition import (
+    LATENCY_BUCKETS,
+    Family,
+    HistogramWriter,
+    Labels,
+    TextFamily,
+    compile_template,
 )
+from dnsfleet.probes import REASONS, ProbeResult
+from dnsfleet.probes.families import probe_result_families
+
+__all__ = ["LATENCY", "LATENCY_BUCKETS", "ProbeRecord", "RecordRow", "TargetSnapshot"]
 
 # labels, last result, probes, failures by reason, latency buckets, latency sum, EDE counts,
 # queries sent of an expect_bogus module (None for other modules)
 EdeCounts = tuple[tuple[str, int], ...]
 RecordRow = tuple[
-    str, ProbeResult | None, int, tuple[int, ...], tuple[int, ...], float, EdeCounts, int | None
+    Labels, ProbeResult | None, int, tuple[int, ...], tuple[int, ...], float, EdeCounts, int | None
 ]
 
 
@@ -48,7 +41,7 @@ class ProbeRecord:
         template shared by all targets (a 1,000-target cycle wrote 36,000 lines one
         f-string at a time)."""
         rows = self.rows
-        fams = probe_result_families([(row[0], row[1]) for row in rows])
+        fams = probe_result_families([(row[0].text, row[1]) for row in rows])
         failures, attempts, bogus, hist, ede = _counter_texts(rows)
         return [
             *fams,
@@ -96,24 +89,29 @@ class ProbeRecord:
         ]
 
 
+@dataclass(frozen=True, slots=True)
+class TargetSnapshot:
+    """What the status page shows of one target, copied from its ``prober.TargetState`` when
+    the page is built: the page never holds the prober's live state."""
+
+    target: Target
+    last: ProbeResult | None  # None: not probed yet
+    last_wall: float  # epoch seconds of the last probe
+    failing_since: float | None  # epoch seconds; None while the last probe succeeded
+
+
 def _counter_texts(rows: list[RecordRow]) -> tuple[str, str, str, str, str]:
     """The counter families' text: failures, attempts, bogus queries, latency, EDE."""
-    attempts = "".join([_ATTEMPTS.format(labels, probes) for labels, _, probes, *_ in rows])
-    bogus = "".join([_BOGUS.format(labels, n) for labels, *_, n in rows if n is not None])
-    failures = "".join(
-        [_failures_block(label_prefix(labels), *fails) for labels, _, _, fails, *_ in rows]
-    )
+    attempts = "".join([_ATTEMPTS.format(labels.text, probes) for labels, _, probes, *_ in rows])
+    bogus = "".join([_BOGUS.format(labels.text, n) for labels, *_, n in rows if n is not None])
+    failures = "".join([_failures_block(labels.prefix, *fails) for labels, _, _, fails, *_ in rows])
+    text = LATENCY.text
     hist = "".join(
-        [
-            _histogram_block(
-                label_prefix(labels), labels, format_value(latency_sum), *accumulate(buckets)
-            )
-            for labels, _, _, _, buckets, latency_sum, *_ in rows
-        ]
+        [text(labels, buckets, latency_sum) for labels, _, _, _, buckets, latency_sum, *_ in rows]
     )
     ede = "".join(
         [
-            f'{_EDE_TOTAL_NAME}{{{label_prefix(labels)}code="{code}"}} {n}\n'
+            f'{_EDE_TOTAL_NAME}{{{labels.prefix}code="{code}"}} {n}\n'
             for labels, *_, counts, _ in rows
             for code, n in counts
         ]
@@ -121,7 +119,7 @@ def _counter_texts(rows: list[RecordRow]) -> tuple[str, str, str, str, str]:
     return failures, attempts, bogus, hist, ede
 
 
-# Each block's {p} is the labels prefix (see label_prefix), {l} the labels alone; doubled braces
+# Each block's {p} is the labels ahead of one more label (Labels.prefix); doubled braces
 # are the exposition's own.
 _FAILURES_NAME = "dnsfleet_probe_failures_total"
 _ATTEMPTS_NAME = "dnsfleet_probe_attempts_total"
@@ -137,13 +135,5 @@ _failures_block = compile_template(
         f'{_FAILURES_NAME}{{{{{{p}}reason="{r.value}"}}}} {{f{i}}}\n' for i, r in enumerate(REASONS)
     ),
 )
-_LE_TEXT = (*(format_value(b) for b in LATENCY_BUCKETS), "+Inf")
-_histogram_block = compile_template(
-    "histogram",
-    "p, l, s, " + ", ".join(f"a{i}" for i in range(len(_LE_TEXT))),
-    "".join(
-        f'{_LATENCY_NAME}_bucket{{{{{{p}}le="{le}"}}}} {{a{i}}}\n' for i, le in enumerate(_LE_TEXT)
-    )
-    + f"{_LATENCY_NAME}_sum{{{{{{l}}}}}} {{s}}\n"
-    + f"{_LATENCY_NAME}_count{{{{{{l}}}}}} {{a{len(_LE_TEXT) - 1}}}\n",
-)
+# The probes' latency histogram: answers only (a timeout's duration is the timeout).
+LATENCY = HistogramWriter(_LATENCY_NAME, LATENCY_BUCKETS)

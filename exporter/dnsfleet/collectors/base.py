@@ -23,8 +23,8 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from concurrent.futures import Future
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from dnsfleet.config import Config
 from dnsfleet.exposition import Family
@@ -41,6 +41,35 @@ class CollectorError(Exception):
     """A collector could not produce truthful data; the message is the reason."""
 
 
+T = TypeVar("T")
+
+
+class Findings:
+    """Typed records a scrape's producers hand to a second consumer (the status page)
+    beside their families: what they found, never text to read back. Each producer adds
+    records of its own types; a reader asks for one type."""
+
+    __slots__ = ("_records",)
+
+    def __init__(self) -> None:
+        self._records: list[object] = []
+
+    def add(self, *records: object) -> None:
+        self._records.extend(records)
+
+    def of(self, kind: type[T]) -> list[T]:
+        return [r for r in self._records if isinstance(r, kind)]
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorRun:
+    """How one collector ran in a scrape: its success and duration, as typed records."""
+
+    name: str
+    ok: bool
+    duration: float  # seconds
+
+
 @dataclass(frozen=True)
 class CollectContext:
     fs: HostFS
@@ -50,6 +79,8 @@ class CollectContext:
     # Sockets the zone checks may hold at once: their share of the cycle's open-file
     # budget (app.py splits it with the probes; selfmetrics.share_descriptors).
     sockets: int = 64
+    # What this scrape's collectors found, typed, for the status page.
+    findings: Findings = field(default_factory=Findings)
 
 
 HostCollectFn = Callable[[HostFS, Config], list[Family]]
@@ -232,8 +263,10 @@ async def run_collectors(ctx: CollectContext, collectors: Mapping[str, Collector
                 exc_info=not isinstance(e, CollectorError | OSError | ValueError),
             )
         labels = {"collector": c.name}
+        took = time.monotonic() - start
         success.add(ok, labels)
-        duration.add(time.monotonic() - start, labels)
+        duration.add(took, labels)
+        ctx.findings.add(CollectorRun(c.name, ok == 1.0, took))
         return fams if ok else []
 
     results = await asyncio.gather(*(one(c) for c in chosen))

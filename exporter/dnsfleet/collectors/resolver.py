@@ -17,13 +17,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dnsfleet.collectors.base import DEADLINE_MARGIN, CollectContext, Collector
 from dnsfleet.config import Config, StatsSource, Target
-from dnsfleet.exposition import Family, MetricType, format_value, join_labels, labelset
+from dnsfleet.exposition import (
+    Family,
+    Labels,
+    MetricType,
+    add_histogram,
+    join_labels,
+    labelset,
+)
 from dnsfleet.parsers.resolver import ResolverStats
 from dnsfleet.parsers.resolverdetail import Counts, Histogram, ResolverDetail
 from dnsfleet.resolverstats import StatsError, read_stats
@@ -38,7 +45,16 @@ STATE_KEY = "resolver_stats"  # in CollectContext.state: {(address, source): Sta
 JudgementKey = tuple[str, StatsSource]
 
 
-def resolver_labels(target: Target) -> str:
+@dataclass(frozen=True, slots=True)
+class ResolverReading:
+    """What one target's statistics said in a scrape (for the status page)."""
+
+    address: str
+    stats: ResolverStats | None  # None: unreadable
+    started: float | None  # the judged start time, else the stated one (as exported)
+
+
+def resolver_labels(target: Target) -> Labels:
     """Resolver-level series: the target and its configured labels (``site``...), no module:
     the statistics describe the resolver at an address, whatever module probes it."""
     return labelset([("target", target.address), *target.labels])
@@ -122,7 +138,7 @@ _STATS: dict[str, tuple[str, str, MetricType]] = {
 
 
 def stats_families(
-    rows: list[tuple[str, ResolverStats | None, StartJudgement | None]],
+    rows: list[tuple[Labels, ResolverStats | None, StartJudgement | None]],
 ) -> list[Family]:
     """Pure: (resolver labels, stats or None when unreadable, the restart judgement or None
     before any) -> families. Without a judgement the start time is the stated one."""
@@ -137,7 +153,7 @@ def stats_families(
 
 
 def _add_stats(
-    fams: dict[str, Family], labels: str, st: ResolverStats, judged: StartJudgement | None
+    fams: dict[str, Family], labels: Labels, st: ResolverStats, judged: StartJudgement | None
 ) -> None:
     started = st.start_time if judged is None else judged.start_time
     if started is not None:
@@ -208,7 +224,7 @@ async def collect(ctx: CollectContext) -> list[Family]:
     # Kept per (address, statistics source) across scrapes and reloads that keep the pair.
     before: dict[JudgementKey, StartJudgement] = ctx.state.get(STATE_KEY, {})
     judged: dict[JudgementKey, StartJudgement] = {}
-    rows: list[tuple[str, ResolverStats | None, StartJudgement | None]] = []
+    rows: list[tuple[Labels, ResolverStats | None, StartJudgement | None]] = []
     for t, r in zip(targets, results, strict=True):
         assert t.stats is not None
         key = (t.address, t.stats)
@@ -219,13 +235,16 @@ async def collect(ctx: CollectContext) -> list[Family]:
                 log.info("resolver %s restarted (its own statistics say so)", t.address)
         if j is not None:
             judged[key] = j
-        rows.append((resolver_labels(t), None if r is None else r[0], j))
+        st = None if r is None else r[0]
+        rows.append((resolver_labels(t), st, j))
+        started = None if st is None else st.start_time if j is None else j.start_time
+        ctx.findings.add(ResolverReading(t.address, st, started))
     ctx.state[STATE_KEY] = judged
     return resolver_families(rows)
 
 
 def resolver_families(
-    rows: list[tuple[str, ResolverStats | None, StartJudgement | None]],
+    rows: list[tuple[Labels, ResolverStats | None, StartJudgement | None]],
 ) -> list[Family]:
     """Pure: every family of the resolvers' statistics, the counters and the detail."""
     detail = [(labels, st.detail) for labels, st, _ in rows if st is not None]
@@ -244,15 +263,11 @@ COLLECTOR = Collector(
 # software does not count the thing (docs/metrics.md), never a zero standing for unknown.
 
 
-def _histogram(fam: Family, labels: str, h: Histogram) -> None:
-    for le, n in h.buckets:
-        bound = "+Inf" if math.isinf(le) else format_value(le)
-        fam.add_raw(join_labels(labels, labelset([("le", bound)])), n, "_bucket")
-    fam.add_raw(labels, h.sum, "_sum")
-    fam.add_raw(labels, h.count, "_count")
+def _histogram(fam: Family, labels: Labels, h: Histogram) -> None:
+    add_histogram(fam, labels, h.buckets, total=h.sum, count=h.count)
 
 
-def _by(fam: Family, labels: str, key: str, counts: Counts) -> None:
+def _by(fam: Family, labels: Labels, key: str, counts: Counts) -> None:
     for name, n in counts:
         fam.add_raw(join_labels(labels, labelset([(key, name)])), n)
 
@@ -326,7 +341,7 @@ SPECS: dict[str, tuple[str, str, MetricType]] = {
 }
 
 
-def detail_families(rows: list[tuple[str, ResolverDetail]]) -> list[Family]:
+def detail_families(rows: list[tuple[Labels, ResolverDetail]]) -> list[Family]:
     """Pure: (resolver labels, detail) of each readable resolver -> families."""
     f = {key: Family(name, helptext, kind) for key, (name, helptext, kind) in SPECS.items()}
     for labels, d in rows:

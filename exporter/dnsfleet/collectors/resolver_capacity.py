@@ -11,13 +11,24 @@ state file is re-read only when its mtime or size changes.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from dnsfleet.capacity.model import State, read_state
 from dnsfleet.collectors.base import CollectContext, Collector
 from dnsfleet.config import Config, Target
-from dnsfleet.exposition import Family, labelset
+from dnsfleet.exposition import Family, Labels, labelset
 
 STATE_KEY = "resolver_capacity"
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityFigure:
+    """One exported capacity figure (for the status page)."""
+
+    address: str
+    kind: str  # declared, hit, miss
+    qps: float
+    lower_bound: bool  # the run never reached its loss limit
 
 
 def capacity_families(cfg: Config, measured: State) -> list[Family]:
@@ -49,17 +60,9 @@ def capacity_families(cfg: Config, measured: State) -> list[Family]:
         "(max - min) / median of the repeated capacity-test runs of this kind that the "
         "resolver limited.",
     )
-    chosen: dict[str, Target] = {}
-    for t in cfg.targets:
-        key = t.endpoint.key()
-        # The entry carrying capacity_qps or stats names the resolver; else the first one.
-        if key not in chosen or (
-            t.capacity_qps is not None or (t.stats is not None and chosen[key].capacity_qps is None)
-        ):
-            chosen[key] = t
-    for key, t in chosen.items():
+    for key, t in _resolvers(cfg).items():
 
-        def labels(kind: str, t: Target = t) -> str:
+        def labels(kind: str, t: Target = t) -> Labels:
             return labelset([("target", t.address), ("kind", kind), *t.labels])
 
         if t.capacity_qps is not None:
@@ -71,12 +74,39 @@ def capacity_families(cfg: Config, measured: State) -> list[Family]:
                 spread.add_raw(kl, m.spread)
             # A figure known to be wrong must not feed the headroom rules.
             for reason in m.contradictions:
-                contradiction.add_raw(kl + "," + labelset([("reason", reason)]), 1.0)
+                contradiction.add_raw(kl.with_(("reason", reason)), 1.0)
             if m.contradictions:
                 continue
             cap.add_raw(kl, m.capacity_qps)
             lower.add_raw(kl, 1.0 if m.lower_bound else 0.0)
     return [cap, lower, when, contradiction, spread]
+
+
+def capacity_figures(cfg: Config, measured: State) -> list[CapacityFigure]:
+    """Pure: what capacity_families exports as dnsfleet_resolver_capacity_qps, as records."""
+    out: list[CapacityFigure] = []
+    for key, t in _resolvers(cfg).items():
+        if t.capacity_qps is not None:
+            out.append(CapacityFigure(t.address, "declared", t.capacity_qps, False))
+        out.extend(
+            CapacityFigure(t.address, kind, m.capacity_qps, m.lower_bound)
+            for kind, m in sorted(measured.get(key, {}).items())
+            if not m.contradictions
+        )
+    return out
+
+
+def _resolvers(cfg: Config) -> dict[str, Target]:
+    """The configured entry that names each resolver address."""
+    chosen: dict[str, Target] = {}
+    for t in cfg.targets:
+        key = t.endpoint.key()
+        # The entry carrying capacity_qps or stats names the resolver; else the first one.
+        if key not in chosen or (
+            t.capacity_qps is not None or (t.stats is not None and chosen[key].capacity_qps is None)
+        ):
+            chosen[key] = t
+    return chosen
 
 
 def _load(ctx: CollectContext) -> State:
@@ -97,6 +127,7 @@ def _load(ctx: CollectContext) -> State:
 
 async def collect(ctx: CollectContext) -> list[Family]:
     measured = await asyncio.to_thread(_load, ctx)
+    ctx.findings.add(*capacity_figures(ctx.config, measured))
     return capacity_families(ctx.config, measured)
 
 

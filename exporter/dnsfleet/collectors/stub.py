@@ -310,6 +310,7 @@ def _add_conf(
 
 async def collect(ctx: CollectContext) -> list[Family]:
     reports = await assess(ctx.fs, ctx.config.resolv_conf, deadline=ctx.deadline)
+    ctx.findings.add(*reports)
     return families(reports)
 
 

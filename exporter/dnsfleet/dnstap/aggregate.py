@@ -19,7 +19,6 @@ the table's own overhead, so the full table holds at most :data:`PENDING_BYTES` 
 
 from __future__ import annotations
 
-import bisect
 import struct
 import time
 from collections.abc import Iterable, Mapping
@@ -40,10 +39,10 @@ from dnsfleet.dnstap.message import (
     peek,
 )
 from dnsfleet.dnswire import rcode_text
-from dnsfleet.exposition import Family, labelset
+from dnsfleet.exposition import LATENCY_BUCKETS, Family, HistogramWriter, labelset
 from dnsfleet.parsers.resolverdetail import QTYPES as QTYPE_NAMES
 
-BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+LATENCY = HistogramWriter("dnsfleet_dnstap_response_duration_seconds", LATENCY_BUCKETS)
 # The qtype label's values: the same closed set as the resolvers' own per-type counts.
 QTYPES = {int(dns.rdatatype.from_text(name)): name for name in QTYPE_NAMES}
 MAX_UNMAPPED = 32  # identities without a configured target that get a label of their own
@@ -182,8 +181,8 @@ class Aggregator:
         seconds = max(answered - pending, 0) / 1e9
         h = self.latency.get(target)
         if h is None:
-            h = self.latency[target] = [0.0] * (len(BUCKETS) + 2)
-        h[bisect.bisect_left(BUCKETS, seconds)] += 1
+            h = self.latency[target] = [0.0] * (len(LATENCY_BUCKETS) + 2)
+        h[LATENCY.index(seconds)] += 1
         h[-1] += seconds
 
     def families(self) -> list[Family]:
@@ -270,20 +269,13 @@ class Aggregator:
 
     def _latency_family(self) -> Family:
         fam = Family(
-            "dnsfleet_dnstap_response_duration_seconds",
+            LATENCY.name,
             "Time from a client's query to the resolver's response, as the resolver logged "
             "both (BIND's clock has millisecond steps).",
             "histogram",
         )
         for t, h in self.latency.items():
-            lab = labelset(self._labels(t))
-            acc = 0.0
-            for le, c in zip((*BUCKETS, float("inf")), h, strict=False):
-                acc += c
-                bound = "+Inf" if le == float("inf") else repr(le)
-                fam.add_raw(f'{lab},le="{bound}"', acc, "_bucket")
-            fam.add_raw(lab, h[-1], "_sum")
-            fam.add_raw(lab, acc, "_count")
+            LATENCY.add(fam, labelset(self._labels(t)), h[:-1], h[-1])  # counts, then the sum
         return fam
 
 

@@ -7,7 +7,9 @@ and nowhere else:
   command line.
 - :class:`Request`: one byte on the control socket, carrying the socket the reply goes on.
 - :class:`Reply`: the families, and what the process reports of the socket it listens on
-  (:class:`Listener`).
+  (:class:`Listener`). Label sets travel as typed (name, value) pairs, each distinct set
+  once in a table that samples name by index: a target's set is shared by every sample of
+  it, so it is checked and made into one :class:`~dnsfleet.exposition.Labels` once.
 
 The exporter holds one end of a control socket pair for the life of the process: when it
 closes (the exporter exits) the ingest process exits too. No reply ever travels on it. For
@@ -35,7 +37,7 @@ import struct
 from dataclasses import dataclass, fields
 from typing import get_args
 
-from dnsfleet.exposition import Family, MetricType
+from dnsfleet.exposition import Family, Labels, MetricType
 
 HEADER = struct.Struct(">I")
 # Far above any real reply (a few hundred KB at the label bounds of aggregate.py): a length
@@ -50,6 +52,7 @@ Pairs = tuple[tuple[str, str], ...]
 
 _METRIC_TYPES: dict[str, MetricType] = {t: t for t in get_args(MetricType)}
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 # What a sample's name may add to its family's (a histogram's series; OpenMetrics' others).
 _SUFFIXES = frozenset({"", "_bucket", "_sum", "_count", "_total", "_created", "_info"})
 
@@ -152,9 +155,20 @@ class Reply:
 
     def encode(self) -> bytes:
         """The reply framed: its length, then its JSON."""
+        index: dict[Labels, int] = {}
+        families = []
+        for f in self.families:
+            samples = []
+            for suffix, labels, value in f.samples:
+                i = index.get(labels)
+                if i is None:
+                    i = index[labels] = len(index)
+                samples.append((suffix, i, value))
+            families.append([f.name, f.help, f.type, samples])
         doc = {
             "listener": {"dev": self.listener.dev, "ino": self.listener.ino},
-            "families": [[f.name, f.help, f.type, f.samples] for f in self.families],
+            "labelsets": [labels.pairs for labels in index],
+            "families": families,
         }
         body = json.dumps(doc, separators=(",", ":")).encode()
         return HEADER.pack(len(body)) + body
@@ -167,8 +181,8 @@ class Reply:
         except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
             raise ChannelError(f"a reply that does not parse: {e}") from None
         doc = _object(doc, "reply")
-        if set(doc) != {"listener", "families"}:
-            raise ChannelError(f"reply: keys {sorted(doc)}, not families and listener")
+        if set(doc) != {"listener", "labelsets", "families"}:
+            raise ChannelError(f"reply: keys {sorted(doc)}, not families, labelsets and listener")
         where = _object(doc["listener"], "reply.listener")
         if set(where) != {"dev", "ino"}:
             raise ChannelError(f"reply.listener: keys {sorted(where)}, not dev and ino")
@@ -176,8 +190,10 @@ class Reply:
             _integer(where["dev"], "reply.listener.dev", 0),
             _integer(where["ino"], "reply.listener.ino", 0),
         )
+        sets = _list(doc["labelsets"], "reply.labelsets")
+        labelsets = [_labelset(v, f"reply.labelsets[{i}]") for i, v in enumerate(sets)]
         rows = _list(doc["families"], "reply.families")
-        return cls(tuple(_family(row, i) for i, row in enumerate(rows)), listener)
+        return cls(tuple(_family(row, i, labelsets) for i, row in enumerate(rows)), listener)
 
 
 class ReplyReader:
@@ -219,7 +235,22 @@ class ReplyReader:
         return ChannelError(f"the ingest process closed the request's socket after {got}")
 
 
-def _family(row: object, i: int) -> Family:
+def _labelset(v: object, where: str) -> Labels:
+    pairs = []
+    for j, pair in enumerate(_list(v, where)):
+        if not (
+            type(pair) is list
+            and len(pair) == 2
+            and type(pair[0]) is str
+            and _LABEL.fullmatch(pair[0])
+            and type(pair[1]) is str
+        ):
+            raise ChannelError(f"{where}[{j}]: not a label (name, value): {pair!r:.80}")
+        pairs.append((pair[0], pair[1]))
+    return Labels(pairs)
+
+
+def _family(row: object, i: int, labelsets: list[Labels]) -> Family:
     where = f"reply.families[{i}]"
     parts = _list(row, where)
     if len(parts) != 4:
@@ -240,17 +271,17 @@ def _family(row: object, i: int) -> Family:
             type(s) is list
             and len(s) == 3
             and s[0] in _SUFFIXES
-            and type(s[1]) is str
-            and "\n" not in s[1]
+            and type(s[1]) is int
+            and 0 <= s[1] < len(labelsets)
             and type(s[2]) in (int, float)
         ):
-            out.append((s[0], s[1], s[2]))
+            out.append((s[0], labelsets[s[1]], s[2]))
         else:
-            _sample(s, f"{where}.samples[{j}]")
+            _sample(s, f"{where}.samples[{j}]", len(labelsets))
     return fam
 
 
-def _sample(sample: object, at: str) -> None:
+def _sample(sample: object, at: str, labelsets: int) -> None:
     """Raise the reason ``sample`` is not one."""
     s = _list(sample, at)
     if len(s) != 3:
@@ -258,9 +289,8 @@ def _sample(sample: object, at: str) -> None:
     suffix, labels, value = s
     if not isinstance(suffix, str) or suffix not in _SUFFIXES:
         raise ChannelError(f"{at}: not a sample suffix: {suffix!r:.80}")
-    # Label values arrive escaped: a raw newline would end the sample line.
-    if not isinstance(labels, str) or "\n" in labels:
-        raise ChannelError(f"{at}: not a label set: {labels!r:.80}")
+    if isinstance(labels, bool) or not isinstance(labels, int) or not 0 <= labels < labelsets:
+        raise ChannelError(f"{at}: not the index of one of {labelsets} label sets: {labels!r:.80}")
     _number(value, at)
     raise ChannelError(f"{at}: not a sample: {s!r:.80}")
 

@@ -7,10 +7,10 @@ Families of per-target state across scrapes (counters, the latency histogram) st
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from functools import lru_cache
 
-from dnsfleet.exposition import TextFamily, format_value, render
+from dnsfleet.exposition import TextFamily, compile_template, format_value, render
 from dnsfleet.probes.ede import code_label
 from dnsfleet.probes.reasons import REASONS, Reason
 from dnsfleet.probes.result import ProbeResult
@@ -21,17 +21,6 @@ _FAILURE_GAUGE = "dnsfleet_probe_failure"
 def label_prefix(labels: str) -> str:
     """Labels ahead of one more label (``reason``, ``le``): with their comma, if any."""
     return labels + "," if labels else ""
-
-
-def compile_template(name: str, params: str, text: str) -> Callable[..., str]:
-    """A function that returns ``text`` as an f-string over ``params``. CPython builds an
-    f-string in one step, where str.format parses its template on every call: the 16-line
-    histogram block of a target renders 2.5 times faster so. ``text`` is made of constants
-    (metric names, bucket bounds, reason names); labels and values come in as arguments,
-    never as code."""
-    namespace: dict[str, Callable[..., str]] = {}
-    exec(f"def {name}({params}):\n    return f{text!r}\n", namespace)
-    return namespace[name]
 
 
 # The failure gauges of one result, by the index of its reason (-1: none).

@@ -67,7 +67,14 @@ from dnsfleet.restarts.start import (
     StartReading,
     judge_start,
 )
-from dnsfleet.restarts.watch import ResolverWatch, StateKey, WatchState, canary_families
+from dnsfleet.restarts.watch import (
+    CanaryReading,
+    ResolverWatch,
+    StateKey,
+    WatchState,
+    canary_families,
+    canary_readings,
+)
 
 __all__ = [
     "MAX_BACKEND_LEN",
@@ -79,6 +86,7 @@ __all__ = [
     "UPTIME_GRANULARITY",
     "VERIFY_QUERIES",
     "Baseline",
+    "CanaryReading",
     "CanaryTracker",
     "ResolverWatch",
     "StartJudgement",
@@ -88,6 +96,7 @@ __all__ = [
     "WatchState",
     "backend_text",
     "canary_families",
+    "canary_readings",
     "chaos_txt",
     "is_cache_reset",
     "judge_start",

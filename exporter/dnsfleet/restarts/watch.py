@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from dnsfleet.config import Config, Module, Target
 from dnsfleet.dnswire import Query
-from dnsfleet.exposition import Family, join_labels, labelset
+from dnsfleet.exposition import Family, Labels, join_labels, labelset
 from dnsfleet.probes import ProbeResult, probe, query_for
 from dnsfleet.restarts.canary import VERIFY_QUERIES, CanaryTracker, chaos_txt, nsid_of
 
@@ -22,7 +22,7 @@ StateKey = tuple[str, str]  # (address, module)
 @dataclass(slots=True)
 class WatchState:
     target: Target
-    labels: str  # target, module and configured labels
+    labels: Labels  # target, module and configured labels
     canary: CanaryTracker = field(default_factory=CanaryTracker)
     # An authoritative answer (AA set: local-data, a stub to the authoritative server, or
     # the authority itself) comes from no cache: its TTL never counts down, so it cannot
@@ -261,6 +261,41 @@ def canary_families(watch: ResolverWatch) -> list[Family]:
             info.add_raw(join_labels(st.labels, labelset([("backend", st.backend)])), 1.0)
             changes.add_raw(st.labels, st.backend_changes)
     return [ttl, cached, usable, why, resets, last, info, changes]
+
+
+@dataclass(frozen=True, slots=True)
+class CanaryReading:
+    """What one target's canary and backend identity said (for the status page); the
+    canary fields are None for a module without a canary."""
+
+    address: str
+    module: str
+    backend: str | None
+    usable: bool | None  # None until it has a baseline or a reason it cannot have one
+    unusable_reason: str  # "" unless unusable
+    cached: bool | None
+    resets: int | None
+    last_reset: float | None
+
+
+def canary_readings(watch: ResolverWatch) -> list[CanaryReading]:
+    out = []
+    for st in watch.states.values():
+        c = st.canary if st.target.module in watch.canary_queries else None
+        judged = c is not None and (bool(c.baselines) or c.unusable is not None)
+        out.append(
+            CanaryReading(
+                st.target.address,
+                st.target.module,
+                backend=st.backend,
+                usable=None if c is None or not judged else not c.unusable,
+                unusable_reason=c.unusable.value if c is not None and c.unusable else "",
+                cached=None if c is None else st.canary_cached,
+                resets=None if c is None else c.resets,
+                last_reset=None if c is None else c.last_reset,
+            )
+        )
+    return out
 
 
 @dataclass(frozen=True, slots=True)

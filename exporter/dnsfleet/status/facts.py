@@ -1,110 +1,27 @@
-"""What the status page shows, kept from each scrape: the last :class:`Snapshot` of the
-families the page reads (named in :class:`Kept`, the one table that ties the page to metric
-names), the typed :class:`PageFacts` read from it, and the :class:`History` of restarts and
-cache resets found by comparing one snapshot with the next. ``app`` keeps the snapshot and
-the history and builds the page's view from the facts; ``status.page`` renders it and names
-no metric and no label.
+"""What the status page shows of each scrape: :class:`PageFacts`, built from the typed
+records the producers hand over (the collectors' :class:`Findings`, the prober's canary
+readings), never from families or their text; and the :class:`History` of restarts and
+cache resets found by comparing one scrape's facts with the next. ``app`` keeps the facts
+and the history and builds the page's view; ``status.page`` renders it and names no metric
+and no label.
 """
 
 from __future__ import annotations
 
-import enum
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from dnsfleet.exposition import Family
+from dnsfleet.collectors.base import CollectorRun, Findings
+from dnsfleet.collectors.resolver import ResolverReading
+from dnsfleet.collectors.resolver_capacity import CapacityFigure
+from dnsfleet.collectors.stub import FileReport
+from dnsfleet.restarts import CanaryReading
+from dnsfleet.stubmodel import ServerState
 
 EVENTS_PER_TARGET = 5
 
-
-class Kept(enum.StrEnum):
-    """The families a snapshot keeps, by name: the one place the status page's data is
-    tied to metric names; the page reads nothing else from a scrape. Names another part of
-    the exporter may not emit (a collector that is off, a resolver family without the
-    counter) are simply absent."""
-
-    STATS_UP = "dnsfleet_resolver_stats_up"
-    START_TIME = "dnsfleet_resolver_start_time_seconds"
-    INFO = "dnsfleet_resolver_info"
-    QUERIES = "dnsfleet_resolver_queries_total"
-    CACHE_HITS = "dnsfleet_resolver_cache_hits_total"
-    CACHE_MISSES = "dnsfleet_resolver_cache_misses_total"
-    CAPACITY = "dnsfleet_resolver_capacity_qps"
-    CAPACITY_LOWER_BOUND = "dnsfleet_resolver_capacity_lower_bound"
-    BACKEND = "dnsfleet_resolver_backend_info"
-    CACHE_RESETS = "dnsfleet_resolver_cache_resets_total"
-    LAST_CACHE_RESET = "dnsfleet_resolver_last_cache_reset_timestamp_seconds"
-    CANARY_CACHED = "dnsfleet_resolver_canary_cached"
-    CANARY_USABLE = "dnsfleet_resolver_canary_usable"
-    CANARY_UNUSABLE_REASON = "dnsfleet_resolver_canary_unusable_reason"
-    STUB_DELAY = "dnsfleet_stub_expected_delay_seconds"
-    STUB_FAILING = "dnsfleet_stub_resolution_failing"
-    STUB_NAMESERVERS = "dnsfleet_stub_nameservers"
-    STUB_NAMESERVER_UP = "dnsfleet_stub_nameserver_up"
-    STUB_READABLE = "dnsfleet_stub_resolv_conf_readable"
-    COLLECTOR_SUCCESS = "dnsfleet_collector_success"
-    COLLECTOR_DURATION = "dnsfleet_collector_duration_seconds"
-
-
-KEPT = frozenset(Kept)
-
-Labels = dict[str, str]
-
-
-def parse_labels(text: str) -> Labels:
-    """Pure: ``a="1",b="x\\"y"`` (as :func:`dnsfleet.exposition.labelset` renders) -> dict."""
-    out: Labels = {}
-    i, n = 0, len(text)
-    while i < n:
-        eq = text.index("=", i)
-        key = text[i:eq]
-        j = eq + 2  # past ="
-        buf: list[str] = []
-        while text[j] != '"':
-            if text[j] == "\\":
-                j += 1
-                buf.append("\n" if text[j] == "n" else text[j])
-            else:
-                buf.append(text[j])
-            j += 1
-        out[key] = "".join(buf)
-        i = j + 2  # past ",
-    return out
-
-
-@dataclass(frozen=True)
-class Sample:
-    labels: Labels
-    value: float
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """What one scrape left for the page: when, how long, and the kept families."""
-
-    wall: float
-    duration: float
-    families: Mapping[str, tuple[Sample, ...]]
-
-    @classmethod
-    def of(cls, families: Iterable[object], *, wall: float, duration: float) -> Snapshot:
-        kept: dict[str, list[Sample]] = {}
-        for fam in families:
-            if isinstance(fam, Family) and fam.name in KEPT:
-                kept.setdefault(fam.name, []).extend(
-                    Sample(parse_labels(lab), v) for suffix, lab, v in fam.samples if not suffix
-                )
-        return cls(wall, duration, {k: tuple(v) for k, v in kept.items()})
-
-    def get(self, name: str) -> tuple[Sample, ...]:
-        return tuple(self.families.get(name, ()))
-
-    def by_target(self, name: str) -> dict[str, list[Sample]]:
-        out: dict[str, list[Sample]] = {}
-        for s in self.get(name):
-            out.setdefault(s.labels.get("target", ""), []).append(s)
-        return out
+CanaryKey = tuple[str, str]  # target address, module
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +34,10 @@ class ResolverFacts:
     capacity: Mapping[str, float] = field(default_factory=dict)  # positive qps, by kind
     lower_bound: frozenset[str] = frozenset()  # kinds whose figure is only a lower bound
     last_cache_reset: float | None = None  # the canary's latest, over the target's modules
+    # The resolver's own counters (None while unreadable): the page's rates between scrapes.
+    queries: float | None = None
+    cache_hits: float | None = None
+    cache_misses: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,113 +77,109 @@ class PageFacts:
 
     wall: float
     duration: float
-    resolvers: Mapping[str, ResolverFacts]  # by target address
-    canaries: Mapping[tuple[str, str], CanaryFacts]  # by target address and module
-    stubs: tuple[StubFacts, ...]  # worst first
-    unreadable_stubs: tuple[str, ...]  # resolv.conf paths the stub collector cannot read
-    collectors: tuple[CollectorFacts, ...]  # failing first
-    stub_watched: bool  # the stub collector reported on some resolv.conf
+    resolvers: Mapping[str, ResolverFacts] = field(default_factory=dict)  # by target address
+    canaries: Mapping[CanaryKey, CanaryFacts] = field(default_factory=dict)
+    stubs: tuple[StubFacts, ...] = ()  # worst first
+    unreadable_stubs: tuple[str, ...] = ()  # resolv.conf paths the stub collector cannot read
+    collectors: tuple[CollectorFacts, ...] = ()  # failing first
+    stub_watched: bool = False  # the stub collector reported on some resolv.conf
+    # Cache resets each canary counted, and when it saw the last (the history's events).
+    cache_resets: Mapping[CanaryKey, int] = field(default_factory=dict)
+    last_cache_resets: Mapping[CanaryKey, float] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, snap: Snapshot) -> PageFacts:
+    def of(
+        cls,
+        findings: Findings,
+        canaries: Iterable[CanaryReading],
+        *,
+        wall: float,
+        duration: float,
+    ) -> PageFacts:
+        """Pure: the facts of one scrape from what its producers found."""
+        canaries = list(canaries)
+        reports = findings.of(FileReport)
         return cls(
-            wall=snap.wall,
-            duration=snap.duration,
-            resolvers=_resolvers(snap),
-            canaries=_canaries(snap),
-            stubs=_stubs(snap),
-            unreadable_stubs=tuple(
-                s.labels.get("resolv_conf", "") for s in snap.get(Kept.STUB_READABLE) if not s.value
-            ),
-            collectors=_collectors(snap),
-            stub_watched=bool(snap.get(Kept.STUB_DELAY) or snap.get(Kept.STUB_READABLE)),
+            wall=wall,
+            duration=duration,
+            resolvers=_resolvers(findings, canaries),
+            canaries=_canaries(canaries),
+            stubs=_stubs(reports),
+            unreadable_stubs=tuple(r.watch.path for r in reports if r.conf is None),
+            collectors=_collectors(findings.of(CollectorRun)),
+            stub_watched=bool(reports),
+            cache_resets={
+                (c.address, c.module): c.resets for c in canaries if c.resets is not None
+            },
+            last_cache_resets={
+                (c.address, c.module): c.last_reset for c in canaries if c.last_reset is not None
+            },
         )
 
 
-def _first(snap: Snapshot, name: Kept) -> dict[str, Sample]:
-    return {t: s[0] for t, s in snap.by_target(name).items()}
-
-
-def _resolvers(snap: Snapshot) -> dict[str, ResolverFacts]:
-    up, info, start = (
-        _first(snap, Kept.STATS_UP),
-        _first(snap, Kept.INFO),
-        _first(snap, Kept.START_TIME),
-    )
-    caps, lower = snap.by_target(Kept.CAPACITY), snap.by_target(Kept.CAPACITY_LOWER_BOUND)
-    resets = snap.by_target(Kept.LAST_CACHE_RESET)
+def _resolvers(findings: Findings, canaries: list[CanaryReading]) -> dict[str, ResolverFacts]:
+    readings: dict[str, ResolverReading] = {}
+    for reading in findings.of(ResolverReading):
+        # One resolver behind several configured entries: the first, as exported first.
+        readings.setdefault(reading.address, reading)
+    figures: dict[str, list[CapacityFigure]] = {}
+    for f in findings.of(CapacityFigure):
+        figures.setdefault(f.address, []).append(f)
+    resets: dict[str, list[float]] = {}
+    for c in canaries:
+        if c.last_reset is not None:
+            resets.setdefault(c.address, []).append(c.last_reset)
     out: dict[str, ResolverFacts] = {}
-    for t in {*up, *info, *start, *caps, *lower, *resets}:
-        soft = info[t].labels if t in info else {}
-        software = f"{soft.get('software', '')} {soft.get('version', '')}"
+    for t in {*readings, *figures, *resets}:
+        r = readings.get(t)
+        st = None if r is None else r.stats
         out[t] = ResolverFacts(
-            stats_up=up[t].value == 1 if t in up else None,
-            software=software.strip(),
-            started=start[t].value if t in start else None,
-            capacity={s.labels.get("kind", ""): s.value for s in caps.get(t, ()) if s.value > 0},
-            lower_bound=frozenset(
-                s.labels.get("kind", "") for s in lower.get(t, ()) if s.value == 1
-            ),
-            last_cache_reset=max((s.value for s in resets[t]), default=0.0)
-            if t in resets
-            else None,
+            stats_up=None if r is None else st is not None,
+            software="" if st is None else f"{st.software} {st.version}".strip(),
+            started=None if r is None or st is None else r.started,
+            capacity={f.kind: f.qps for f in figures.get(t, ()) if f.qps > 0},
+            lower_bound=frozenset(f.kind for f in figures.get(t, ()) if f.lower_bound),
+            last_cache_reset=max(resets[t]) if t in resets else None,
+            queries=None if st is None else st.queries,
+            cache_hits=None if st is None else st.cache_hits,
+            cache_misses=None if st is None else st.cache_misses,
         )
     return out
 
 
-def _canaries(snap: Snapshot) -> dict[tuple[str, str], CanaryFacts]:
-    def key(s: Sample) -> tuple[str, str]:
-        return (s.labels.get("target", ""), s.labels.get("module", ""))
-
-    backend = {key(s): s.labels.get("backend", "") for s in snap.get(Kept.BACKEND)}
-    usable = {key(s): s.value == 1 for s in snap.get(Kept.CANARY_USABLE)}
-    reason = {
-        key(s): s.labels.get("reason", "")
-        for s in snap.get(Kept.CANARY_UNUSABLE_REASON)
-        if s.value == 1
-    }
-    cached = {key(s): s.value == 1 for s in snap.get(Kept.CANARY_CACHED)}
-    return {
-        k: CanaryFacts(
-            backend=backend.get(k, ""),
-            usable=usable.get(k),
-            unusable_reason=reason.get(k, "unknown"),
-            cached=cached.get(k),
+def _canaries(canaries: list[CanaryReading]) -> dict[CanaryKey, CanaryFacts]:
+    out: dict[CanaryKey, CanaryFacts] = {}
+    for c in canaries:
+        if c.backend is None and c.usable is None and c.cached is None:
+            continue
+        out[(c.address, c.module)] = CanaryFacts(
+            backend=c.backend or "",
+            usable=c.usable,
+            unusable_reason=c.unusable_reason or "unknown",
+            cached=c.cached,
         )
-        for k in {*backend, *usable, *cached}
-    }
+    return out
 
 
-def _stubs(snap: Snapshot) -> tuple[StubFacts, ...]:
-    def path(s: Sample) -> str:
-        return s.labels.get("resolv_conf", "")
-
-    failing = {(path(s), s.labels.get("libc", "")): s.value for s in snap.get(Kept.STUB_FAILING)}
-    total = {path(s): s.value for s in snap.get(Kept.STUB_NAMESERVERS)}
-    up: dict[str, float] = {}
-    for s in snap.get(Kept.STUB_NAMESERVER_UP):
-        up[path(s)] = up.get(path(s), 0) + s.value
-    delays = sorted(snap.get(Kept.STUB_DELAY), key=lambda s: (-s.value, path(s)))
-    return tuple(
+def _stubs(reports: list[FileReport]) -> tuple[StubFacts, ...]:
+    facts = [
         StubFacts(
-            resolv_conf=path(s),
-            libc=s.labels.get("libc", ""),
-            delay=s.value,
-            failing=failing.get((path(s), s.labels.get("libc", ""))) == 1,
-            nameservers=total.get(path(s)),
-            answering=up.get(path(s), 0),
+            resolv_conf=r.watch.path,
+            libc=v.libc,
+            delay=v.delay,
+            failing=v.failing,
+            nameservers=len(r.conf.servers),
+            answering=sum(1 for o in r.outcomes if o.state is ServerState.ANSWERING),
         )
-        for s in delays
-    )
+        for r in reports
+        if r.conf is not None
+        for v in r.verdicts
+    ]
+    return tuple(sorted(facts, key=lambda s: (-s.delay, s.resolv_conf)))
 
 
-def _collectors(snap: Snapshot) -> tuple[CollectorFacts, ...]:
-    took = {s.labels.get("collector", ""): s.value for s in snap.get(Kept.COLLECTOR_DURATION)}
-    facts = (
-        CollectorFacts(name, s.value == 1, took.get(name, 0.0))
-        for s in snap.get(Kept.COLLECTOR_SUCCESS)
-        for name in (s.labels.get("collector", ""),)
-    )
+def _collectors(runs: list[CollectorRun]) -> tuple[CollectorFacts, ...]:
+    facts = (CollectorFacts(r.name, r.ok, r.duration) for r in runs)
     return tuple(sorted(facts, key=lambda c: (c.ok, c.name)))
 
 
@@ -274,18 +191,18 @@ class Event:
 
 @dataclass
 class History:
-    """Restarts and cache resets per target, found by comparing consecutive snapshots."""
+    """Restarts and cache resets per target, found by comparing consecutive scrapes' facts."""
 
     events: dict[str, deque[Event]] = field(default_factory=dict)
     qps: dict[str, float] = field(default_factory=dict)
     hit_ratio: dict[str, float] = field(default_factory=dict)
-    previous: Snapshot | None = None
+    previous: PageFacts | None = None
 
-    def update(self, snap: Snapshot, targets: Iterable[str]) -> None:
+    def update(self, facts: PageFacts, targets: Iterable[str]) -> None:
         prev = self.previous
         if prev is not None:
-            self._compare(prev, snap)
-        self.previous = snap
+            self._compare(prev, facts)
+        self.previous = facts
         keep = set(targets)
         for gone in [t for t in self.events if t not in keep]:
             del self.events[gone]
@@ -294,54 +211,40 @@ class History:
         for gone in [t for t in self.hit_ratio if t not in keep]:
             del self.hit_ratio[gone]
 
-    def _compare(self, prev: Snapshot, snap: Snapshot) -> None:
-        before = {t: s[0].value for t, s in prev.by_target(Kept.START_TIME).items()}
-        for t, samples in snap.by_target(Kept.START_TIME).items():
+    def _compare(self, prev: PageFacts, now: PageFacts) -> None:
+        before = _counts(prev, lambda r: r.started)
+        for t, started in _counts(now, lambda r: r.started).items():
             old = before.get(t)
-            if old is not None and samples[0].value != old:
-                self._add(t, Event(samples[0].value, "restarted (start time changed)"))
-        resets_before = {
-            (s.labels.get("target", ""), s.labels.get("module", "")): s.value
-            for s in prev.get(Kept.CACHE_RESETS)
-        }
-        last_reset = {
-            (s.labels.get("target", ""), s.labels.get("module", "")): s.value
-            for s in snap.get(Kept.LAST_CACHE_RESET)
-        }
-        for s in snap.get(Kept.CACHE_RESETS):
-            key = (s.labels.get("target", ""), s.labels.get("module", ""))
-            old = resets_before.get(key)
-            if old is not None and s.value > old:
+            if old is not None and started != old:
+                self._add(t, Event(started, "restarted (start time changed)"))
+        for key, n in now.cache_resets.items():
+            old_resets = prev.cache_resets.get(key)
+            if old_resets is not None and n > old_resets:
                 self._add(
                     key[0],
                     Event(
-                        last_reset.get(key, snap.wall),
+                        now.last_cache_resets.get(key, now.wall),
                         f"cache reset seen by the canary (module {key[1]})",
                     ),
                 )
-        queries_before = {t: s[0].value for t, s in prev.by_target(Kept.QUERIES).items()}
-        dt = snap.wall - prev.wall
-        for t, samples in snap.by_target(Kept.QUERIES).items():
+        queries_before = _counts(prev, lambda r: r.queries)
+        dt = now.wall - prev.wall
+        for t, q in _counts(now, lambda r: r.queries).items():
             old = queries_before.get(t)
-            if old is not None and dt > 0 and samples[0].value >= old:
-                self.qps[t] = (samples[0].value - old) / dt
+            if old is not None and dt > 0 and q >= old:
+                self.qps[t] = (q - old) / dt
             else:
                 self.qps.pop(t, None)  # a counter reset: no rate across it
 
         # Cache-hit ratio between the two scrapes, as target:..._cache_hit:ratio_rate5m
         # computes it (hits / (hits + misses)); absent without traffic or across a reset.
-        def delta(name: str) -> dict[str, float]:
-            old = {t: s[0].value for t, s in prev.by_target(name).items()}
+        def delta(figure: Figure) -> dict[str, float]:
+            old = _counts(prev, figure)
             return {
-                t: s[0].value - old[t]
-                for t, s in snap.by_target(name).items()
-                if t in old and s[0].value >= old[t]
+                t: v - old[t] for t, v in _counts(now, figure).items() if t in old and v >= old[t]
             }
 
-        hits, misses = (
-            delta(Kept.CACHE_HITS),
-            delta(Kept.CACHE_MISSES),
-        )
+        hits, misses = delta(lambda r: r.cache_hits), delta(lambda r: r.cache_misses)
         self.hit_ratio = {
             t: hits[t] / (hits[t] + misses[t])
             for t in hits
@@ -351,3 +254,16 @@ class History:
     def _add(self, target: str, event: Event) -> None:
         q = self.events.setdefault(target, deque(maxlen=EVENTS_PER_TARGET))
         q.append(event)
+
+
+Figure = Callable[[ResolverFacts], float | None]
+
+
+def _counts(facts: PageFacts, figure: Figure) -> dict[str, float]:
+    """One figure of every resolver that has it (its start time, its query counter...)."""
+    out: dict[str, float] = {}
+    for t, r in facts.resolvers.items():
+        v = figure(r)
+        if v is not None:
+            out[t] = v
+    return out

@@ -25,7 +25,7 @@ from dnsfleet import __version__
 from dnsfleet.capacity.model import choose_capacity
 from dnsfleet.config import Config
 from dnsfleet.escapes import escape
-from dnsfleet.prober import TargetState
+from dnsfleet.prober import TargetSnapshot
 from dnsfleet.probes.ede import NOT_VALIDATING, ede_note
 from dnsfleet.selfmetrics import ReloadStatus
 from dnsfleet.status.facts import CanaryFacts, History, PageFacts, ResolverFacts, StubFacts
@@ -46,7 +46,7 @@ class StatusView:
 
     config: Config
     reload_status: ReloadStatus
-    targets: Sequence[TargetState]
+    targets: Sequence[TargetSnapshot]  # the prober's, copied when the view was built
     facts: PageFacts | None  # None until the first scrape
     history: History
     runbook_base_url: str
@@ -226,7 +226,9 @@ def _targets_table(view: StatusView, now: float) -> str:
     )
 
 
-def _target_row(st: TargetState, view: StatusView, *, site_ok: dict[str, bool], now: float) -> str:
+def _target_row(
+    st: TargetSnapshot, view: StatusView, *, site_ok: dict[str, bool], now: float
+) -> str:
     e = _text
     t, hist = st.target, view.history
     facts = view.facts
@@ -254,7 +256,7 @@ def _target_row(st: TargetState, view: StatusView, *, site_ok: dict[str, bool], 
 
 
 def _result_cells(
-    st: TargetState, runbooks: str, site_ok: dict[str, bool], now: float
+    st: TargetSnapshot, runbooks: str, site_ok: dict[str, bool], now: float
 ) -> tuple[str, str]:
     """The result, latency and reason cells of a target; and since when it fails."""
     e = _text
@@ -277,7 +279,7 @@ def _result_cells(
     return result, since
 
 
-def _stats_cell(st: TargetState, resolver: ResolverFacts | None, now: float) -> str:
+def _stats_cell(st: TargetSnapshot, resolver: ResolverFacts | None, now: float) -> str:
     """The resolver's own statistics: readable (software, uptime), unreadable, or not."""
     if st.target.stats is None:
         return '<span class="unk">not configured</span>'

@@ -112,7 +112,7 @@ def _dns_families(reports: list[AgentReport]) -> list[Family]:
             base = labelset(labels)
             for reason in REASONS:
                 failure.add_raw(
-                    f'{base},reason="{reason.value}"', 1.0 if r.reason is reason else 0.0
+                    base.with_(("reason", reason.value)), 1.0 if r.reason is reason else 0.0
                 )
     return [success, latency, failure, query_answers]
 
