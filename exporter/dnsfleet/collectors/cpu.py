@@ -79,34 +79,30 @@ class Topology:
     shared: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] | None
 
 
-# The topology read last, per host tree: the host lane runs one collector at a time, and a
-# swap of this one reference is atomic, so a stale entry costs at most one extra read.
+# The layout read last. One entry: a collector reads one host tree; the host lane runs one
+# collector at a time, and a reader that finds no entry reads the layout again.
 _TOPOLOGY: dict[HostFS, Topology] = {}
 
 
-def _topology_key(fs: HostFS) -> tuple[object, ...]:
-    """Cheap files that change whenever the layout does: CPU hotplug rewrites ``online`` and
-    ``present`` (a CPU directory appears or goes with ``present``), and loading or switching
-    the cpuidle driver (the states and their exit latencies) changes ``current_driver``."""
+def topology(fs: HostFS) -> Topology:
+    """The CPUs' layout, read again only when a cheap file that changes with it does: CPU
+    hotplug rewrites ``online`` and ``present`` (a CPU directory appears or goes with
+    ``present``), and loading or switching the cpuidle driver (its states and their exit
+    latencies) changes ``current_driver``. On a 128-CPU host the directory listings and the
+    driver's state files were read on every scrape."""
     base = fs.sys("devices", "system", "cpu")
-    return (
+    driver = fs.read_optional(base / "cpuidle" / "current_driver")
+    key = (
         fs,
         fs.read_optional(base / "online"),
         fs.read_optional(base / "present"),
         fs.read_optional(base / "possible"),
-        fs.read_optional(base / "cpuidle" / "current_driver"),
+        driver,
     )
-
-
-def topology(fs: HostFS) -> Topology:
-    """The CPUs' layout, read again only when ``_topology_key`` changes: on a 128-CPU host
-    the directory listings and the driver's state files were read on every scrape."""
-    key = _topology_key(fs)
     cached = _TOPOLOGY.get(fs)
     if cached is not None and cached.key == key:
         return cached
     cpus = online_cpus(fs)
-    base = str(fs.sys("devices", "system", "cpu"))
     shared: list[tuple[str, tuple[tuple[str, str], ...]]] | None = None
     for cpu in cpus:
         d = f"{base}/cpu{cpu}/cpuidle"
@@ -127,7 +123,7 @@ def topology(fs: HostFS) -> Topology:
     topo = Topology(
         key=key,
         cpus=tuple(cpus),
-        driver=fs.read_optional(fs.sys("devices", "system", "cpu", "cpuidle", "current_driver")),
+        driver=driver,
         shared=None if shared is None else tuple(shared),
     )
     _TOPOLOGY.clear()
