@@ -124,3 +124,35 @@ def test_probe_exposition_fast_path_renders_as_metrics_does(
         detail="",
     )
     assert probe_exposition(r) == render(probe_result_families([("", r)]))
+
+
+def test_a_target_in_use_stays_parsed_while_others_pass_through(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Least recently used out: a target asked for between every newcomer is parsed once,
+    and the caches never hold more than their size."""
+    from dnsfleet import config, probehandler
+
+    parsed: list[str] = []
+    real = config.parse_address
+
+    def counting(raw: str) -> tuple[str, int, int]:
+        parsed.append(raw)
+        return real(raw)
+
+    monkeypatch.setattr(probehandler, "parse_address", counting)
+    monkeypatch.setattr(probehandler, "ADDRESS_CACHE_SIZE", 4)
+    exp = FakeExporter()
+    handler = ProbeHandler(cast(Exporter, exp))
+
+    async def run() -> None:
+        for i in range(20):
+            for target in ("127.0.0.5", f"127.0.1.{i}"):
+                got: Any = await handler.handle({"target": target, "module": "m"})
+                assert got == "probed"
+                assert len(handler._parsed) <= 4 and len(handler._targets) <= 4
+
+    asyncio.run(run())
+    assert parsed.count("127.0.0.5") == 1
+    hot = {id(t) for t, *_ in exp.sent if t.address == "127.0.0.5"}
+    assert len(hot) == 1

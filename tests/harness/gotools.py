@@ -1,9 +1,10 @@
 """Go programs the tests run, built from the Go module proxy into .cache/tools (ignored by
-git) with the go toolchain: actionlint, Sloth and Prometheus 3 (promtool, prometheus) at
-pinned versions, tests/psa (the Pod Security Admission's own policy code) and tests/coredns
-(a CoreDNS with few plugins). Each binary is named with its version, so a suite builds it
-once; Go's module and build caches make a rebuild take seconds (Prometheus' first build
-takes minutes on 2 cores)."""
+git) with the go toolchain: actionlint, Sloth, Prometheus 3 (promtool, prometheus) and
+VictoriaMetrics (single-node and vmalert) at pinned versions, tests/psa (the Pod Security
+Admission's own policy code) and tests/coredns (a CoreDNS with few plugins). Each binary is
+named with its version, so a suite builds it once; Go's module and build caches make a
+rebuild take seconds (Prometheus' first build takes minutes on 2 cores; VictoriaMetrics'
+about one)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ SLOTH_VERSION = "v0.16.0"
 # histograms' `le` labels read as floats there ("1.0"), which the SLO rules must match.
 PROMETHEUS = "github.com/prometheus/prometheus/cmd"
 PROMETHEUS_VERSION = "v0.316.0"
+VICTORIAMETRICS = "github.com/VictoriaMetrics/VictoriaMetrics/app"
+VICTORIAMETRICS_VERSION = "v1.151.0"
 
 
 def _go() -> str:
@@ -79,6 +82,19 @@ def prometheus3_tool(name: str) -> str:
     """``promtool`` or ``prometheus`` of Prometheus 3 (PROMETHEUS_VERSION); Debian ships 2.x."""
     assert name in ("promtool", "prometheus"), name
     return _install(f"{PROMETHEUS}/{name}", PROMETHEUS_VERSION, name)
+
+
+def victoria_metrics() -> str:
+    """VictoriaMetrics single-node at VICTORIAMETRICS_VERSION: a remote-write receiver."""
+    return _install(
+        f"{VICTORIAMETRICS}/victoria-metrics", VICTORIAMETRICS_VERSION, "victoria-metrics"
+    )
+
+
+def vmalert() -> str:
+    """vmalert at VICTORIAMETRICS_VERSION: evaluates Prometheus rule files against
+    VictoriaMetrics, which evaluates none itself."""
+    return _install(f"{VICTORIAMETRICS}/vmalert", VICTORIAMETRICS_VERSION, "vmalert")
 
 
 def _build(name: str, directory: Path) -> str:

@@ -66,26 +66,86 @@ def _state_order(name: str) -> int:
     return int(name[5:]) if name[5:].isdigit() else 1 << 30
 
 
-def read_cpuidle(fs: HostFS, cpus: list[int]) -> list[CpuIdle]:
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """What stays put between scrapes: the online CPUs and, with a single cpuidle driver,
+    its states' directory names and static files (``name``, ``latency``). ``shared`` is
+    None where CPUs may differ (CONFIG_CPU_IDLE_MULTIPLE_DRIVERS): then every CPU's states
+    are listed and read whole each scrape."""
+
+    key: tuple[object, ...]
+    cpus: tuple[int, ...]
+    driver: str | None  # cpuidle/current_driver
+    shared: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] | None
+
+
+# The layout read last. One entry: a collector reads one host tree; the host lane runs one
+# collector at a time, and a reader that finds no entry reads the layout again.
+_TOPOLOGY: dict[HostFS, Topology] = {}
+
+
+def topology(fs: HostFS) -> Topology:
+    """The CPUs' layout, read again only when a cheap file that changes with it does: CPU
+    hotplug rewrites ``online`` and ``present`` (a CPU directory appears or goes with
+    ``present``), and loading or switching the cpuidle driver (its states and their exit
+    latencies) changes ``current_driver``. On a 128-CPU host the directory listings and the
+    driver's state files were read on every scrape."""
+    base = fs.sys("devices", "system", "cpu")
+    driver = fs.read_optional(base / "cpuidle" / "current_driver")
+    key = (
+        fs,
+        fs.read_optional(base / "online"),
+        fs.read_optional(base / "present"),
+        fs.read_optional(base / "possible"),
+        driver,
+    )
+    cached = _TOPOLOGY.get(fs)
+    if cached is not None and cached.key == key:
+        return cached
+    cpus = online_cpus(fs)
+    shared: list[tuple[str, tuple[tuple[str, str], ...]]] | None = None
+    for cpu in cpus:
+        d = f"{base}/cpu{cpu}/cpuidle"
+        names = sorted((n for n in fs.listdir(d) if n.startswith("state")), key=_state_order)
+        if not names:
+            continue
+        if fs.exists(f"{d}/driver"):
+            break  # one driver per CPU: nothing shared to keep
+        shared = []
+        for n in names:
+            static = tuple(
+                (f, text)
+                for f in STATIC_STATE_FILES
+                if (text := fs.read_optional(f"{d}/{n}/{f}")) is not None
+            )
+            shared.append((n, static))
+        break
+    topo = Topology(
+        key=key,
+        cpus=tuple(cpus),
+        driver=driver,
+        shared=None if shared is None else tuple(shared),
+    )
+    _TOPOLOGY.clear()
+    _TOPOLOGY[fs] = topo
+    return topo
+
+
+def read_cpuidle(fs: HostFS, topo: Topology) -> list[CpuIdle]:
     """The idle states of every CPU that has them.
 
     With a single cpuidle driver (no ``cpuN/cpuidle/driver`` directory, which only exists
     with CONFIG_CPU_IDLE_MULTIPLE_DRIVERS), every CPU has that driver's states, and their
     names and exit latencies come from ``drv->states[]`` (``drivers/cpuidle/sysfs.c``): they
-    are read once, from the first CPU. Per-CPU files (disable, time, usage) are read for
-    every CPU: on a 128-CPU host with 4 states that saves ~1,000 reads per scrape."""
+    are kept in ``topo``. Per-CPU files (disable, time, usage) are read for every CPU each
+    scrape: they are counters and settings, not layout."""
     base = str(fs.sys("devices", "system", "cpu"))
     out: list[CpuIdle] = []
-    template: list[tuple[str, dict[str, str]]] | None = None
-    for cpu in cpus:
+    for cpu in topo.cpus:
         d = f"{base}/cpu{cpu}/cpuidle"
         states: list[CpuidleState] = []
-        if template is None:
+        if topo.shared is None:
             names = sorted((n for n in fs.listdir(d) if n.startswith("state")), key=_state_order)
-            if not names:
-                continue
-            shared = not fs.exists(f"{d}/driver")
-            tmpl: list[tuple[str, dict[str, str]]] = []
             for n in names:
                 files = {
                     f: text
@@ -93,11 +153,8 @@ def read_cpuidle(fs: HostFS, cpus: list[int]) -> list[CpuIdle]:
                     if (text := fs.read_optional(f"{d}/{n}/{f}")) is not None
                 }
                 states.append(parse_cpuidle_state(files, what=f"{d}/{n}"))
-                tmpl.append((n, {k: files[k] for k in STATIC_STATE_FILES if k in files}))
-            if shared:
-                template = tmpl
         else:
-            for n, static in template:
+            for n, static in topo.shared:
                 files = {
                     f: text
                     for f in PER_CPU_STATE_FILES
@@ -105,9 +162,9 @@ def read_cpuidle(fs: HostFS, cpus: list[int]) -> list[CpuIdle]:
                 }
                 if not files:
                     break  # this CPU has no cpuidle device (e.g. not registered)
-                states.append(parse_cpuidle_state({**static, **files}, what=f"{d}/{n}"))
-            if not states:
-                continue
+                states.append(parse_cpuidle_state({**dict(static), **files}, what=f"{d}/{n}"))
+        if not states:
+            continue
         resume = fs.read_optional(f"{base}/cpu{cpu}/power/pm_qos_resume_latency_us")
         out.append(
             CpuIdle(
@@ -152,15 +209,15 @@ def collect(fs: HostFS, config: Config) -> list[Family]:
 
 
 def _collect(fs: HostFS) -> list[Family]:
-    cpus = online_cpus(fs)
-    idle = read_cpuidle(fs, cpus)
+    topo = topology(fs)
+    idle = read_cpuidle(fs, topo)
     pm_qos = _pm_qos_families(fs, idle)
-    driver = fs.read_optional(fs.sys("devices", "system", "cpu", "cpuidle") / "current_driver")
+    driver = topo.driver
     return [
         *pm_qos,
         *_idle_state_families(idle),
         *_driver_families(fs, driver),
-        *_governor_families(fs, cpus),
+        *_governor_families(fs, topo.cpus),
         *_tuned_families(fs),
         *_intel_idle_families(fs, driver),
     ]
@@ -254,7 +311,7 @@ def _driver_families(fs: HostFS, driver: str | None) -> list[Family]:
     return fams
 
 
-def _governor_families(fs: HostFS, cpus: list[int]) -> list[Family]:
+def _governor_families(fs: HostFS, cpus: tuple[int, ...]) -> list[Family]:
     fams: list[Family] = []
     governors: dict[str, int] = {}
     base = str(fs.sys("devices", "system", "cpu"))

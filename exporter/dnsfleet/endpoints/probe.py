@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 import ipaddress
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -66,8 +67,11 @@ class Refused:
 
 
 # Parsed /probe targets kept, so a target asked for again is not parsed again (ipaddress
-# parsing was a tenth of a /probe's CPU). Cleared when full: bounded whatever clients send.
-ADDRESS_CACHE_SIZE = 4096
+# parsing was a tenth of a /probe's CPU). Least recently used first out when full, so it
+# stays bounded whatever clients send. Prometheus asks for each target once per interval,
+# round the whole list: a shard larger than this would miss on every request, so it holds
+# a 10,000-target shard with room (about 470 bytes per target, both caches: ~7.7 MB full).
+ADDRESS_CACHE_SIZE = 16384
 
 Parsed = tuple[str, int, int, ipaddress.IPv4Address | ipaddress.IPv6Address]
 EndpointKey = tuple[str, int, int]
@@ -79,15 +83,18 @@ class ProbeHandler:
     def __init__(self, exp: ProbeService) -> None:
         self.exp = exp
         self.in_flight = 0
-        self._parsed: dict[str, Parsed] = {}
-        self._targets: dict[tuple[str, str], Target] = {}
+        # OrderedDict: moving a hit to the end and dropping the oldest are both O(1).
+        self._parsed: OrderedDict[str, Parsed] = OrderedDict()
+        self._targets: OrderedDict[tuple[str, str], Target] = OrderedDict()
         self._index_of: Config | None = None
         self._index: dict[EndpointKey, list[Target]] = {}
 
     def _parse(self, raw_target: str) -> Parsed:
         """``parse_address`` and the address it reaches; ValueError for a bad target."""
         parsed = self._parsed.get(raw_target)
-        if parsed is None:
+        if parsed is not None:
+            self._parsed.move_to_end(raw_target)
+        else:
             host, port, scope = parse_address(raw_target)
             ip = ipaddress.ip_address(host)
             if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
@@ -97,7 +104,7 @@ class ProbeHandler:
                 ip = ip.ipv4_mapped
                 host, scope = str(ip), 0
             if len(self._parsed) >= ADDRESS_CACHE_SIZE:
-                self._parsed.clear()
+                self._parsed.popitem(last=False)
             parsed = self._parsed[raw_target] = (host, port, scope, ip)
         return parsed
 
@@ -115,11 +122,13 @@ class ProbeHandler:
             if t.module == module:
                 return t
         target = self._targets.get((raw, module))
-        if target is None:
+        if target is not None:
+            self._targets.move_to_end((raw, module))
+        else:
             host, port, scope = key
             target = Target(address=raw, host=host, port=port, module=module, scope_id=scope)
             if len(self._targets) >= ADDRESS_CACHE_SIZE:
-                self._targets.clear()
+                self._targets.popitem(last=False)
             self._targets[(raw, module)] = target
         return target
 

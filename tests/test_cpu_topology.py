@@ -1,0 +1,89 @@
+"""The cpu_latency collector keeps the CPUs' layout between scrapes (the online CPUs, the
+single driver's state names and exit latencies) and reads it again when the files that
+change with it do: hotplug (``online``, ``present``) or another cpuidle driver."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from dnsfleet.collectors import cpu
+from dnsfleet.exposition import Family
+from dnsfleet.hostfs import MAX_READ_BYTES, HostFS, StrPath
+from tests.harness import metrics
+from tests.harness.hosttree import TreeWriter, add_cpu, pm_qos
+from tests.harness.metrics import of
+
+pytestmark = pytest.mark.unit
+
+STATES = [("POLL", 0, False, 10, 1), ("C1", 2, False, 500, 10), ("C6", 133, False, 0, 0)]
+
+
+@dataclass(frozen=True)
+class CountingFS(HostFS):
+    """The host door, recording every path it reads or lists."""
+
+    seen: list[str] = field(default_factory=list, compare=False, hash=False)
+
+    def read_bytes(self, path: StrPath, *, limit: int = MAX_READ_BYTES) -> bytes:
+        self.seen.append(str(path))
+        return super().read_bytes(path, limit=limit)
+
+    def listdir(self, path: StrPath) -> list[str]:
+        self.seen.append(str(path) + "/")
+        return super().listdir(path)
+
+
+def build(root: Path, cpus: int) -> CountingFS:
+    t = TreeWriter(root)
+    for c in range(cpus):
+        add_cpu(t, c, states=STATES, governor="performance")
+    t.write("sys/devices/system/cpu/online", f"0-{cpus - 1}")
+    t.write("sys/devices/system/cpu/present", f"0-{cpus - 1}")
+    t.write("sys/devices/system/cpu/cpuidle/current_driver", "intel_idle")
+    pm_qos(t, 2_000_000_000)
+    return CountingFS(procfs=root / "proc", sysfs=root / "sys", rootfs=root / "root")
+
+
+def value(fams: list[Family], name: str, **labels: str) -> float | None:
+    return metrics.value(of(fams), name, **labels)
+
+
+def test_static_files_are_read_once_and_counters_every_scrape(tmp_path: Path) -> None:
+    fs = build(tmp_path, 4)
+    cpu.collect(fs, None)  # type: ignore[arg-type]
+    first = list(fs.seen)
+    assert any(p.endswith("/state1/latency") for p in first)
+    fs.seen.clear()
+    usage = tmp_path / "sys/devices/system/cpu/cpu2/cpuidle/state1/usage"
+    usage.write_text("25\n")
+    fams = cpu.collect(fs, None)  # type: ignore[arg-type]
+    again = list(fs.seen)
+    assert not [p for p in again if p.endswith(("/name", "/latency", "/"))], again
+    assert len(again) < len(first)
+    # Counters and settings are read every time.
+    assert value(fams, "dnsfleet_cpuidle_state_entries_total", state="C1") == 10 * 3 + 25
+
+
+def test_hotplug_is_seen(tmp_path: Path) -> None:
+    fs = build(tmp_path, 4)
+    fams = cpu.collect(fs, None)  # type: ignore[arg-type]
+    assert value(fams, "dnsfleet_cpuidle_state_enabled_cpus", state="C6") == 4
+    (tmp_path / "sys/devices/system/cpu/online").write_text("0-1,3\n")
+    fams = cpu.collect(fs, None)  # type: ignore[arg-type]
+    assert value(fams, "dnsfleet_cpuidle_state_enabled_cpus", state="C6") == 3
+    assert value(fams, "dnsfleet_cpu_scaling_governor_cpus", governor="performance") == 3
+
+
+def test_another_driver_reads_the_states_again(tmp_path: Path) -> None:
+    fs = build(tmp_path, 2)
+    fams = cpu.collect(fs, None)  # type: ignore[arg-type]
+    assert value(fams, "dnsfleet_cpu_wakeup_latency_seconds") == 133e-6
+    for c in range(2):
+        (tmp_path / f"sys/devices/system/cpu/cpu{c}/cpuidle/state2/latency").write_text("41\n")
+    (tmp_path / "sys/devices/system/cpu/cpuidle/current_driver").write_text("acpi_idle\n")
+    fams = cpu.collect(fs, None)  # type: ignore[arg-type]
+    assert value(fams, "dnsfleet_cpu_wakeup_latency_seconds") == 41e-6
+    assert value(fams, "dnsfleet_cpuidle_driver_info", driver="acpi_idle", governor="") == 1
