@@ -131,7 +131,8 @@ def test_a_target_in_use_stays_parsed_while_others_pass_through(
 ) -> None:
     """Least recently used out: a target asked for between every newcomer is parsed once,
     and the caches never hold more than their size."""
-    from dnsfleet import config, probehandler
+    from dnsfleet import config
+    from dnsfleet.endpoints import probe as probehandler
 
     parsed: list[str] = []
     real = config.parse_address
