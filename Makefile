@@ -132,7 +132,7 @@ alerts: $(STAMP)
 	$(BIN)/python -m alerts.generate $(ARGS)
 	$(BIN)/python -m deploy.kubernetes.generate
 
-## make k8s: regenerate deploy/kubernetes/prometheusrule.yaml from alerts/rules
+## make k8s: regenerate deploy/kubernetes (the PrometheusRule from alerts/rules, the rest from generate.yml)
 k8s: $(STAMP)
 	$(BIN)/python -m deploy.kubernetes.generate
 
