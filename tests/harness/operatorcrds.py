@@ -9,6 +9,7 @@ import copy
 import functools
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,11 @@ def _extract() -> None:
         for v in crd["spec"]["versions"]:
             name = f"{crd['spec']['names']['kind']}-{v['name']}.json"
             (tmp / name).write_text(json.dumps(v["schema"]["openAPIV3Schema"]))
-    tmp.replace(CACHE)
+    try:
+        tmp.replace(CACHE)
+    except OSError:
+        # Another test process extracted the same files first.
+        shutil.rmtree(tmp)
 
 
 @functools.cache
