@@ -2,9 +2,10 @@
 wheel), every built-in object validated against the Kubernetes OpenAPI schemas
 (kubernetes-validate, strict: unknown fields fail), the PrometheusRule checked to be the
 rule files (and valid to promtool), the monitors checked against the objects they select,
-the configs checked by the exporter's own loader. The Prometheus Operator's CRD schemas are
-not vendored here: ServiceMonitor and PodMonitor are checked for what dnsfleet relies on
-(selector, port name, timeout)."""
+the configs checked by the exporter's own loader. ServiceMonitor and PodMonitor are checked
+here for what dnsfleet relies on (selector, port name, timeout); test_kubernetes_shards.py
+validates them, and every other Prometheus Operator resource, against the operator's CRD
+schemas."""
 
 from __future__ import annotations
 
