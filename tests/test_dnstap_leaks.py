@@ -1,7 +1,7 @@
 """Search-list expansions and cluster-domain leaks from dnstap: the classification rules as
 tables, what the aggregator counts of a stream of frames, the per-client top of a minute,
-and the settings that carry the domains to the ingest process. A real CoreDNS and unbound
-streaming dnstap: test_dnstap_leaks_real.py."""
+and the settings that carry the domains to the ingest process. A real CoreDNS streaming
+dnstap: test_dnstap_leaks_real.py."""
 
 from __future__ import annotations
 
