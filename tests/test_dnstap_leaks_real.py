@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import dns.flags
 import dns.message
 import dns.query
 import dns.rcode
@@ -25,7 +26,7 @@ from tests.harness import gotools
 from tests.harness.inprocess import exporter, scrape
 from tests.harness.metrics import Samples, matching
 from tests.harness.process import ManagedProcess
-from tests.harness.servers import ScriptedServer, wait_dns
+from tests.harness.servers import ScriptedServer, Unbound, wait_dns
 from tests.harness.tools import free_port, num
 
 pytestmark = pytest.mark.integration
@@ -65,17 +66,23 @@ class Upstream:
         with self.lock:
             self.asked.append(name)
         r = dns.message.make_response(q)
+        r.flags |= dns.flags.AA  # unbound, iterating, takes only an authority's answer
         if name != FOUND:
             r.set_rcode(dns.rcode.NXDOMAIN)
+            zone = "cluster.local." if in_cluster(name) else "."
             soa = "ns.test. hostmaster.test. 1 300 60 86400 300"
-            r.authority.append(dns.rrset.from_text(".", 300, "IN", "SOA", soa))
+            r.authority.append(dns.rrset.from_text(zone, 300, "IN", "SOA", soa))
         elif question.rdtype == dns.rdatatype.A:
             r.answer.append(dns.rrset.from_text(name, 300, "IN", "A", "192.0.2.80"))
         return [r.to_wire()]
 
     def cluster_names(self) -> list[str]:
         with self.lock:
-            return [n for n in self.asked if n.endswith(".cluster.local.")]
+            return [n for n in self.asked if in_cluster(n)]
+
+
+def in_cluster(name: str) -> bool:
+    return name == "cluster.local." or name.endswith(".cluster.local.")
 
 
 @pytest.fixture
@@ -113,6 +120,23 @@ EXP = "dnsfleet_dnstap_search_expansion_nxdomain_total"
 FWD = "dnsfleet_dnstap_cluster_domain_forwarded_total"
 
 
+def send_walks(port: int, *, absolute: bool = True) -> tuple[collections.Counter[str], int]:
+    """A pod's walks of EXPANDED's names, ROUNDS times, A and AAAA (without the name as
+    written when not ``absolute``): the answers by rcode and the expansions answered
+    NXDOMAIN."""
+    sent: collections.Counter[str] = collections.Counter()
+    expansions = 0
+    for _ in range(ROUNDS):
+        for name, expanded in EXPANDED.items():
+            for qtype in QTYPES:
+                tries = walk(name) if absolute else walk(name)[: len(SEARCH)]
+                for i, asked in enumerate(tries):
+                    rcode = ask(port, asked, qtype)
+                    sent[rcode] += 1
+                    expansions += i in expanded and rcode == "NXDOMAIN"
+    return sent, expansions
+
+
 def test_coredns_expansions_and_leaks_equal_what_was_sent(
     tmp_path: Path, upstream: Upstream
 ) -> None:
@@ -141,15 +165,7 @@ def test_coredns_expansions_and_leaks_equal_what_was_sent(
         # check and the probes' forwarded queries show the series once it is.
         s = settle(exp, FWD, t, 0)
         assert num(matching(s, FWD, target=t)) == 0, core.output()
-        sent: collections.Counter[str] = collections.Counter()
-        expansions = 0
-        for _ in range(ROUNDS):
-            for name, expanded in EXPANDED.items():
-                for qtype in QTYPES:
-                    for i, asked in enumerate(walk(name)):
-                        rcode = ask(port, asked, qtype)
-                        sent[rcode] += 1
-                        expansions += i in expanded and rcode == "NXDOMAIN"
+        sent, expansions = send_walks(port)
         queries = ROUNDS * len(EXPANDED) * len(QTYPES) * (len(SEARCH) + 1)
         assert sent == {"NXDOMAIN": queries - ROUNDS * 2, "NOERROR": ROUNDS * 2}
         assert expansions == ROUNDS * 2 * (3 * 3 + 2)
@@ -166,4 +182,60 @@ def test_coredns_expansions_and_leaks_equal_what_was_sent(
         assert all(v == 0 for (n, _), v in s.items() if n == "dnsfleet_dnstap_errors_total")
     finally:
         core.stop(timeout=10)
+        exp.close()
+
+
+def test_unbound_resolver_queries_under_the_cluster_domain_are_leaks(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    """unbound with a stub zone for the cluster domain (the stub-domain mistake) logs its
+    queries to it as RESOLVER_QUERY, and its client responses: the same counts. Only the
+    suffixed tries are sent (the names as written would go to the root)."""
+    sock = tmp_path / "dnstap.sock"
+    u = Unbound(
+        tmp_path / "unbound",
+        stubs={"cluster.local.": f"127.0.0.1@{upstream.server.port}"},
+        extra_server="  qname-minimisation: no",  # one query per name asked, none for its parents
+        extra_config=f"""
+dnstap:
+  dnstap-enable: yes
+  dnstap-bidirectional: yes
+  dnstap-socket-path: "{sock}"
+  dnstap-send-identity: yes
+  dnstap-identity: "unbound-a"
+  dnstap-log-client-response-messages: yes
+  dnstap-log-resolver-query-messages: yes
+""",
+    )
+    t = u.address
+    exp = exporter(
+        tmp_path,
+        {
+            "modules": {"probe": {"query_name": "localhost.", "query_type": "TXT"}},
+            "targets": [{"address": t, "module": "probe"}],
+            "dnstap": {"socket": str(sock), "identities": {"unbound-a": t}},
+        },
+    )
+    try:
+        u.start()
+        # unbound drops what it logs before its stream is up; nothing so far left it (its
+        # start-up check and the probes are answered from its local zones).
+        deadline = time.monotonic() + 60
+        while matching(scrape(exp), "dnsfleet_dnstap_connections") != 1:
+            assert time.monotonic() < deadline, "unbound never connected"
+            time.sleep(0.2)
+        assert upstream.cluster_names() == []
+        sent, expansions = send_walks(u.port, absolute=False)
+        assert sent == {"NXDOMAIN": ROUNDS * len(EXPANDED) * len(QTYPES) * len(SEARCH)}
+        assert expansions == ROUNDS * 2 * (3 * 3 + 2)
+        s = settle(exp, EXP, t, expansions)
+        assert num(matching(s, EXP, target=t)) == expansions
+        leaked = upstream.cluster_names()
+        assert len(set(leaked)) == len(EXPANDED) * len(SEARCH)
+        assert len(leaked) >= len(EXPANDED) * len(QTYPES) * len(SEARCH)
+        s = settle(exp, FWD, t, len(leaked))
+        assert num(matching(s, FWD, target=t)) == len(leaked)
+        assert all(v == 0 for (n, _), v in s.items() if n == "dnsfleet_dnstap_errors_total")
+    finally:
+        u.stop()
         exp.close()
