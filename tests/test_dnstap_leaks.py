@@ -6,12 +6,15 @@ dnstap: test_dnstap_leaks_real.py."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import dns.message
 import dns.rcode
 import pytest
 
+from dnsfleet import config
+from dnsfleet.collectors.dnstap import settings_of
 from dnsfleet.dnstap.aggregate import Aggregator
 from dnsfleet.dnstap.leaks import FORWARDER_QUERY, RESOLVER_QUERY, Classifier, Leaks
 from dnsfleet.dnstap.message import CLIENT_RESPONSE, Dnstap
@@ -237,6 +240,22 @@ def test_a_top_n_of_zero_keeps_no_client() -> None:
 
 
 # ------------------------------------------------------------------- settings
+
+
+def test_the_configuration_reaches_the_settings_in_lower_case(tmp_path: Path) -> None:
+    path = tmp_path / "dnsfleet.yml"
+    path.write_text(
+        "resolv_conf: []\ndnstap:\n  socket: /run/dnstap.sock\n"
+        "  cluster_domain: K8S.Example.\n  search_suffixes: [Corp.Example., ec2.internal]\n"
+    )
+    s = settings_of(config.load(path))
+    assert (s.cluster_domain, s.search_suffixes) == (
+        "k8s.example",
+        ("corp.example", "ec2.internal"),
+    )
+    path.write_text("resolv_conf: []\ndnstap:\n  socket: /run/dnstap.sock\n")
+    s = settings_of(config.load(path))
+    assert (s.cluster_domain, s.search_suffixes) == ("cluster.local", ())
 
 
 def test_settings_carry_the_domains_to_the_ingest_process() -> None:

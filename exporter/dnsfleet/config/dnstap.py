@@ -15,7 +15,7 @@ from dnsfleet.config.targets import Target
 from dnsfleet.config.values import quote
 
 MAX_IDENTITIES = 1024
-MAX_SEARCH_SUFFIXES = 16  # each is an endswith per NXDOMAIN answer in the ingest process
+MAX_SEARCH_SUFFIXES = 16  # each one more suffix every NXDOMAIN answer's name is read against
 LISTEN_REMOVED = (
     "removed: over TCP any local user could write dnstap (forged SERVFAILs would count "
     "against the SLOs); have the resolvers write to the unix socket (dnstap.socket), whose "

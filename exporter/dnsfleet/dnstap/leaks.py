@@ -53,7 +53,6 @@ OUTGOING = (RESOLVER_QUERY, FORWARDER_QUERY)
 # counters are shown from 0 once it does, so an alert sees the first count as an increase.
 ANSWERED_TYPES = ("client_response",)
 OUTGOING_TYPES = ("resolver_query", "forwarder_query")
-MAX_SEARCH_SUFFIXES = 16
 
 _SVC, _CLUSTER, _SEARCH = 0, 1, 2  # how a suffix reads the labels before it
 
