@@ -201,6 +201,8 @@ CATALOG = (
     # Passive insight from dnstap.
     "DNSRandomSubdomainAttack",
     "DNSFleetDnstapIngestDown",
+    "DNSSearchExpansionShareHigh",
+    "DNSClusterDomainLeak",
     # Cluster DNS as pods live it: conntrack under it, NodeLocal DNSCache.
     "DNSConntrackDropping",
     "DNSNodeLocalPodsFailing",

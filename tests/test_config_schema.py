@@ -41,6 +41,7 @@ LOADER_ONLY = {
     "duplicate-target-ipv6",
     "dnstap-identity-names-no-target",
     "dnstap-identity-other-port",
+    "dnstap-search-suffix-twice",  # the same name in another case
     "hostname-target",
     "missing-module",
     "negative-duration",

@@ -6,6 +6,7 @@ import (
 	_ "github.com/coredns/coredns/plugin/acl"
 	_ "github.com/coredns/coredns/plugin/bind"
 	_ "github.com/coredns/coredns/plugin/cache"
+	_ "github.com/coredns/coredns/plugin/dnstap"
 	_ "github.com/coredns/coredns/plugin/errors"
 	_ "github.com/coredns/coredns/plugin/forward"
 	_ "github.com/coredns/coredns/plugin/metrics"
@@ -15,7 +16,7 @@ import (
 )
 
 func init() {
-	dnsserver.Directives = []string{"bind", "prometheus", "errors", "acl", "cache", "forward"}
+	dnsserver.Directives = []string{"bind", "prometheus", "errors", "dnstap", "acl", "cache", "forward"}
 }
 
 func main() { coremain.Run() }

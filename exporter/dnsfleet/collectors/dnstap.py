@@ -61,6 +61,8 @@ def settings_of(config: Config) -> IngestSettings:
         idle_timeout=want.idle_timeout,
         max_connections=want.max_connections,
         top_n=want.top_n,
+        cluster_domain=want.cluster_domain,
+        search_suffixes=want.search_suffixes,
     )
 
 

@@ -8,13 +8,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dnsfleet.config.addresses import parse_address
-from dnsfleet.config.checks import JSON, Check, Duration, Integer, key, read_keys
-from dnsfleet.config.concepts import AbsolutePath
+from dnsfleet.config.checks import JSON, Check, Duration, Integer, ListOf, key, read_keys
+from dnsfleet.config.concepts import AbsolutePath, DnsName
 from dnsfleet.config.reader import Node
 from dnsfleet.config.targets import Target
 from dnsfleet.config.values import quote
 
 MAX_IDENTITIES = 1024
+MAX_SEARCH_SUFFIXES = 16  # each one more suffix every NXDOMAIN answer's name is read against
 LISTEN_REMOVED = (
     "removed: over TCP any local user could write dnstap (forged SERVFAILs would count "
     "against the SLOs); have the resolvers write to the unix socket (dnstap.socket), whose "
@@ -33,6 +34,38 @@ class Removed(Check):
 
     def schema(self) -> JSON:
         return {"not": {}}
+
+
+class Domain(DnsName):
+    """A domain other than the root, kept lower-case without its trailing dot: every name
+    would be under the root."""
+
+    def read(self, node: Node) -> str:
+        name = super().read(node).lower().rstrip(".")
+        if not name:
+            raise node.error("the root: name a domain under it")
+        return name
+
+    def schema(self) -> JSON:
+        return {"type": "string", "pattern": "[^.]"}
+
+
+def _parse_suffixes(node: Node) -> tuple[str, ...]:
+    items = list(node.sequence())
+    if len(items) > MAX_SEARCH_SUFFIXES:
+        raise node.error(f"{len(items)} search suffixes exceed {MAX_SEARCH_SUFFIXES}")
+    out: list[str] = []
+    for item in items:
+        name = Domain().read(item)
+        if name in out:
+            raise item.error(f"{quote(name)} is listed twice")
+        out.append(name)
+    return tuple(out)
+
+
+class Suffixes(ListOf):
+    def schema(self) -> JSON:
+        return {**super().schema(), "uniqueItems": True, "maxItems": MAX_SEARCH_SUFFIXES}
 
 
 class IdentityMap(Check):
@@ -103,6 +136,23 @@ class DnstapConfig:
             Integer(minimum=0, maximum=50),
             doc="Registered domains by NXDOMAIN and by SERVFAIL, client addresses, and "
             "random-subdomain suspects shown per target (0: none)",
+        ),
+    )
+    cluster_domain: str = field(
+        default="cluster.local",
+        metadata=key(
+            Domain(),
+            doc="The Kubernetes cluster domain: names under it that the resolver sends on "
+            "count as leaks, and it and svc.<domain> are search suffixes",
+        ),
+    )
+    search_suffixes: tuple[str, ...] = field(
+        default=(),
+        metadata=key(
+            Suffixes(Domain(), whole=_parse_suffixes),
+            doc="Search domains beyond the cluster's (the nodes' own, a company domain): a "
+            "name with a dot, one of these appended and answered NXDOMAIN, counts as a "
+            "search-list expansion",
         ),
     )
     handshake_timeout: float = field(default=10.0, metadata=key(Duration(maximum=300)))

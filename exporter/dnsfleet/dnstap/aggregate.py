@@ -24,10 +24,11 @@ import time
 from collections.abc import Iterable, Mapping
 
 import dns.rdatatype
-from dns.rcode import SERVFAIL
+from dns.rcode import NXDOMAIN, SERVFAIL
 
 from dnsfleet.dnstap.framestreams import Refusal
 from dnsfleet.dnstap.insight import Insight
+from dnsfleet.dnstap.leaks import OUTGOING, Classifier, Leaks
 from dnsfleet.dnstap.message import (
     CLIENT_QUERY,
     CLIENT_RESPONSE,
@@ -88,6 +89,7 @@ class Aggregator:
         identities: Mapping[str, str],
         target_labels: Mapping[str, Mapping[str, str]] | None = None,
         top_n: int = 10,
+        classifier: Classifier | None = None,
     ) -> None:
         self.identities = dict(identities)
         # A configured target's own labels (site, ...) go on its series, as on its probes'.
@@ -107,6 +109,7 @@ class Aggregator:
         self.pending: dict[bytes, int] = {}
         self.evicted = 0
         self.insight = Insight(top_n)
+        self.leaks = Leaks(classifier or Classifier("cluster.local"), top_n)
         self._now = time.monotonic()
 
     def target(self, raw: bytes) -> str:
@@ -156,6 +159,8 @@ class Aggregator:
                 self.evicted += 1
         elif mtype == CLIENT_RESPONSE:
             self._response(target, m)
+        elif mtype in OUTGOING:
+            self.leaks.outgoing(target, m.query_message)
 
     def _response(self, target: str, m: MessageFields) -> None:
         w: bytes = m.response_message
@@ -167,6 +172,8 @@ class Aggregator:
             self.truncated[target] = self.truncated.get(target, 0) + 1
         client = client_address(m.query_address)
         self.insight.observe(target, client, p.rcode, p.qname, self._now)
+        if p.rcode == NXDOMAIN:
+            self.leaks.nxdomain(target, client, p.qname, self._now)
         if p.rcode == SERVFAIL:
             code = p.ede[0] if p.ede else None
             ede = "none" if code is None else str(code) if code <= MAX_EDE else "other"
@@ -242,6 +249,7 @@ class Aggregator:
         ]
         labels = {t: self._labels(t) for t in self.insight.targets}
         out += self.insight.families(labels, time.monotonic())
+        out += self.leaks.families(self._labels, self.messages, time.monotonic())
         return out
 
     def _labels(self, target: str) -> dict[str, str]:

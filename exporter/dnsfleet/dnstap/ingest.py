@@ -23,6 +23,7 @@ import sys
 
 from dnsfleet import logs, malloc
 from dnsfleet.dnstap.aggregate import Aggregator
+from dnsfleet.dnstap.leaks import Classifier
 from dnsfleet.dnstap.protocol import (
     MAX_FDS,
     ChannelError,
@@ -135,6 +136,7 @@ async def serve(control: socket.socket, settings: IngestSettings) -> int:
         dict(settings.identities),
         {t: dict(labels) for t, labels in settings.target_labels},
         settings.top_n,
+        Classifier(settings.cluster_domain, settings.search_suffixes),
     )
     slots = Slots(agg, settings)
     try:

@@ -25,7 +25,7 @@ MAX_ANALYSED = 16
 KINDS = (NXDOMAIN, SERVFAIL)  # the rcodes whose registered domains are counted
 
 
-class _Windowed:
+class Windowed:
     """A Space-Saving table per window; the last complete window is what is shown."""
 
     __slots__ = ("capacity", "current", "shown", "start")
@@ -49,8 +49,8 @@ class TargetInsight:
     def __init__(self, top_n: int, now: float) -> None:
         self.top_n = top_n
         capacity = max(4 * top_n, 64)  # heavy hitters are exact well within 4x N
-        self.domains = {k: _Windowed(capacity, now) for k in KINDS}
-        self.clients = _Windowed(capacity, now)
+        self.domains = {k: Windowed(capacity, now) for k in KINDS}
+        self.clients = Windowed(capacity, now)
         self.detector = Detector(window=WINDOW / 2, max_suspects=top_n)
 
     def roll(self, now: float) -> None:

@@ -37,6 +37,7 @@ import struct
 from dataclasses import dataclass, fields
 from typing import get_args
 
+from dnsfleet.dnswire import encode_name
 from dnsfleet.exposition import Family, Labels, MetricType
 
 HEADER = struct.Struct(">I")
@@ -77,6 +78,8 @@ class IngestSettings:
     max_connections: int = 64
     top_n: int = 10
     evict_idle: float = EVICT_IDLE
+    cluster_domain: str = "cluster.local"
+    search_suffixes: tuple[str, ...] = ()
 
     def encode(self) -> str:
         return json.dumps(
@@ -90,6 +93,8 @@ class IngestSettings:
                 "max_connections": self.max_connections,
                 "top_n": self.top_n,
                 "evict_idle": self.evict_idle,
+                "cluster_domain": self.cluster_domain,
+                "search_suffixes": list(self.search_suffixes),
             },
             separators=(",", ":"),
         )
@@ -119,6 +124,11 @@ class IngestSettings:
             max_connections=_integer(doc["max_connections"], "settings.max_connections", 1),
             top_n=_integer(doc["top_n"], "settings.top_n", 0),
             evict_idle=_seconds(doc["evict_idle"], "settings.evict_idle"),
+            cluster_domain=_domain(doc["cluster_domain"], "settings.cluster_domain"),
+            search_suffixes=tuple(
+                _domain(s, f"settings.search_suffixes[{i}]")
+                for i, s in enumerate(_list(doc["search_suffixes"], "settings.search_suffixes"))
+            ),
         )
 
 
@@ -311,6 +321,18 @@ def _string(v: object, where: str) -> str:
     if not isinstance(v, str):
         raise ChannelError(f"{where}: not a string")
     return v
+
+
+def _domain(v: object, where: str) -> str:
+    """A domain below the root, as the classifier of search expansions reads it."""
+    s = _string(v, where)
+    try:
+        wire = encode_name(s)
+    except ValueError as e:
+        raise ChannelError(f"{where}: {e}") from None
+    if wire == b"\x00":
+        raise ChannelError(f"{where}: the root")
+    return s
 
 
 def _pairs(v: object, where: str) -> Pairs:
