@@ -1,61 +1,27 @@
 """The pod view against the real libcs: glibc's ``getent ahosts`` and a getaddrinfo
 program built with musl-gcc run in a pod namespace (tests/harness/podlab.py: ndots:5 and
-the three search domains Kubernetes writes, a cluster DNS on a service address), and so
-does dnsfleet's walk (dnsfleet.podview.driver). The cluster DNS logs every query it gets
-and the silent backend every datagram: dnsfleet must send exactly as many as the libc it
-models. Latency is compared (within 10 %) only where timeouts make it, the silent VIP:
-elsewhere a lookup takes milliseconds and a busy machine decides them, so counts only.
+the three search domains Kubernetes writes, CoreDNS behind a service VIP), and so does
+dnsfleet's walk (dnsfleet.podview.driver). The CoreDNS backends log every query they get
+and the node counts every datagram to the silent one: dnsfleet must send exactly as many
+as the libc it models. Latency is compared (within 10 %) only where timeouts make it, the
+silent VIP: elsewhere a lookup takes milliseconds and a busy machine decides them, so
+counts only.
 """
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.harness.metrics import samples
-from tests.harness.podlab import CLUSTER_DNS, SEARCH, SILENT_VIP, PodLab, podlab
-from tests.harness.tools import binary
+from tests.harness.podlab import CLUSTER_DNS, DEAD, SEARCH, SILENT_VIP, PodLab, podlab
+from tests.harness.podoracle import build_gai, dnsfleet, getent, musl
 
 pytestmark = [pytest.mark.integration, pytest.mark.netns]
-
-GAI_C = r"""
-#include <netdb.h>
-#include <stdio.h>
-#include <string.h>
-#include <time.h>
-#include <sys/socket.h>
-int main(int argc, char **argv) {
-    struct addrinfo hints, *res = 0;
-    struct timespec a, b;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_ADDRCONFIG;  /* as getent ahosts asks */
-    clock_gettime(CLOCK_MONOTONIC, &a);
-    int rc = getaddrinfo(argv[1], 0, &hints, &res);
-    clock_gettime(CLOCK_MONOTONIC, &b);
-    printf("%d %.6f\n", rc, (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9);
-    return 0;
-}
-"""
-
-DRIVE = """
-import asyncio, json, socket, sys
-from dnsfleet.parsers.resolvconf import parse_resolv_conf
-from dnsfleet.podview.driver import Server, lookup
-from dnsfleet.podview.walk import Libc
-conf = parse_resolv_conf(open("/etc/resolv.conf").read())
-servers = tuple(Server(s.text, (s.address, 53), socket.AF_INET) for s in conf.servers)
-r = asyncio.run(lookup(conf, sys.argv[1], Libc(sys.argv[2]), servers, budget=30))
-print(json.dumps({"outcome": r.outcome.value, "duration": r.duration, "queries": r.queries,
-                  "suffix": r.suffix, "nameserver": r.nameserver}))
-"""
 
 CLUSTER = f"nameserver {CLUSTER_DNS}\nsearch {SEARCH}\noptions ndots:5\n"
 SILENT = f"nameserver {SILENT_VIP}\nsearch {SEARCH}\noptions ndots:5 timeout:1 attempts:2\n"
@@ -78,43 +44,18 @@ LATENCY_TOLERANCE = 0.10
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PodLab, dict[str, str], Path]]:
     work = tmp_path_factory.mktemp("podlab")
-    gai = work / "gai"
-    (work / "gai.c").write_text(GAI_C)
-    subprocess.run(
-        [binary("musl-gcc"), "-static", "-O2", "-o", str(gai), str(work / "gai.c")],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+    gai = build_gai(work)
     with podlab(work) as lab:
         pods = {"cluster": lab.add_pod(CLUSTER), "silent": lab.add_pod(SILENT)}
         yield lab, pods, gai
 
 
-def _counted(lab: PodLab, pod: str, before: tuple[int, int]) -> int:
-    """Queries that arrived since ``before``, once the logs have stopped growing."""
-    last = -1
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        now = len(lab.cluster_queries()) - before[0] + lab.silent_datagrams() - before[1]
-        if now == last:
-            return now
-        last = now
-        time.sleep(0.3)
-    return last
-
-
-def _per_port(ports: list[int]) -> list[int]:
-    """Datagrams from each source port, in the order the ports were first seen."""
-    return [ports.count(p) for p in dict.fromkeys(ports)]
-
-
-def _run(lab: PodLab, pod: str, cmd: list[str]) -> tuple[str, float, int]:
-    before = (len(lab.cluster_queries()), lab.silent_datagrams())
-    t0 = time.monotonic()
-    out = subprocess.run(lab.pod_exec(pod, *cmd), capture_output=True, text=True, timeout=60)
-    wall = time.monotonic() - t0
-    return out.stdout + out.stderr, wall, _counted(lab, pod, before)
+def _pinned(lab: PodLab) -> list[int]:
+    """Datagrams per flow to the silent VIP, as conntrack counted them; each flow pinned to
+    the silent backend and never answered."""
+    flows = lab.flows(SILENT_VIP)
+    assert all(f.backend == DEAD and not f.replied for f in flows), flows
+    return sorted(f.packets for f in flows)
 
 
 @pytest.mark.parametrize("case", SCENARIOS, ids=[c[0] for c in SCENARIOS])
@@ -126,29 +67,31 @@ def test_pod_view_sends_what_the_libc_sends(
     podlab_, pods, gai = lab
     ns = pods[pod]
     # The oracles first: what real glibc and musl sent, and how long they took.
-    since = podlab_.silent_datagrams()
-    text, getent_wall, getent_n = _run(podlab_, ns, [binary("getent"), "ahosts", name])
+    podlab_.forget_flows()
+    g = getent(podlab_, ns, name)
     # The premise of the VIP model (stubmodel.vip_pinned): every retry of a name leaves
     # from one source port (conntrack pins them to one backend), the next name from another.
-    glibc_ports = _per_port(podlab_.silent_ports(since))
-    assert glibc_ports == ([4, 4] if pod == "silent" else []), glibc_ports
-    assert getent_n == glibc_n, f"{scenario}: glibc sent {getent_n}\n{text}"
-    assert ("192.0.2" in text or "10.96.0.20" in text) == (glibc_out == "answer"), text
-    text, _, musl_seen = _run(podlab_, ns, [str(gai), name])
-    rc, musl_wall = text.split()[:2]
-    assert musl_seen == musl_n, f"{scenario}: musl sent {musl_seen}\n{text}"
-    assert (rc == "0") == (musl_out == "answer"), text
+    glibc_flows = _pinned(podlab_)
+    assert glibc_flows == ([4, 4] if pod == "silent" else []), glibc_flows
+    assert g.queries == glibc_n, f"{scenario}: glibc sent {g.queries}\n{g.text}"
+    assert ("192.0.2" in g.text or "10.96.0.20" in g.text) == (glibc_out == "answer"), g.text
+    m = musl(podlab_, ns, gai, name)
+    rc, musl_wall = m.gai()
+    assert m.queries == musl_n, f"{scenario}: musl sent {m.queries}\n{m.text}"
+    assert (rc == 0) == (musl_out == "answer"), m.text
     oracle = {
-        "glibc": (getent_n, getent_wall, glibc_out),
-        "musl": (musl_seen, float(musl_wall), musl_out),
+        "glibc": (g.queries, g.wall, glibc_out),
+        "musl": (m.queries, musl_wall, musl_out),
     }
     for libc, (n, wall, outcome) in oracle.items():
-        since = podlab_.silent_datagrams()
-        text, _, seen = _run(podlab_, ns, [sys.executable, "-c", DRIVE, name, libc])
+        podlab_.forget_flows()
+        d = dnsfleet(podlab_, ns, name, libc)
         if libc == "glibc":
-            assert _per_port(podlab_.silent_ports(since)) == glibc_ports
-        got = json.loads(text.strip().splitlines()[-1])
-        assert (seen, got["queries"]) == (n, n), f"{scenario} {libc}: {got}, observed {seen}"
+            assert _pinned(podlab_) == glibc_flows
+        got = d.driver()
+        assert (d.queries, got["queries"]) == (n, n), (
+            f"{scenario} {libc}: {got}, observed {d.queries}"
+        )
         assert got["outcome"] == outcome, got
         assert got["suffix"] == suffix, got
         assert got["nameserver"] == (CLUSTER_DNS if outcome == "answer" else ""), got

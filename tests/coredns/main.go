@@ -7,7 +7,9 @@ import (
 	_ "github.com/coredns/coredns/plugin/bind"
 	_ "github.com/coredns/coredns/plugin/cache"
 	_ "github.com/coredns/coredns/plugin/errors"
+	_ "github.com/coredns/coredns/plugin/file"
 	_ "github.com/coredns/coredns/plugin/forward"
+	_ "github.com/coredns/coredns/plugin/log"
 	_ "github.com/coredns/coredns/plugin/metrics"
 
 	"github.com/coredns/coredns/core/dnsserver"
@@ -15,7 +17,9 @@ import (
 )
 
 func init() {
-	dnsserver.Directives = []string{"bind", "prometheus", "errors", "acl", "cache", "forward"}
+	dnsserver.Directives = []string{
+		"bind", "prometheus", "errors", "log", "acl", "cache", "file", "forward",
+	}
 }
 
 func main() { coremain.Run() }
