@@ -62,9 +62,17 @@ ns.dns 30 IN A 10.96.0.10
 api.demo.svc 30 IN A 10.96.0.20
 txtonly.demo.svc 30 IN TXT "note"
 """
-# An A RRset too large for 512 octets: a UDP answer without EDNS comes back truncated.
+# An answer too large for 512 octets: a UDP answer without EDNS comes back truncated. A
+# chain of long CNAMEs, not a large RRset: glibc's getaddrinfo keeps each address of an
+# answer in a buffer of 1024 octets and, when they do not fit, asks the whole lookup again.
 BIG = "big.demo.svc"
-BIG_ZONE = "".join(f"{BIG} 30 IN A 10.96.3.{i}\n" for i in range(1, 41))
+_LONG = [".".join(c * 63 for _ in range(3)) + ".demo.svc" for c in "xyz"]
+BIG_ZONE = (
+    f"{BIG} 30 IN CNAME {_LONG[0]}\n"
+    f"{_LONG[0]} 30 IN CNAME {_LONG[1]}\n"
+    f"{_LONG[1]} 30 IN CNAME {_LONG[2]}\n"
+    f"{_LONG[2]} 30 IN A 10.96.3.1\n"
+)
 OUTSIDE_ZONE = [
     "www.example.test. 300 IN A 192.0.2.80",
     "www.example.test. 300 IN AAAA 2001:db8::80",
