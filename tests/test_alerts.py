@@ -201,6 +201,9 @@ CATALOG = (
     # Issue 26: passive insight from dnstap.
     "DNSRandomSubdomainAttack",
     "DNSFleetDnstapIngestDown",
+    # Issue 36: cluster DNS as pods see it.
+    "DNSPodLookupsFailing",
+    "DNSPodQueryAmplificationHigh",
 )
 # Host alerts come with issue 5's alerts/rules/host.rules.yml.
 HOST_ALERTS = {
@@ -295,6 +298,8 @@ PAGE_WORTHY = {
     # certain (signatures; the one alert paging ahead of the hour, see alerts/README.md).
     "DNSZoneDSMismatch": "zone bogus for every validator now",
     "DNSZoneSignaturesExpiring": "zone bogus for every validator within a day",
+    # Issue 36: the pods of a node fail their lookups now, as their libc walks them.
+    "DNSPodLookupsFailing": "pods failing their lookups now",
 }
 
 
