@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.harness.metrics import samples
 from tests.harness.podlab import CLUSTER_DNS, DEAD, SEARCH, SILENT_VIP, PodLab, podlab
@@ -29,6 +30,7 @@ from tests.harness.podoracle import (
     least,
     walk_wait,
 )
+from tests.harness.tools import binary
 
 pytestmark = [pytest.mark.integration, pytest.mark.netns]
 
@@ -132,27 +134,35 @@ def test_pod_view_sends_what_the_libc_sends(
             assert took == pytest.approx(wall, rel=LATENCY_TOLERANCE), (libc, got, wall)
 
 
-def test_exporter_in_the_pod(
-    lab: tuple[PodLab, dict[str, str], dict[str, Path]], tmp_path: Path
-) -> None:
-    """The real exporter (--once) in the pod namespace, reading the pod's /etc/resolv.conf:
-    the same figures as the oracles above, as families."""
-    podlab_, pods, _ = lab
-    cfg = tmp_path / "dnsfleet.yml"
-    cfg.write_text(
-        "pod_view:\n  - resolv_conf: /etc/resolv.conf\n"
-        "    names: [www.example.test, api.demo, txtonly]\n"
-        "  - resolv_conf: /etc/resolv.conf\n    names: [txtonly]\n    libc: musl\n"
-    )
+def _exporter_once(lab: PodLab, pod: str, cfg: Path, pod_view: str) -> str:
+    """The real exporter (--once) in the pod namespace, reading the pod's /etc/resolv.conf."""
+    cfg.write_text(pod_view)
     exe = str(Path(sys.executable).parent / "dnsfleet-exporter")
     out = subprocess.run(
-        podlab_.pod_exec(pods["cluster"], exe, "--config.file", str(cfg), "--once"),
+        lab.pod_exec(pod, exe, "--config.file", str(cfg), "--once"),
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert out.returncode == 0, out.stderr
-    got = samples(out.stdout)
+    return out.stdout
+
+
+def test_exporter_in_the_pod(
+    lab: tuple[PodLab, dict[str, str], dict[str, Path]], tmp_path: Path
+) -> None:
+    """The exporter in the pod namespace: the same figures as the oracles above, as
+    families."""
+    podlab_, pods, _ = lab
+    text = _exporter_once(
+        podlab_,
+        pods["cluster"],
+        tmp_path / "dnsfleet.yml",
+        "pod_view:\n  - resolv_conf: /etc/resolv.conf\n"
+        "    names: [www.example.test, api.demo, txtonly]\n"
+        "  - resolv_conf: /etc/resolv.conf\n    names: [txtonly]\n    libc: musl\n",
+    )
+    got = samples(text)
 
     def v(fam: str, libc: str = "glibc", **labels: str) -> float | None:
         key = {("resolv_conf", "/etc/resolv.conf"), ("libc", libc), *labels.items()}
@@ -168,3 +178,67 @@ def test_exporter_in_the_pod(
     assert v("dnsfleet_podview_answer_info", **answer) == 1
     assert v("dnsfleet_podview_lookup_success", name="www.example.test") == 1
     assert v("dnsfleet_podview_lookup_cut_short", name="www.example.test") == 0
+
+
+ALERT_RULES = Path(__file__).resolve().parent.parent / "alerts" / "rules" / "podview.rules.yml"
+
+
+def test_alerts_fire_only_where_pods_fail(
+    lab: tuple[PodLab, dict[str, str], dict[str, Path]], tmp_path: Path
+) -> None:
+    """What the exporter reported in each pod, held for 70 minutes, through the pod-view
+    rules (promtool): the pod whose VIP's backend is silent pages, for glibc and musl; the
+    pod whose lookups are answered with 8 queries opens the amplification ticket, and
+    nothing else fires."""
+    podlab_, pods, _ = lab
+    names = "[www.example.test, api.demo]"
+    view = "".join(
+        f"  - resolv_conf: /etc/resolv.conf\n    names: {names}\n    libc: {libc}\n"
+        for libc in ("glibc", "musl")
+    )
+    series = []
+    for pod in ("cluster", "silent"):
+        text = _exporter_once(podlab_, pods[pod], tmp_path / f"{pod}.yml", f"pod_view:\n{view}")
+        for (name, labels), value in samples(text).items():
+            if name.startswith("dnsfleet_podview_"):
+                target = {"instance": f"{pod}:9853", "job": "dnsfleet", "site": "lab"}
+                sel = ",".join(f'{k}="{v}"' for k, v in sorted({**dict(labels), **target}.items()))
+                series.append({"series": f"{name}{{{sel}}}", "values": f"{value}x70"})
+
+    def firing(alert: str, pod: str, libc: str, severity: str) -> dict[str, object]:
+        labels = {"alertname": alert, "alertstate": "firing", "severity": severity}
+        labels |= {"instance": f"{pod}:9853", "site": "lab", "resolv_conf": "/etc/resolv.conf"}
+        sel = ",".join(f'{k}="{v}"' for k, v in sorted({**labels, "libc": libc}.items()))
+        return {"labels": f"ALERTS{{{sel}}}", "value": 1}
+
+    expected = [
+        *(firing("DNSPodLookupsFailing", "silent", libc, "critical") for libc in ("glibc", "musl")),
+        *(
+            firing("DNSPodQueryAmplificationHigh", "cluster", libc, "warning")
+            for libc in ("glibc", "musl")
+        ),
+    ]
+    test = {
+        "rule_files": [str(ALERT_RULES)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {"expr": 'ALERTS{alertstate="firing"}', "eval_time": "3m", "exp_samples": []},
+                    {
+                        "expr": 'ALERTS{alertstate="firing"}',
+                        "eval_time": "70m",
+                        "exp_samples": expected,
+                    },
+                ],
+            }
+        ],
+    }
+    f = tmp_path / "podview-lab.test.yml"
+    f.write_text(yaml.safe_dump(test))
+    out = subprocess.run(
+        [binary("promtool"), "test", "rules", str(f)], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
