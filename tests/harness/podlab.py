@@ -186,7 +186,7 @@ class PodLab:
         return self.workdir / f"coredns-{backend}" / "coredns.log"
 
     def cluster_queries(self) -> list[str]:
-        """Every query the CoreDNS backends got: ``<name> <type> <proto>``."""
+        """Every query the CoreDNS backends got: ``<type> <name> <proto>``."""
         out = []
         for backend in (LIVE, DEAD):
             log = self._log(backend)
