@@ -207,6 +207,9 @@ CATALOG = (
     "DNSConntrackDropping",
     "DNSNodeLocalPodsFailing",
     "DNSNodeLocalDNSCacheDown",
+    # The pods' own lookups, as their libc walks them.
+    "DNSPodLookupsFailing",
+    "DNSPodQueryAmplificationHigh",
 )
 # The host alerts live in alerts/rules/host.rules.yml, a file of their own.
 HOST_ALERTS = {
@@ -303,6 +306,8 @@ PAGE_WORTHY = {
     "DNSZoneSignaturesExpiring": "zone bogus for every validator within a day",
     # Every pod of a node fails every lookup, which no SLO source sees.
     "DNSNodeLocalPodsFailing": "a node's pods fail every lookup now",
+    # The pods of a node fail their lookups now, as their libc walks them.
+    "DNSPodLookupsFailing": "pods failing their lookups now",
 }
 
 

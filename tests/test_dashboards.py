@@ -93,6 +93,8 @@ def test_required_panels_exist() -> None:
         "Probe success per resolver",
         "Probe latency p90 per resolver",
         "Stub failover delay per host",
+        "Pod lookups failing",
+        "Queries per pod lookup",
     } <= titles["fleet-overview"]
     assert {
         "Queries per second",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as dash
 
 from dashboards.gen.vocabulary import (
+    REC,
     SEL,
     Panel,
     base,
@@ -23,11 +24,14 @@ def fleet_overview() -> dash.Dashboard:
         "dnsfleet-overview",
         "dnsfleet / Fleet overview",
         "Is DNS answering everywhere: probe success and latency per resolver, what "
-        "clients' stub resolvers wait, restarts, firing alerts.",
+        "clients' stub resolvers wait, what pods' lookups cost and get, restarts, firing "
+        "alerts.",
     )
     d = variables(d)
     d = restart_annotations(d, SEL)
-    return with_panels(d, _at_a_glance(), _resolvers(), _stubs(), _alerts_and_scrapes())
+    return with_panels(
+        d, _at_a_glance(), _resolvers(), _stubs(), _pod_view(), _alerts_and_scrapes()
+    )
 
 
 def _at_a_glance() -> list[Panel]:
@@ -134,6 +138,59 @@ def _stubs() -> list[Panel]:
             ),
             min_val=0,
             max_val=1,
+        ),
+    ]
+
+
+def _pod_view() -> list[Panel]:
+    """Cluster DNS as the pods see it: each configured name of a pod's resolv.conf looked
+    up as its libc walks the search list (the exporter's pod_view)."""
+    pod = "{{instance}} {{resolv_conf}} {{libc}}"
+    return [
+        ts(
+            "Pod lookups failing",
+            "Share of a pod resolv.conf's names whose lookup failed as its libc walks it "
+            "(lookups the exporter cut short left out; DNSPodLookupsFailing pages above "
+            "50 % for 5m).",
+            "percentunit",
+            query(f"resolv_conf:dnsfleet_podview_lookups_failing:ratio{{{REC}}}", pod),
+            min_val=0,
+            max_val=1,
+        ),
+        ts(
+            "Pod lookup wait",
+            "Seconds the application waited for each name's whole lookup: the search "
+            "list, both address types and every timeout on the way.",
+            "s",
+            query(
+                "max by (instance, resolv_conf, libc, name) "
+                f"(dnsfleet_podview_lookup_duration_seconds{{{SEL}}})",
+                "{{instance}} {{resolv_conf}} {{libc}} {{name}}",
+            ),
+        ),
+        ts(
+            "Queries per pod lookup",
+            "DNS queries one lookup of each name sent: the search-list amplification "
+            "(ndots:5 and an external name: 8; DNSPodQueryAmplificationHigh at 6 for an "
+            "answered lookup).",
+            "short",
+            query(
+                "max by (instance, resolv_conf, libc, name) "
+                f"(dnsfleet_podview_queries_per_lookup{{{SEL}}})",
+                "{{instance}} {{resolv_conf}} {{libc}} {{name}}",
+            ),
+        ),
+        tab(
+            "Pod lookups failing by reason",
+            "Names whose last lookup failed, and what the application was told "
+            "(timeout, servfail, refused, nxdomain, nodata).",
+            "short",
+            query(
+                "max by (instance, resolv_conf, libc, name, reason) "
+                f"(dnsfleet_podview_lookup_failure{{{SEL}}}) == 1",
+                instant=True,
+                fmt="table",
+            ),
         ),
     ]
 

@@ -8,7 +8,9 @@ import (
 	_ "github.com/coredns/coredns/plugin/cache"
 	_ "github.com/coredns/coredns/plugin/dnstap"
 	_ "github.com/coredns/coredns/plugin/errors"
+	_ "github.com/coredns/coredns/plugin/file"
 	_ "github.com/coredns/coredns/plugin/forward"
+	_ "github.com/coredns/coredns/plugin/log"
 	_ "github.com/coredns/coredns/plugin/metrics"
 
 	"github.com/coredns/coredns/core/dnsserver"
@@ -16,7 +18,9 @@ import (
 )
 
 func init() {
-	dnsserver.Directives = []string{"bind", "prometheus", "errors", "dnstap", "acl", "cache", "forward"}
+	dnsserver.Directives = []string{
+		"bind", "prometheus", "errors", "log", "dnstap", "acl", "cache", "file", "forward",
+	}
 }
 
 func main() { coremain.Run() }

@@ -117,7 +117,7 @@ def psacheck() -> str:
 @functools.cache
 def coredns() -> str:
     """tests/coredns: CoreDNS at the release pinned in its go.mod with only the plugins the
-    tests use (acl, bind, cache, dnstap, errors, forward, metrics), once per test session. Debian
-    packages no CoreDNS; the full build takes ten minutes here, this one seconds once Go's
-    caches are warm."""
+    tests use (acl, bind, cache, dnstap, errors, file, forward, log, metrics), once per test
+    session. Debian packages no CoreDNS; the full build takes ten minutes here, this one
+    seconds once Go's caches are warm."""
     return _build("coredns", ROOT / "tests" / "coredns")

@@ -101,8 +101,10 @@ def _reply(data: bytes, query: Query, qid: int) -> tuple[Reply, bool] | None:
     if r is None:
         return None
     rc = r.rcode & 0x0F
+    # An address is what the application wants: a CNAME alone (a truncated reply cut before
+    # the address, a CNAME to a name without one) is no answer to either libc.
     reply = {
-        0: Reply.ANSWER if r.answer_rrs else Reply.NODATA,
+        0: Reply.ANSWER if r.matching_answers else Reply.NODATA,
         2: Reply.SERVFAIL,
         3: Reply.NXDOMAIN,
     }
@@ -131,7 +133,7 @@ async def _tcp(
             )
         else:
             rc = ex.response.rcode & 0x0F
-            ans = Reply.ANSWER if ex.response.answer_rrs else Reply.NODATA
+            ans = Reply.ANSWER if ex.response.matching_answers else Reply.NODATA
             out.append({0: ans, 2: Reply.SERVFAIL, 3: Reply.NXDOMAIN}.get(rc, Reply.OTHER))
     return out
 

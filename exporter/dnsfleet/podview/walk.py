@@ -42,8 +42,8 @@ class Libc(StrEnum):
 class Reply(StrEnum):
     """What one query of a step got back, as the libc reads it."""
 
-    ANSWER = "answer"  # NOERROR with records in the answer section
-    NODATA = "nodata"  # NOERROR, empty answer
+    ANSWER = "answer"  # NOERROR with records of the type asked in the answer section
+    NODATA = "nodata"  # NOERROR without them (none, or a CNAME alone)
     NXDOMAIN = "nxdomain"
     SERVFAIL = "servfail"
     OTHER = "other"  # REFUSED, FORMERR, NOTIMP, ...: an rcode that is neither
