@@ -503,6 +503,16 @@ MAY_BE_EMPTY = {
             "Pod lookups failing by reason",
         )
     },
+    # Nor a NodeLocal DNSCache or a cluster DNS streaming dnstap: proven in
+    # tests/test_nodelocal.py and tests/test_dnstap_leaks_real.py, their rules by promtool.
+    **{
+        title: "no NodeLocal DNSCache or cluster DNS dnstap in the stack"
+        for title in (
+            "Who answers each node's pods",
+            "Search-list expansions answered NXDOMAIN",
+            "Cluster names sent upstream",
+        )
+    },
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as dash
 
 from dashboards.gen.vocabulary import (
+    RATE,
     REC,
     SEL,
     Panel,
@@ -30,7 +31,13 @@ def fleet_overview() -> dash.Dashboard:
     d = variables(d)
     d = restart_annotations(d, SEL)
     return with_panels(
-        d, _at_a_glance(), _resolvers(), _stubs(), _pod_view(), _alerts_and_scrapes()
+        d,
+        _at_a_glance(),
+        _resolvers(),
+        _stubs(),
+        _pod_view(),
+        _cluster_dns(),
+        _alerts_and_scrapes(),
     )
 
 
@@ -190,6 +197,48 @@ def _pod_view() -> list[Panel]:
                 f"(dnsfleet_podview_lookup_failure{{{SEL}}}) == 1",
                 instant=True,
                 fmt="table",
+            ),
+        ),
+    ]
+
+
+def _cluster_dns() -> list[Panel]:
+    """What sits between the pods and the cluster DNS: NodeLocal DNSCache and who answers
+    the node's pods now, and from the cluster DNS's dnstap the queries a lower ndots would
+    not have sent and the cluster names it sent upstream."""
+    return [
+        tab(
+            "Who answers each node's pods",
+            "NodeLocal DNSCache up, and the path the node's pods take now: nodelocal, a "
+            "fallback to the cluster DNS Service (resolv.conf or iptables), or none "
+            "(DNSNodeLocalPodsFailing pages).",
+            "short",
+            query(
+                f"dnsfleet_nodelocal_pod_path{{{SEL}}} == 1 or dnsfleet_nodelocal_up{{{SEL}}}",
+                instant=True,
+                fmt="table",
+            ),
+        ),
+        ts(
+            "Search-list expansions answered NXDOMAIN",
+            "Client queries per second that read as an external name with a cluster or "
+            "search suffix appended, beside all answers (DNSSearchExpansionShareHigh).",
+            "short",
+            query(
+                f"sum by (instance, target) (rate(dnsfleet_dnstap_search_expansion_nxdomain_total"
+                f"{{{SEL}}}{RATE}))",
+                "{{target}} expansions",
+            ),
+        ),
+        ts(
+            "Cluster names sent upstream",
+            "Queries per second the resolver sent on for names under the cluster domain, "
+            "which only the cluster DNS can answer (DNSClusterDomainLeak).",
+            "short",
+            query(
+                f"sum by (instance, target) (rate(dnsfleet_dnstap_cluster_domain_forwarded_total"
+                f"{{{SEL}}}{RATE}))",
+                "{{target}}",
             ),
         ),
     ]
