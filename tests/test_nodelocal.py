@@ -115,7 +115,7 @@ async def one(nameservers):
     loop = asyncio.get_running_loop()
     ctx = CollectContext(fs=HostFS(), config=cfg, deadline=loop.time() + 20, state={})
     fams = await run_collectors(ctx, {"nodelocal": COLLECTORS["nodelocal"]})
-    return {f.name + "{" + lab + "}": v for f in fams for _, lab, v in f.samples
+    return {f.name + "{" + lab.text + "}": v for f in fams for _, lab, v in f.samples
             if f.name.startswith("dnsfleet_nodelocal")}
 
 async def main():
