@@ -210,10 +210,14 @@ def test_exporter_and_alerts_on_the_node(lab: Lab, tmp_path: Path) -> None:
     """The exporter on the node in each state; what it reported held for 10 minutes
     through the pod-view and NodeLocal rules (promtool): the pod-view page and the NodeLocal
     page fire for (a) while node-cache is hung or killed, the NodeLocal ticket alone for
-    (b), nothing while it serves, and nothing yet at 1m."""
+    (b), nothing while it serves, and nothing yet at 1m; after an hour the amplification
+    ticket for the answered lookups of 8 queries."""
     podlab_, _, _ = lab
     series = []
     expected: list[dict[str, object]] = []
+    # An hour on: the answered lookups of 8 queries open the amplification ticket too (the
+    # fallback's second nameserver; musl asks both at once even while the cache serves).
+    amplified: list[dict[str, object]] = []
     for state in STATES:
         podlab_.node_cache(state)
         for pod in ("a", "b"):
@@ -225,7 +229,19 @@ def test_exporter_and_alerts_on_the_node(lab: Lab, tmp_path: Path) -> None:
                 if name.startswith(("dnsfleet_podview_", "dnsfleet_nodelocal_")):
                     sel = {**dict(labels), **target}
                     text = ",".join(f'{k}="{x}"' for k, x in sorted(sel.items()))
-                    series.append({"series": f"{name}{{{text}}}", "values": f"{value}x15"})
+                    series.append({"series": f"{name}{{{text}}}", "values": f"{value}x75"})
+            for libc in ("glibc", "musl"):
+                n, outcome, _, _ = CASES[(state, pod, libc)]
+                if outcome == "answer" and n >= 8:
+                    amplified.append(
+                        _alert(
+                            "DNSPodQueryAmplificationHigh",
+                            "warning",
+                            target,
+                            resolv_conf=resolv,
+                            libc=libc,
+                        )
+                    )
             if state == "up":
                 continue
             if pod == "a":
@@ -252,6 +268,11 @@ def test_exporter_and_alerts_on_the_node(lab: Lab, tmp_path: Path) -> None:
                         "expr": 'ALERTS{alertstate="firing"}',
                         "eval_time": "10m",
                         "exp_samples": expected,
+                    },
+                    {
+                        "expr": 'ALERTS{alertstate="firing"}',
+                        "eval_time": "70m",
+                        "exp_samples": expected + amplified,
                     },
                 ],
             }
