@@ -81,6 +81,21 @@ def watch(exp: Exporter, n: int, every: float = 1.0) -> Seen:
     return seen
 
 
+def serving(u: Unbound, timeout: float = 30) -> None:
+    """Wait until ``u`` itself serves. Its start-up check is a query to the shared
+    SO_REUSEPORT address, which the process already there may answer: on a loaded machine
+    the newcomer then joined after the scrapes meant to see it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            u.control("status")
+            return
+        except subprocess.CalledProcessError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def tracker(exp: Exporter) -> Any:
     return next(iter(exp.prober.watch.states.values())).canary
 
@@ -272,6 +287,7 @@ def test_process_joining_a_single_backend_target(tmp_path: Path, named: Named) -
             exp = exporter(tmp_path, f"127.0.0.1:{port}", "canary.example.test")
             seen = watch(exp, 3)  # a trusted countdown in the first cache
             b.start()
+            serving(b)
             try:
                 seen += watch(exp, 4)
             finally:
