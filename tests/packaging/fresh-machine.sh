@@ -4,8 +4,8 @@
 # contributor (or CI on a new machine) starts. What stays is the base system: essential
 # packages, those of priority required, important or standard, and what a Debian 12
 # machine with a Python toolchain has anyway (KEEP: the clone and the downloads use git,
-# curl, openssl and ca-certificates; python3, dpkg-dev and their kin are what build tools
-# depend on). Nothing outside the suite's own packages is removed: the script stops when
+# curl, openssl and ca-certificates; python3, dpkg-dev, gcc and their kin are what build
+# tools depend on). Nothing outside the suite's own packages is removed: the script stops when
 # apt would take anything else with them.
 #
 #   tests/packaging/fresh-machine.sh            # show what would be purged, change nothing
@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$(pwd)
-keep=" git curl openssl ca-certificates python3 python3-minimal python3-yaml python3-setuptools dpkg-dev publicsuffix "
+keep=" git curl openssl ca-certificates python3 python3-minimal python3-yaml python3-setuptools dpkg-dev gcc publicsuffix "
 
 packages=$(sed -e 's/#.*//' tests/needs.txt | awk 'NF == 2 && $2 != "image" { print $2 }' | sort -u)
 purge=()
@@ -34,9 +34,11 @@ done
 echo "purge: ${purge[*]:-(nothing installed)}"
 if [ ${#purge[@]} != 0 ]; then
     # Whatever apt would take along beyond the list (a package of the machine's that depends
-    # on one of them) stops the run: the list is wrong for this machine.
+    # on one of them) stops the run: the list is wrong for this machine. A package apt
+    # installed only as a dependency (musl-dev for musl-tools) goes with them.
     others=$(apt-get -s purge "${purge[@]}" | awk '/^Purg/ { print $2 }' |
-        grep -vxF -f <(printf '%s\n' "${purge[@]}") || true)
+        grep -vxF -f <(printf '%s\n' "${purge[@]}") |
+        grep -vxF -f <(apt-mark showauto) || true)
     if [ -n "$others" ]; then
         echo "apt would also remove: $(echo "$others" | tr '\n' ' ')" >&2
         exit 2
