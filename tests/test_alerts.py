@@ -78,6 +78,39 @@ def test_promtool_test_rules(path: Path, version: str) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+# The other evaluation intervals a Prometheus server is run at. The SLO files are left out
+# here: test_slo_scenarios.py runs their rules at each of these intervals over whole
+# scenarios. capacity_trend's weeks of history at 15 s outlast any timeout, and it raises
+# tickets only.
+OTHER_INTERVALS = ("15s", "30s")
+AT_EVERY_INTERVAL = [
+    p
+    for p in RULE_TESTS
+    if p.name not in {"slo.test.yml", "slo_long.test.yml", "capacity_trend.test.yml"}
+]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("interval", OTHER_INTERVALS)
+@pytest.mark.parametrize("path", AT_EVERY_INTERVAL, ids=lambda p: p.name)
+def test_promtool_test_rules_at_other_intervals(path: Path, interval: str, tmp_path: Path) -> None:
+    """The same cases, evaluated every 15 s and every 30 s: an alert quiet on a healthy
+    fleet and firing on a fault at 1 m must be so at the other intervals too (a `for`, a
+    rate window or an absent() can depend on how often rules run)."""
+    doc = yaml.safe_load(path.read_text())
+    doc["evaluation_interval"] = interval
+    doc["rule_files"] = [str((path.parent / f).resolve()) for f in doc["rule_files"]]
+    test = tmp_path / path.name
+    test.write_text(yaml.safe_dump(doc, sort_keys=False))
+    out = subprocess.run(
+        [binary("promtool"), "test", "rules", str(test)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
 @pytest.mark.unit
 def test_rules_reading_a_recorded_series_share_its_group() -> None:
     """Groups are evaluated concurrently; only rules within one group run in order. A rule
