@@ -31,8 +31,8 @@ def exact_key(value: float, schema: int) -> int:
     v = abs(Fraction(value))
     if schema >= 0:
         # |v| <= 2**(i / 2**s)  <=>  |v|**(2**s) <= 2**i
-        x = v ** (2**schema)
-        i = x.numerator.bit_length() - x.denominator.bit_length()
+        x: Fraction = v ** (2**schema)
+        i: int = x.numerator.bit_length() - x.denominator.bit_length()
         while Fraction(2) ** i < x:
             i += 1
         while Fraction(2) ** (i - 1) >= x:

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Literal
 
+from dnsfleet.nativehist import NativeSnapshot
+
 MetricType = Literal["gauge", "counter", "histogram", "untyped"]
 
 log = logging.getLogger(__name__)
@@ -120,6 +122,7 @@ class Family:
     help: str
     type: MetricType = "gauge"
     samples: list[Sample] = field(default_factory=list)
+    native: Mapping[str, NativeSnapshot] | None = None  # a histogram's, by label text
 
     def add(
         self, value: float, labels: Labels | Mapping[str, str] | None = None, *, suffix: str = ""
@@ -153,6 +156,8 @@ class TextFamily:
     help: str
     type: MetricType
     lines: str  # complete sample lines, each ending in a newline
+    # A histogram's native buckets by series label text (only protobuf carries them).
+    native: Mapping[str, NativeSnapshot] | None = None
 
     @property
     def samples(self) -> str:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from dnsfleet.config import Config, Module, Target
 from dnsfleet.dnswire import Query
 from dnsfleet.exposition import Family, Labels, TextFamily
+from dnsfleet.nativehist import NativeHistogram
 from dnsfleet.proberecord import LATENCY, LATENCY_BUCKETS, ProbeRecord, TargetSnapshot
 from dnsfleet.probes import REASONS, Exchange, ProbeResult, Reason, failed, judge, probe, query_for
 from dnsfleet.probes.ede import code_label
@@ -72,6 +73,7 @@ class TargetState:
     failures: list[int] = field(default_factory=lambda: [0] * len(REASONS))
     buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
     latency_sum: float = 0.0
+    native: NativeHistogram = field(default_factory=NativeHistogram)
     probes: int = 0  # sent on /metrics, answered or not, and evidence (see evident)
     sent: int = 0  # queries sent on /metrics, whatever the requester's deadline
     # Epoch seconds of the first failed probe of the current run of failures; None while
@@ -101,6 +103,7 @@ class TargetState:
             d = result.duration
             self.buckets[LATENCY.index(d)] += 1
             self.latency_sum += d
+            self.native.observe(d)
             for code in result.response.ede:
                 label = code_label(code)
                 self.ede_counts[label] = self.ede_counts.get(label, 0) + 1
@@ -154,13 +157,8 @@ class Prober:
                 states[key] = old
             elif old is not None:  # same target, new labels or check: keep the counters
                 fresh = new_state(t, bogus=bogus)
-                fresh.failures, fresh.buckets, fresh.latency_sum, fresh.probes = (
-                    old.failures,
-                    old.buckets,
-                    old.latency_sum,
-                    old.probes,
-                )
-                fresh.sent = old.sent
+                for kept in ("failures", "buckets", "latency_sum", "native", "probes", "sent"):
+                    setattr(fresh, kept, getattr(old, kept))
                 fresh.last, fresh.last_wall = old.last, old.last_wall
                 fresh.failing_since = old.failing_since
                 fresh.ede_counts = old.ede_counts
@@ -388,6 +386,7 @@ class Prober:
                 for key, st in self.states.items()
             ],
             canary=canary_families(self.watch),
+            native={st.labels.text: st.native.snapshot() for st in self.states.values()},
         )
 
     def families(self) -> list[TextFamily | Family]:

@@ -7,7 +7,8 @@ text. The state it copies lives in prober.py (``TargetState``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from dnsfleet.config import Target
 from dnsfleet.exposition import (
@@ -18,6 +19,7 @@ from dnsfleet.exposition import (
     TextFamily,
     compile_template,
 )
+from dnsfleet.nativehist import NativeSnapshot
 from dnsfleet.probes import REASONS, ProbeResult
 from dnsfleet.probes.families import probe_result_families
 
@@ -35,6 +37,8 @@ RecordRow = tuple[
 class ProbeRecord:
     rows: list[RecordRow]
     canary: list[Family]
+    # Each target's latency in native buckets, by its label text (the protobuf exposition's).
+    native: Mapping[str, NativeSnapshot] = field(default_factory=dict)
 
     def families(self) -> list[TextFamily | Family]:
         """The per-target families, each rendered with one format call per target from a
@@ -77,6 +81,7 @@ class ProbeRecord:
                 "Latency of probes that got an answer (any rcode).",
                 "histogram",
                 hist,
+                native=self.native,
             ),
             TextFamily(
                 _EDE_TOTAL_NAME,

@@ -8,6 +8,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 
+from dnsfleet import expoproto
 from dnsfleet.app import Exporter
 from dnsfleet.config import to_yaml
 from dnsfleet.endpoints.probe import ProbeHandler, Refusal, Refused
@@ -76,9 +77,36 @@ def wants_openmetrics(accept: str) -> bool:
     )
 
 
+def wants_protobuf(accept: str) -> bool:
+    """Whether to answer with the protobuf exposition: the requester lists it
+    (``application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily;
+    encoding=delimited``, as Prometheus sends it when native histograms are on) with a
+    weight above 0 and at least that of anything else it lists (``*/*`` included).
+    Otherwise the text formats are chosen as before (:func:`wants_openmetrics`)."""
+    proto_q = 0.0
+    other_q = 0.0
+    for member in accept.split(","):
+        kind, *params = member.split(";")
+        q = _qvalue(params)
+        if kind.strip().lower() != "application/vnd.google.protobuf":
+            other_q = max(other_q, q) if kind.strip() else other_q
+            continue
+        named = {
+            k.strip().lower(): v.strip().strip('"')
+            for k, _, v in (p.partition("=") for p in params)
+        }
+        if (named.get("proto"), named.get("encoding", "").lower()) == (
+            "io.prometheus.client.MetricFamily",
+            "delimited",
+        ):
+            proto_q = max(proto_q, q)
+    return proto_q > 0 and proto_q >= other_q
+
+
 def _qvalue(params: list[str]) -> float:
-    """The weight of an Accept-Encoding member (RFC 9110 §12.4.2): 1 without ``q``; 0 for a
-    weight that is not a qvalue (0 to 1), so a malformed weight never enables a coding."""
+    """The weight of an Accept or Accept-Encoding member (RFC 9110 §12.4.2): 1 without
+    ``q``; 0 for a weight that is not a qvalue (0 to 1), so a malformed weight never
+    enables a coding or a format."""
     for p in params:
         name, _, value = p.partition("=")
         if name.strip().lower() == "q":
@@ -124,7 +152,7 @@ class Handlers:
         self.max_requests = max_requests
         self.metrics_in_flight = 0
         # Requests sharing one scrape render it once per format; dropped when none waits.
-        self._rendered: list[tuple[list[Family | TextFamily], bool, bytes]] = []
+        self._rendered: list[tuple[list[Family | TextFamily], str, bytes]] = []
 
     async def metrics(self, request: Request) -> Response:
         if self.max_requests and self.metrics_in_flight >= self.max_requests:
@@ -143,12 +171,12 @@ class Handlers:
                 )
             except TimeoutError:
                 return _bad(503, "the scrape did not finish within this request's scrape timeout")
-            om = wants_openmetrics(request.headers.get("accept", ""))
-            body = next((b for f, o, b in self._rendered if f is fams and o == om), None)
+            kind = _content_type(request.headers.get("accept", ""))
+            body = next((b for f, o, b in self._rendered if f is fams and o == kind), None)
             if body is None:
-                body = render_openmetrics_bytes(fams) if om else render_bytes(fams)
+                body = _RENDER[kind](fams)
                 self._rendered = [(f, o, b) for f, o, b in self._rendered if f is fams]
-                self._rendered.append((fams, om, body))
+                self._rendered.append((fams, kind, body))
         finally:
             self.metrics_in_flight -= 1
             if not self.metrics_in_flight:
@@ -159,9 +187,7 @@ class Handlers:
             # GIL, so compressing in a thread keeps the loop serving.
             body = await asyncio.to_thread(gzip.compress, body, 1)
             headers.append(("Content-Encoding", "gzip"))
-        return Response(
-            body=body, content_type=OPENMETRICS_TYPE if om else CONTENT_TYPE, headers=headers
-        )
+        return Response(body=body, content_type=kind, headers=headers)
 
     async def probe(self, request: Request) -> Response:
         try:
@@ -200,6 +226,20 @@ class Handlers:
             body=statuspage.render(self.exp.status_view(), metrics_path=self.metrics_path).encode(),
             content_type="text/html; charset=utf-8",
         )
+
+
+_RENDER = {
+    expoproto.CONTENT_TYPE: expoproto.encode,
+    OPENMETRICS_TYPE: render_openmetrics_bytes,
+    CONTENT_TYPE: render_bytes,
+}
+
+
+def _content_type(accept: str) -> str:
+    """The exposition format a /metrics request asked for (/probe always answers text)."""
+    if wants_protobuf(accept):
+        return expoproto.CONTENT_TYPE
+    return OPENMETRICS_TYPE if wants_openmetrics(accept) else CONTENT_TYPE
 
 
 def _bad(status: int, reason: str) -> Response:

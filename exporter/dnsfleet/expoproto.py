@@ -1,0 +1,259 @@
+"""The protobuf exposition: io.prometheus.client.MetricFamily messages, each behind its
+length as a varint (``encoding=delimited``), what Prometheus asks for first when native
+histograms are on (``--enable-feature=native-histograms`` in 2.x,
+``scrape_native_histograms`` in 3.x).
+
+Written by hand: the messages are five small ones and the wire format is varints,
+little-endian doubles and length-prefixed bytes. The tests decode every kind of family
+with the protobuf package from the upstream schema and compare the bytes with the
+package's own; bench/expoproto.py measures this against building the same messages with
+the package.
+
+A :class:`TextFamily` is encoded from its lines. They are the text renderer's own
+output, so the protobuf exposition says exactly what the text one says whatever the
+producer (several write their families straight as text for speed, and change them); the
+one fact text cannot carry, a histogram's native buckets, comes beside the lines
+(``TextFamily.native``, by the series' label text). The label sets of a scrape repeat
+(a target's labels head every one of its series), so each label text is taken apart once
+per scrape: the labels ahead of the last one, then the last one.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import struct
+from collections.abc import Iterable, Iterator, Mapping
+
+from dnsfleet.exposition import Family, MetricType, TextFamily
+from dnsfleet.nativehist import NativeSnapshot, spans_and_deltas
+
+CONTENT_TYPE = (
+    "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"
+)
+
+# MetricFamily.type (io.prometheus.client.MetricType); untyped is UNTYPED, info a gauge.
+_TYPE_CODE = {"counter": 0, "gauge": 1, "untyped": 3, "histogram": 4}
+# The Metric field holding a value of each type: (field 3 counter, 2 gauge, 5 untyped),
+# then its length (9) and Gauge/Counter/Untyped.value's tag (field 1, 64-bit).
+_VALUE_HEAD = {"counter": b"\x1a\x09\x09", "gauge": b"\x12\x09\x09", "untyped": b"\x2a\x09\x09"}
+_double = struct.Struct("<d").pack
+_PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+_UNESCAPE = re.compile(r"\\(.)")
+_UNESCAPED = {"n": "\n", "\\": "\\", '"': '"'}
+_MAX_UINT64 = 2**64 - 1
+
+
+def varint(n: int) -> bytes:
+    if n < 0x80:
+        return _SMALL[n]
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_SMALL = [bytes((i,)) for i in range(0x80)]
+
+
+def _sint(n: int) -> bytes:
+    """A sint32/sint64: ZigZag, so small negative numbers stay short."""
+    return varint(n << 1 if n >= 0 else ((-n) << 1) - 1)
+
+
+def _field(tag: int, payload: bytes) -> bytes:
+    """A length-delimited field (``tag`` is its number shifted, wire type 2)."""
+    return varint(tag) + varint(len(payload)) + payload
+
+
+def _text_field(tag: int, text: str) -> bytes:
+    return _field(tag, text.encode())
+
+
+def _unescape(value: str) -> str:
+    if "\\" not in value:
+        return value
+    return _UNESCAPE.sub(lambda m: _UNESCAPED.get(m.group(1), "\\" + m.group(1)), value)
+
+
+def label_pairs(text: str) -> Iterator[tuple[str, str]]:
+    """The (name, value) pairs of exposition label text ``a="1",b="2"``."""
+    for m in _PAIR.finditer(text):
+        yield m.group(1), _unescape(m.group(2))
+
+
+def _pair_bytes(pairs: Iterable[tuple[str, str]]) -> bytes:
+    """Metric.label fields (1) for ``pairs``: each a LabelPair of name (1) and value (2)."""
+    return b"".join(
+        _field(0x0A, _text_field(0x0A, name) + _text_field(0x12, value)) for name, value in pairs
+    )
+
+
+def split_last(text: str) -> tuple[str, str]:
+    """Label text as (the labels ahead of the last one, the last one). The last ``="`` is
+    the last label's opening quote: inside a value a quote is always escaped."""
+    opening = text.rfind('="')
+    comma = text.rfind(",", 0, opening)
+    return (text[:comma], text[comma + 1 :]) if comma >= 0 else ("", text)
+
+
+class _Labels:
+    """The encoded labels of one scrape, by label text."""
+
+    def __init__(self) -> None:
+        self.full: dict[str, bytes] = {"": b""}
+        self.last: dict[str, bytes] = {}
+
+    def __call__(self, text: str) -> bytes:
+        got = self.full.get(text)
+        if got is None:
+            head, tail = split_last(text)
+            got = self.full.get(head)
+            if got is None:
+                got = self.full[head] = _pair_bytes(label_pairs(head))
+            end = self.last.get(tail)
+            if end is None:
+                end = self.last[tail] = _pair_bytes(label_pairs(tail))
+            got = self.full[text] = got + end
+        return got
+
+
+def _lines(fam: Family | TextFamily) -> Iterator[tuple[str, str, float]]:
+    """(sample name, label text, value) of every sample."""
+    if isinstance(fam, TextFamily):
+        # Split on newlines only: str.splitlines would also split a label value at a
+        # vertical tab or a Unicode line separator.
+        for line in fam.lines.split("\n")[:-1]:
+            key, _, text = line.rpartition(" ")
+            brace = key.find("{")
+            if brace < 0:
+                yield key, "", float(text)
+            else:
+                yield key[:brace], key[brace + 1 : -1], float(text)
+    else:
+        name = fam.name
+        for suffix, labels, value in fam.samples:
+            yield name + suffix, labels.text, value
+
+
+def _family(name: str, helptext: str, kind: MetricType, metrics: list[bytes]) -> bytes:
+    body = b"".join(
+        [
+            _text_field(0x0A, name),
+            _text_field(0x12, helptext),
+            b"\x18" + _SMALL[_TYPE_CODE[kind]],
+            *metrics,
+        ]
+    )
+    return varint(len(body)) + body
+
+
+def _scalar_family(fam: Family | TextFamily, labels: _Labels) -> list[bytes]:
+    head = _VALUE_HEAD[fam.type]
+    metrics: list[bytes] = []
+    append = metrics.append
+    others: dict[str, list[bytes]] = {}
+    for name, text, value in _lines(fam):
+        lab = labels(text)
+        metric = lab + head + _double(value)
+        if name == fam.name:
+            append(b"\x22" + varint(len(metric)) + metric)
+        else:  # a sample under another name than its family's: its own family
+            others.setdefault(name, []).append(b"\x22" + varint(len(metric)) + metric)
+    out = [_family(fam.name, fam.help, fam.type, metrics)]
+    out.extend(_family(n, fam.help, "untyped", m) for n, m in others.items())
+    return out
+
+
+def _whole(n: float) -> bool:
+    """Whether a count goes in its uint64 field; otherwise in the double field the schema
+    has beside it (NaN, infinities, fractions, negatives, beyond 2**64 - 1)."""
+    return 0 <= n <= _MAX_UINT64 and n == int(n)
+
+
+def _bucket(bound: float, n: float) -> bytes:
+    """A classic Bucket: cumulative_count (1) or cumulative_count_float (4), upper_bound (2)."""
+    if _whole(n):
+        body = b"\x08" + varint(int(n)) + b"\x11" + _double(bound)
+    else:
+        body = b"\x11" + _double(bound) + b"\x21" + _double(n)
+    return b"\x1a" + varint(len(body)) + body
+
+
+def _native(h: NativeSnapshot) -> bytes:
+    """Histogram fields 5 to 13: schema, zero threshold and count, spans and deltas. A
+    histogram without buckets gets the no-op span (0, 0) that marks it native."""
+    pos_spans, pos_deltas = spans_and_deltas(h.positive)
+    neg_spans, neg_deltas = spans_and_deltas(h.negative)
+    if not pos_spans and not neg_spans:
+        pos_spans = ((0, 0),)
+    return b"".join(
+        [
+            b"\x28" + _sint(h.schema),
+            b"\x31" + _double(h.zero_threshold),
+            b"\x38" + varint(h.zero_count),
+            *(_field(0x4A, b"\x08" + _sint(o) + b"\x10" + varint(n)) for o, n in neg_spans),
+            *(b"\x50" + _sint(d) for d in neg_deltas),
+            *(_field(0x62, b"\x08" + _sint(o) + b"\x10" + varint(n)) for o, n in pos_spans),
+            *(b"\x68" + _sint(d) for d in pos_deltas),
+        ]
+    )
+
+
+def _histogram_family(fam: Family | TextFamily, labels: _Labels) -> list[bytes]:
+    """Classic buckets (cumulative counts, the +Inf bucket left to sample_count as
+    client_golang leaves it) and, where ``fam.native`` has the series, its native part."""
+    series: dict[str, list[bytes]] = {}  # base label text -> Histogram fields
+    sums: dict[str, float] = {}
+    counts: dict[str, float] = {}
+    name = fam.name
+    for sample, text, value in _lines(fam):
+        suffix = sample[len(name) :]
+        if suffix == "_bucket":
+            base, le = split_last(text)
+            bound = float(_unescape(le[4:-1]))
+            fields = series.setdefault(base, [])
+            if not math.isinf(bound):
+                fields.append(_bucket(bound, value))
+        elif suffix == "_sum":
+            series.setdefault(text, [])
+            sums[text] = value
+        elif suffix == "_count":
+            series.setdefault(text, [])
+            counts[text] = value
+    native: Mapping[str, NativeSnapshot] = fam.native or {}
+    metrics = []
+    for base, buckets in series.items():
+        # Fields in number order: sample_count (1), sample_sum (2), bucket (3), or
+        # sample_count_float (4) after the buckets.
+        n = counts.get(base, 0.0)
+        whole = _whole(n)
+        body = [
+            b"\x08" + varint(int(n)) if whole else b"",
+            b"\x11" + _double(sums.get(base, 0.0)),
+            *buckets,
+            b"" if whole else b"\x21" + _double(n),
+        ]
+        snap = native.get(base)
+        if snap is not None:
+            body.append(_native(snap))
+        hist = b"".join(body)
+        metric = labels(base) + b"\x3a" + varint(len(hist)) + hist
+        metrics.append(b"\x22" + varint(len(metric)) + metric)
+    return [_family(name, fam.help, "histogram", metrics)]
+
+
+def encode(families: Iterable[Family | TextFamily]) -> bytes:
+    """Every family with samples, as delimited MetricFamily messages."""
+    labels = _Labels()
+    out: list[bytes] = []
+    for fam in families:
+        if not fam.samples:
+            continue
+        if fam.type == "histogram":
+            out.extend(_histogram_family(fam, labels))
+        else:
+            out.extend(_scalar_family(fam, labels))
+    return b"".join(out)
