@@ -100,11 +100,15 @@ def split_last(text: str) -> tuple[str, str]:
 
 
 class _Labels:
-    """The encoded labels of one scrape, by label text."""
+    """The encoded labels of one scrape, by label text, and the start of a scalar metric
+    (its length, labels and value tag) by type and label text: within a scrape a
+    target's label text heads a dozen series."""
 
     def __init__(self) -> None:
         self.full: dict[str, bytes] = {"": b""}
         self.last: dict[str, bytes] = {}
+        self.starts: dict[str, dict[str, bytes]] = {kind: {} for kind in _VALUE_HEAD}
+        self.bounds: dict[str, bytes] = {}  # le text -> upper_bound field; b"": +Inf
 
     def __call__(self, text: str) -> bytes:
         got = self.full.get(text)
@@ -119,23 +123,23 @@ class _Labels:
             got = self.full[text] = got + end
         return got
 
+    def bound(self, le: str) -> bytes:
+        bound = float(_unescape(le[4:-1]))
+        got = self.bounds[le] = b"" if math.isinf(bound) else b"\x11" + _double(bound)
+        return got
 
-def _lines(fam: Family | TextFamily) -> Iterator[tuple[str, str, float]]:
-    """(sample name, label text, value) of every sample."""
+
+# One sample line of the text exposition: name, label text (inside the braces), value.
+# A label value never holds a raw newline (it is escaped), and the value is the last word.
+_LINE = re.compile(r"^([^{ \n]+)(?:\{(.*)\})? ([^ \n]+)$", re.MULTILINE)
+
+
+def _samples(fam: Family | TextFamily) -> list[tuple[str, str, str | float]]:
+    """(sample name, label text, value) of every sample; a pre-rendered value as text."""
     if isinstance(fam, TextFamily):
-        # Split on newlines only: str.splitlines would also split a label value at a
-        # vertical tab or a Unicode line separator.
-        for line in fam.lines.split("\n")[:-1]:
-            key, _, text = line.rpartition(" ")
-            brace = key.find("{")
-            if brace < 0:
-                yield key, "", float(text)
-            else:
-                yield key[:brace], key[brace + 1 : -1], float(text)
-    else:
-        name = fam.name
-        for suffix, labels, value in fam.samples:
-            yield name + suffix, labels.text, value
+        return _LINE.findall(fam.lines)
+    name = fam.name
+    return [(name + suffix, labels.text, value) for suffix, labels, value in fam.samples]
 
 
 def _family(name: str, helptext: str, kind: MetricType, metrics: list[bytes]) -> bytes:
@@ -152,17 +156,22 @@ def _family(name: str, helptext: str, kind: MetricType, metrics: list[bytes]) ->
 
 def _scalar_family(fam: Family | TextFamily, labels: _Labels) -> list[bytes]:
     head = _VALUE_HEAD[fam.type]
+    starts = labels.starts[fam.type]
+    name = fam.name
     metrics: list[bytes] = []
     append = metrics.append
     others: dict[str, list[bytes]] = {}
-    for name, text, value in _lines(fam):
-        lab = labels(text)
-        metric = lab + head + _double(value)
-        if name == fam.name:
-            append(b"\x22" + varint(len(metric)) + metric)
+    for sample, text, value in _samples(fam):
+        start = starts.get(text)
+        if start is None:
+            lab = labels(text)
+            # Metric: 0x22, its length, its labels, then the value's field: 11 bytes.
+            start = starts[text] = b"\x22" + varint(len(lab) + 11) + lab + head
+        if sample == name:
+            append(start + _double(float(value)))
         else:  # a sample under another name than its family's: its own family
-            others.setdefault(name, []).append(b"\x22" + varint(len(metric)) + metric)
-    out = [_family(fam.name, fam.help, fam.type, metrics)]
+            others.setdefault(sample, []).append(start + _double(float(value)))
+    out = [_family(name, fam.help, fam.type, metrics)]
     out.extend(_family(n, fam.help, "untyped", m) for n, m in others.items())
     return out
 
@@ -173,13 +182,19 @@ def _whole(n: float) -> bool:
     return 0 <= n <= _MAX_UINT64 and n == int(n)
 
 
-def _bucket(bound: float, n: float) -> bytes:
+def _bucket(bound: bytes, n: float) -> bytes:
     """A classic Bucket: cumulative_count (1) or cumulative_count_float (4), upper_bound (2)."""
-    if _whole(n):
-        body = b"\x08" + varint(int(n)) + b"\x11" + _double(bound)
-    else:
-        body = b"\x11" + _double(bound) + b"\x21" + _double(n)
+    body = b"\x08" + varint(int(n)) + bound if _whole(n) else bound + b"\x21" + _double(n)
     return b"\x1a" + varint(len(body)) + body
+
+
+# A Bucket of a cumulative count below 128 (most of a target's) but its bound: the field
+# tag, the length (11), the count's field, by the count as a number or as text.
+_SMALL_BUCKET: dict[str | float, bytes] = {
+    **{str(i): b"\x1a\x0b\x08" + _SMALL[i] for i in range(0x80)},
+    **{float(i): b"\x1a\x0b\x08" + _SMALL[i] for i in range(0x80)},
+}
+_POS_DELTA = {d: b"\x68" + _sint(d) for d in range(-64, 64)}
 
 
 def _native(h: NativeSnapshot) -> bytes:
@@ -197,7 +212,7 @@ def _native(h: NativeSnapshot) -> bytes:
             *(_field(0x4A, b"\x08" + _sint(o) + b"\x10" + varint(n)) for o, n in neg_spans),
             *(b"\x50" + _sint(d) for d in neg_deltas),
             *(_field(0x62, b"\x08" + _sint(o) + b"\x10" + varint(n)) for o, n in pos_spans),
-            *(b"\x68" + _sint(d) for d in pos_deltas),
+            *[_POS_DELTA.get(d) or b"\x68" + _sint(d) for d in pos_deltas],
         ]
     )
 
@@ -209,22 +224,35 @@ def _histogram_family(fam: Family | TextFamily, labels: _Labels) -> list[bytes]:
     sums: dict[str, float] = {}
     counts: dict[str, float] = {}
     name = fam.name
-    for sample, text, value in _lines(fam):
-        suffix = sample[len(name) :]
-        if suffix == "_bucket":
+    bucket_name, sum_name, count_name = name + "_bucket", name + "_sum", name + "_count"
+    bounds = labels.bounds
+    for sample, text, value in _samples(fam):
+        if sample == bucket_name:
             base, le = split_last(text)
-            bound = float(_unescape(le[4:-1]))
-            fields = series.setdefault(base, [])
-            if not math.isinf(bound):
-                fields.append(_bucket(bound, value))
-        elif suffix == "_sum":
+            bound = bounds.get(le)
+            if bound is None:
+                bound = labels.bound(le)
+            fields = series.get(base)
+            if fields is None:
+                fields = series[base] = []
+            if not bound:  # the +Inf bucket: sample_count says it
+                continue
+            small = _SMALL_BUCKET.get(value)
+            if small is not None:
+                fields.append(small + bound)
+            elif isinstance(value, str) and value.isdigit():  # a count below 10**15
+                count = b"\x08" + varint(int(value)) + bound
+                fields.append(b"\x1a" + _SMALL[len(count)] + count)
+            else:
+                fields.append(_bucket(bound, float(value)))
+        elif sample == sum_name:
             series.setdefault(text, [])
-            sums[text] = value
-        elif suffix == "_count":
+            sums[text] = float(value)
+        elif sample == count_name:
             series.setdefault(text, [])
-            counts[text] = value
+            counts[text] = float(value)
     native: Mapping[str, NativeSnapshot] = fam.native or {}
-    metrics = []
+    metrics: list[bytes] = []
     for base, buckets in series.items():
         # Fields in number order: sample_count (1), sample_sum (2), bucket (3), or
         # sample_count_float (4) after the buckets.
