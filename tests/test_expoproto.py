@@ -313,3 +313,17 @@ def test_varint_lengths_of_large_families() -> None:
     assert data == build([fam, Family("dnsfleet_small", "S.").add(1)], MSGS)
     assert [f.name for f in decode(data, MSGS)] == ["dnsfleet_big", "dnsfleet_small"]
     assert struct.unpack("<d", data[-8:]) == (1.0,)
+
+
+def test_le_anywhere_in_a_bucket_line() -> None:
+    """HistogramWriter puts le last; a bucket whose le comes elsewhere is read as well."""
+    last = Family("dnsfleet_h_seconds", "H.", "histogram")
+    first = Family("dnsfleet_h_seconds", "H.", "histogram")
+    lab = Labels({"a": ODD, "b": "2"})
+    HistogramWriter(last.name, (0.5,)).add(last, lab, [1, 2], 3.0)
+    for suffix, labels, value in last.samples:
+        pairs = labels.pairs if suffix != "_bucket" else (labels.pairs[-1], *labels.pairs[:-1])
+        first.add_raw(Labels(pairs), value, suffix)
+    assert "le=" in render([first]).split("\n")[2].split(",")[0]
+    want = encode([last])
+    assert encode([first]) == want and encode([as_text(first)]) == want

@@ -25,7 +25,7 @@ import re
 import struct
 from collections.abc import Iterable, Iterator, Mapping
 
-from dnsfleet.exposition import Family, MetricType, TextFamily
+from dnsfleet.exposition import Family, Labels, MetricType, TextFamily
 from dnsfleet.nativehist import NativeSnapshot, spans_and_deltas
 
 CONTENT_TYPE = (
@@ -108,7 +108,7 @@ class _Labels:
         self.full: dict[str, bytes] = {"": b""}
         self.last: dict[str, bytes] = {}
         self.starts: dict[str, dict[str, bytes]] = {kind: {} for kind in _VALUE_HEAD}
-        self.bounds: dict[str, bytes] = {}  # le text -> upper_bound field; b"": +Inf
+        self.bounds: dict[str, bytes] = {}  # le's value -> upper_bound field; b"": +Inf
 
     def __call__(self, text: str) -> bytes:
         got = self.full.get(text)
@@ -124,7 +124,7 @@ class _Labels:
         return got
 
     def bound(self, le: str) -> bytes:
-        bound = float(_unescape(le[4:-1]))
+        bound = float(_unescape(le))
         got = self.bounds[le] = b"" if math.isinf(bound) else b"\x11" + _double(bound)
         return got
 
@@ -217,40 +217,77 @@ def _native(h: NativeSnapshot) -> bytes:
     )
 
 
+# A histogram's lines as HistogramWriter writes them, ``le`` last: a bucket's labels
+# ahead of ``le``, its ``le`` and its count; or, for a bucket line with ``le`` elsewhere,
+# its whole label text (third group). Inside a value a quote is escaped, so ``,le="``
+# is where the last label starts.
+_BUCKET_LINE = re.compile(
+    r'^[^{ \n]*_bucket\{(?:(?:(.*),)?le="([^"\n]*)"|(.*))\} ([^ \n]+)$', re.MULTILINE
+)
+_TOTAL_LINE = re.compile(r"^[^{ \n]*_(sum|count)(?:\{(.*)\})? ([^ \n]+)$", re.MULTILINE)
+
+
+def _histogram_samples(
+    fam: Family | TextFamily,
+) -> tuple[list[tuple[str, str, str | float]], list[tuple[str, str, str | float]]]:
+    """A histogram's buckets as (labels ahead of ``le`` as text, ``le`` text, count) and
+    its sums and counts as (``sum`` or ``count``, label text, value)."""
+    buckets: list[tuple[str, str, str | float]] = []
+    totals: list[tuple[str, str, str | float]] = []
+    if isinstance(fam, TextFamily):
+        for head, le, other, value in _BUCKET_LINE.findall(fam.lines):
+            buckets.append((head, le, value) if not other else (*_without_le(other), value))
+        return buckets, _TOTAL_LINE.findall(fam.lines)
+    for suffix, labels, value in fam.samples:
+        if suffix == "_bucket":
+            buckets.append((*_without_le(labels.text), value))
+        else:
+            totals.append((suffix[1:], labels.text, value))
+    return buckets, totals
+
+
+def _without_le(text: str) -> tuple[str, str]:
+    """Label text as (the labels but ``le``, rendered as the renderer renders them, and
+    the text of ``le``'s value)."""
+    head, tail = split_last(text)
+    if tail.startswith('le="'):
+        return head, tail[4:-1]
+    pairs = list(label_pairs(text))
+    le = next((v for k, v in pairs if k == "le"), "+Inf")
+    return Labels([(k, v) for k, v in pairs if k != "le"]).text, le
+
+
 def _histogram_family(fam: Family | TextFamily, labels: _Labels) -> list[bytes]:
     """Classic buckets (cumulative counts, the +Inf bucket left to sample_count as
     client_golang leaves it) and, where ``fam.native`` has the series, its native part."""
     series: dict[str, list[bytes]] = {}  # base label text -> Histogram fields
     sums: dict[str, float] = {}
     counts: dict[str, float] = {}
-    name = fam.name
-    bucket_name, sum_name, count_name = name + "_bucket", name + "_sum", name + "_count"
     bounds = labels.bounds
-    for sample, text, value in _samples(fam):
-        if sample == bucket_name:
-            base, le = split_last(text)
-            bound = bounds.get(le)
-            if bound is None:
-                bound = labels.bound(le)
-            fields = series.get(base)
-            if fields is None:
-                fields = series[base] = []
-            if not bound:  # the +Inf bucket: sample_count says it
-                continue
-            small = _SMALL_BUCKET.get(value)
-            if small is not None:
-                fields.append(small + bound)
-            elif isinstance(value, str) and value.isdigit():  # a count below 10**15
-                count = b"\x08" + varint(int(value)) + bound
-                fields.append(b"\x1a" + _SMALL[len(count)] + count)
-            else:
-                fields.append(_bucket(bound, float(value)))
-        elif sample == sum_name:
-            series.setdefault(text, [])
-            sums[text] = float(value)
-        elif sample == count_name:
-            series.setdefault(text, [])
-            counts[text] = float(value)
+    bucket_lines, total_lines = _histogram_samples(fam)
+    last = None
+    fields: list[bytes] = []
+    for base, le, value in bucket_lines:
+        if base != last:  # a series' buckets come one after the other
+            last = base
+            fields = series.setdefault(base, [])
+        bound = bounds.get(le)
+        if bound is None:
+            bound = labels.bound(le)
+        if not bound:  # the +Inf bucket: sample_count says it
+            continue
+        small = _SMALL_BUCKET.get(value)
+        if small is not None:
+            fields.append(small + bound)
+        elif isinstance(value, str) and value.isdigit():  # a count below 10**15
+            count = b"\x08" + varint(int(value)) + bound
+            fields.append(b"\x1a" + _SMALL[len(count)] + count)
+        else:
+            fields.append(_bucket(bound, float(value)))
+    for which, text, value in total_lines:
+        series.setdefault(text, [])
+        (sums if which == "sum" else counts)[text] = float(value)
+    name = fam.name
     native: Mapping[str, NativeSnapshot] = fam.native or {}
     metrics: list[bytes] = []
     for base, buckets in series.items():
