@@ -327,3 +327,9 @@ def test_le_anywhere_in_a_bucket_line() -> None:
     assert "le=" in render([first]).split("\n")[2].split(",")[0]
     want = encode([last])
     assert encode([first]) == want and encode([as_text(first)]) == want
+
+
+def test_a_family_that_cannot_be_encoded_is_left_out() -> None:
+    bad = TextFamily("dnsfleet_bad", "Bad.", "gauge", 'dnsfleet_bad{a="1"} notanumber\n')
+    good = Family("dnsfleet_good", "Good.").add(1)
+    assert encode([bad, good]) == encode([good])

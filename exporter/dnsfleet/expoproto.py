@@ -20,6 +20,7 @@ per scrape: the labels ahead of the last one, then the last one.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import struct
@@ -27,6 +28,8 @@ from collections.abc import Iterable, Iterator, Mapping
 
 from dnsfleet.exposition import Family, Labels, MetricType, TextFamily
 from dnsfleet.nativehist import NativeSnapshot, spans_and_deltas
+
+log = logging.getLogger(__name__)
 
 CONTENT_TYPE = (
     "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"
@@ -311,14 +314,17 @@ def _histogram_family(fam: Family | TextFamily, labels: _Labels) -> list[bytes]:
 
 
 def encode(families: Iterable[Family | TextFamily]) -> bytes:
-    """Every family with samples, as delimited MetricFamily messages."""
+    """Every family with samples, as delimited MetricFamily messages. A family that
+    cannot be encoded (a value that is no number) is that family's error, logged and
+    left out, never the scrape's."""
     labels = _Labels()
     out: list[bytes] = []
     for fam in families:
         if not fam.samples:
             continue
-        if fam.type == "histogram":
-            out.extend(_histogram_family(fam, labels))
-        else:
-            out.extend(_scalar_family(fam, labels))
+        encode_family = _histogram_family if fam.type == "histogram" else _scalar_family
+        try:
+            out.extend(encode_family(fam, labels))
+        except (ValueError, OverflowError) as e:
+            log.error("protobuf exposition: family %s left out: %s", fam.name, e)
     return b"".join(out)
