@@ -120,7 +120,9 @@ def test_decoded_values() -> None:
 
     odd, empty = got["dnsfleet_x_latency_seconds"].metric
     h = odd.histogram
-    assert (h.sample_count, h.sample_sum) == (6, 4.25)
+    # The native part's count and sum, which its buckets add up to (the classic lines
+    # may be a cycle older: nativehist.Snapshots).
+    assert (h.sample_count, h.sample_sum) == (7, 0.0004 + 0.0004 + 0.003 + 0.02 + 0.7 + 2.0)
     assert [(b.upper_bound, b.cumulative_count) for b in h.bucket] == [
         (0.001, 1),
         (0.5, 1),
@@ -333,3 +335,28 @@ def test_a_family_that_cannot_be_encoded_is_left_out() -> None:
     bad = TextFamily("dnsfleet_bad", "Bad.", "gauge", 'dnsfleet_bad{a="1"} notanumber\n')
     good = Family("dnsfleet_good", "Good.").add(1)
     assert encode([bad, good]) == encode([good])
+
+
+def test_a_kept_record_reads_native_buckets_when_encoded() -> None:
+    """A cycle's record keeps no copy of the native histograms: a protobuf scrape of it
+    reads them as they are then, with their own count and sum, so its native buckets
+    never hold more than its count while its classic buckets are the record's."""
+    cfg = parse(
+        {"modules": {"m": {}}, "targets": [{"address": "127.0.0.1", "module": "m"}]},
+        source="x.yml",
+    )
+    prober = Prober()
+    prober.configure(cfg)
+    (st,) = prober.states.values()
+    st.observe(judge(answer(0.002), cfg.modules["m"]), 0.0)
+    record = prober.record()
+    st.observe(judge(answer(0.3), cfg.modules["m"]), 0.0)
+    (fam,) = [
+        f
+        for f in decode(encode(record.families()), MSGS)
+        if f.name == "dnsfleet_probe_latency_seconds"
+    ]
+    h = fam.metric[0].histogram
+    assert h.sample_count == 2 and h.sample_sum == 0.302
+    assert native_buckets(h) == {bucket_key(0.002, 3): 1, bucket_key(0.3, 3): 1}
+    assert [b.cumulative_count for b in h.bucket][-1] == 1  # the record's classic buckets

@@ -294,17 +294,20 @@ def _histogram_family(fam: Family | TextFamily, labels: _Labels) -> list[bytes]:
     native: Mapping[str, NativeSnapshot] = fam.native or {}
     metrics: list[bytes] = []
     for base, buckets in series.items():
-        # Fields in number order: sample_count (1), sample_sum (2), bucket (3), or
-        # sample_count_float (4) after the buckets.
-        n = counts.get(base, 0.0)
+        # A native part brings its own count and sum: they are what its buckets add up to
+        # (nativehist.Snapshots reads them later than the classic lines were written).
+        snap = native.get(base)
+        n = counts.get(base, 0.0) if snap is None else snap.sample_count
+        total = sums.get(base, 0.0) if snap is None else snap.sample_sum
         whole = _whole(n)
+        # Fields in number order: sample_count (1), sample_sum (2), bucket (3), or
+        # sample_count_float (4) after the buckets, then the native ones (5 to 13).
         body = [
             b"\x08" + varint(int(n)) if whole else b"",
-            b"\x11" + _double(sums.get(base, 0.0)),
+            b"\x11" + _double(total),
             *buckets,
             b"" if whole else b"\x21" + _double(n),
         ]
-        snap = native.get(base)
         if snap is not None:
             body.append(_native(snap))
         hist = b"".join(body)

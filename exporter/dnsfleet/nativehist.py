@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import sys
 from bisect import bisect_left
+from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
 DEFAULT_SCHEMA = 3
@@ -63,11 +64,9 @@ def upper_bound(key: int, schema: int) -> float:
 
 
 class NativeSnapshot(NamedTuple):
-    """A native histogram as one cycle left it, copied so later observations leave it
-    alone: its sparse bucket counts by index on each side of zero. A tuple, made in a
-    fraction of a microsecond per target on every cycle; the spans and deltas the
-    exposition wants are worked out (:func:`spans_and_deltas`) only when a scraper asks
-    for protobuf."""
+    """A native histogram as it stood when copied: its sparse bucket counts by index on
+    each side of zero, its count and sum. The spans and deltas the exposition wants are
+    worked out from it (:func:`spans_and_deltas`) when a scraper asks for protobuf."""
 
     schema: int
     zero_threshold: float
@@ -161,3 +160,26 @@ class NativeHistogram:
             self.positive.copy(),
             self.negative.copy(),
         )
+
+
+class Snapshots(Mapping[str, NativeSnapshot]):
+    """Native histograms by series, copied only when read. A cycle's record keeps this,
+    not copies: the copies (a dict of some 50 buckets per target) would cost every cycle
+    2 ms of CPU and every kept record 2.5 MB at 1,000 targets, for scrapers that may never
+    ask for protobuf. One that does reads the histograms as they are then, perhaps a few
+    observations past the record's classic buckets: the native count and sum go with
+    them, so a message's native buckets never hold more than its count."""
+
+    __slots__ = ("_live",)
+
+    def __init__(self, live: Mapping[str, NativeHistogram]) -> None:
+        self._live = live
+
+    def __getitem__(self, key: str) -> NativeSnapshot:
+        return self._live[key].snapshot()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._live)
+
+    def __len__(self) -> int:
+        return len(self._live)

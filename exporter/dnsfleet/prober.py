@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from dnsfleet.config import Config, Module, Target
 from dnsfleet.dnswire import Query
 from dnsfleet.exposition import Family, Labels, TextFamily
-from dnsfleet.nativehist import NativeHistogram
+from dnsfleet.nativehist import NativeHistogram, Snapshots
 from dnsfleet.proberecord import LATENCY, LATENCY_BUCKETS, ProbeRecord, TargetSnapshot
 from dnsfleet.probes import REASONS, Exchange, ProbeResult, Reason, failed, judge, probe, query_for
 from dnsfleet.probes.ede import code_label
@@ -386,7 +386,7 @@ class Prober:
                 for key, st in self.states.items()
             ],
             canary=canary_families(self.watch),
-            native={st.labels.text: st.native.snapshot() for st in self.states.values()},
+            native=Snapshots({st.labels.text: st.native for st in self.states.values()}),
         )
 
     def families(self) -> list[TextFamily | Family]:

@@ -37,7 +37,8 @@ RecordRow = tuple[
 class ProbeRecord:
     rows: list[RecordRow]
     canary: list[Family]
-    # Each target's latency in native buckets, by its label text (the protobuf exposition's).
+    # Each target's latency in native buckets, by its label text (the protobuf exposition's;
+    # read when a scraper asks for it, see nativehist.Snapshots).
     native: Mapping[str, NativeSnapshot] = field(default_factory=dict)
 
     def families(self) -> list[TextFamily | Family]:

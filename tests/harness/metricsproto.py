@@ -195,6 +195,8 @@ def _histograms(mf: Any, fam: Family) -> None:
 
 
 def _native(h: Any, snap: NativeSnapshot) -> None:
+    h.sample_count = snap.sample_count
+    h.sample_sum = snap.sample_sum
     h.schema = snap.schema
     h.zero_threshold = snap.zero_threshold
     h.zero_count = snap.zero_count
