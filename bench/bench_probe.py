@@ -77,6 +77,8 @@ def scrape_window(fleet: Peer, *, seconds: float) -> tuple[float, int]:
 
 
 def scrapes_total(fleet: Peer) -> int:
+    """The cycles ``fleet`` counted, read from a scrape of its own; a probe that failed in
+    that scrape is said (the cycles measured just before did the same work)."""
     conn = http.client.HTTPConnection(fleet.base.removeprefix("http://"), timeout=60)
     conn.request("GET", "/metrics")
     body = conn.getresponse().read().decode()
@@ -84,6 +86,9 @@ def scrapes_total(fleet: Peer) -> int:
     m = re.search(r"^dnsfleet_scrapes_total (\d+)", body, re.M)
     if m is None:
         raise RuntimeError(f"{fleet.name} has no dnsfleet_scrapes_total")
+    failed = len(re.findall(r"^dnsfleet_probe_success\{[^}]*\} 0$", body, re.M))
+    if failed:
+        print(f"  ({fleet.name}: {failed} probes failed in a scrape after the window)")
     return int(m.group(1))
 
 
