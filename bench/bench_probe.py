@@ -51,6 +51,7 @@ SERIES_TARGET = 20  # series per default UDP target
 SCRAPE_TARGET = 0.10  # an N-target cycle / blackbox's CPU for N /probe requests
 PROBE_TARGET = 0.15  # dnsfleet / blackbox CPU per /probe
 BB = "blackbox_exporter"
+MAX_TARGETS = 255 * 250  # the addresses target_addresses has in 127.0.0.0/16
 
 
 def scrape_window(fleet: Peer, *, seconds: float) -> tuple[float, int]:
@@ -255,6 +256,8 @@ def main() -> int:
             print(f"{tool} is not installed (make bench installs it)", file=sys.stderr)
             return 1
     sizes = tuple(int(n) for n in args.sizes.split(","))
+    if not 0 < min(*sizes, args.distinct) <= max(*sizes, args.distinct) <= MAX_TARGETS:
+        ap.error(f"targets from 1 to {MAX_TARGETS:,} (127.0.1.1 to 127.0.255.250)")
     work = Path(tempfile.mkdtemp(prefix="dnsfleet-bench-"))
     lab = Lab(work, sizes, args.distinct)
     rounds = Rounds()
