@@ -19,7 +19,7 @@ DEB_BUILD_DEBS := dpkg-buildpackage:dpkg-dev dh:debhelper dh_python3:dh-python \
              /usr/share/doc/python3-all:python3-all \
              /usr/lib/python3/dist-packages/setuptools:python3-setuptools
 BENCH_DEBS := prometheus-blackbox-exporter:prometheus-blackbox-exporter \
-              prometheus-node-exporter:prometheus-node-exporter wrk:wrk
+              prometheus-node-exporter:prometheus-node-exporter wrk:wrk dnsperf:dnsperf
 ARGS ?=
 LINT_DIRS := $(wildcard exporter tests bench dashboards deploy alerts requirements)
 
@@ -103,7 +103,7 @@ golden: $(STAMP) check-deps
 bench: $(STAMP) check-deps
 	$(call install_debs,$(BENCH_DEBS))
 	$(BIN)/python -m venv --clear .venv-bench && .venv-bench/bin/pip install -q --require-hashes -r requirements/bench.txt
-	PYTHONPATH=. $(BIN)/python bench/bench_probe.py $(ARGS)
+	PYTHONPATH=. $(BIN)/python bench/bench_probe.py $(ARGS)  # the fleet-scale figures
 	PYTHONPATH=. $(BIN)/python bench/bench_encrypted.py  # DoT/DoH /probe
 	PYTHONPATH=. $(BIN)/python bench/bench_dnstap.py  # dnstap ingest
 

@@ -24,8 +24,7 @@ from tests.harness.pki import SERVER_NAME, make_pki
 from tests.harness.servers import Unbound
 from tests.harness.tools import free_port
 
-from bench.bench_probe import check, spawn, spread, wrk
-from bench.common import stop
+from bench.common import check, spawn, spread, stop, wrk
 
 QNAME = "a.local.test"
 

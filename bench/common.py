@@ -1,14 +1,19 @@
 """Shared helpers for the benchmarks: process CPU and memory from /proc, a bounded HTTP load
-loop. Benchmarks only ever talk to loopback."""
+loop, wrk windows (one URL, or a Lua script cycling through many), starting a peer and
+checking what it answers, min-median-max over rounds. Benchmarks only ever talk to loopback."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
+import statistics
 import subprocess
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import aiohttp
 
@@ -116,3 +121,107 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+PROMETHEUS_HEADERS = (
+    "-H",
+    "Accept: text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    "-H",
+    "Accept-Encoding: gzip",
+    "-H",
+    "X-Prometheus-Scrape-Timeout-Seconds: 10",
+)
+
+
+def target_addresses(n: int) -> list[str]:
+    """n distinct loopback addresses (127.0.1.1 ... 127.0.40.250 for 10,000)."""
+    return [f"127.0.{1 + i // 250}.{1 + i % 250}" for i in range(n)]
+
+
+def spawn(cmd: list[str], url: str, log: Path) -> subprocess.Popen[bytes]:
+    """Start ``cmd`` with its output in ``log``; return once ``url`` answers."""
+    f = open(log, "wb")  # noqa: SIM115 (the process owns it for its life)
+    proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
+    try:
+        wait_http(url)
+    except RuntimeError:
+        stop(proc)
+        raise
+    return proc
+
+
+def check(url: str, needle: str) -> str:
+    """GET ``url``; fail unless the body says ``needle``. Returns the body."""
+    with urllib.request.urlopen(url, timeout=60) as r:
+        body: str = r.read().decode()
+    if needle not in body:
+        raise RuntimeError(f"{url} did not say {needle!r}:\n{body[:2000]}")
+    return body
+
+
+@dataclass
+class Window:
+    requests: int
+    cpu: float  # seconds of the measured process
+    seconds: float
+
+    @property
+    def cpu_per_request(self) -> float:
+        return self.cpu / max(self.requests, 1)
+
+
+def cycling_script(path: Path, paths: Sequence[str]) -> Path:
+    """A wrk Lua script whose requests go through ``paths`` in turn (one wrk thread: one
+    Lua state, so each path is asked once per pass)."""
+    table = ",\n".join(f'  "{p}"' for p in paths)
+    path.write_text(
+        f"local paths = {{\n{table}\n}}\nlocal n = #paths\nlocal i = 0\n"
+        "request = function()\n  i = i % n + 1\n  return wrk.format(nil, paths[i])\nend\n"
+    )
+    return path
+
+
+def wrk(
+    url: str,
+    pid: int,
+    *,
+    seconds: int,
+    connections: int,
+    extra: tuple[str, ...] = (),
+    script: Path | None = None,
+) -> Window:
+    """``wrk -t1 -c<connections>`` for ``seconds`` (through ``script``'s paths when given);
+    the CPU ``pid`` spent meanwhile. Any non-2xx answer or socket error fails the bench."""
+    lua = ("-s", str(script)) if script else ()
+    cpu0 = cpu_seconds(pid)
+    cmd = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "15s", *lua, *extra]
+    out = subprocess.run(
+        [*cmd, url],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
+    ).stdout
+    cpu = cpu_seconds(pid) - cpu0
+    m = re.search(r"(\d+) requests in ([\d.]+)(m?s)", out)
+    if not m:
+        raise RuntimeError(f"wrk said:\n{out}")
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    errors = re.search(r"Socket errors: (.*)", out)
+    if bad or errors:
+        raise RuntimeError(f"errors under load against {url}:\n{out}")
+    return Window(int(m.group(1)), cpu, seconds)
+
+
+def spread(values: list[float]) -> str:
+    return (
+        f"median {statistics.median(values):.2f}, "
+        f"min {min(values):.2f}, max {max(values):.2f} over {len(values)}"
+    )
+
+
+def mmm(values: Sequence[float], fmt: str = ".2f") -> str:
+    """min-median-max of the rounds, as the summary prints them."""
+    if not values:
+        return "-"
+    lo, mid, hi = min(values), statistics.median(values), max(values)
+    return f"{lo:{fmt}}-{mid:{fmt}}-{hi:{fmt}}"
