@@ -72,7 +72,7 @@ def test_one_histogram_writer_two_paths_one_text() -> None:
     text = render([fam])
     assert text == head + w.text(lab, counts, 31.7004)
     assert 'dnsfleet_x_seconds_bucket{target="a",le="1.0"} 3\n' in text
-    assert 'dnsfleet_x_seconds_bucket{target="a",le="0.0005"} 1\n' in text
+    assert 'dnsfleet_x_seconds_bucket{target="a",le="0.001"} 1\n' in text
     assert 'dnsfleet_x_seconds_bucket{target="a",le="+Inf"} 4\n' in text
     assert 'dnsfleet_x_seconds_count{target="a"} 4\n' in text
     bare = render([TextFamily(w.name, "X.", "histogram", w.text(Labels(), counts, 1.5))])
@@ -136,11 +136,11 @@ def test_a_collector_family_clashing_with_the_prober_s_is_left_out_of_the_scrape
     costs that family, logged, never the scrape (it once failed every /metrics with a 500)."""
     from dnsfleet.app import _exposition
     from dnsfleet.proberecord import ProbeRecord
-    from dnsfleet.probes import REASONS, ProbeResult
+    from dnsfleet.probes import ProbeResult
 
     ok = ProbeResult(success=True, reason=None, duration=0.01, rcode=0, answer_rrs=1, detail="")
     lab = Labels({"target": "a", "module": "m"})
-    row = (lab, ok, 1, (0,) * len(REASONS), (1,) + (0,) * len(LATENCY_BUCKETS), 0.01, (), None)
+    row = (lab, ok, 1, (), (1,) + (0,) * len(LATENCY_BUCKETS), 0.01, (), None)
     clash = Family("dnsfleet_probe_success", "Not the prober's.").add(0, {"target": "b"})
     fams = _exposition(ProbeRecord([row], []), [clash, Family("dnsfleet_other", "O.").add(1)])
     got = of(fams)

@@ -24,7 +24,9 @@ LE = [*(le_text(b) for b in LATENCY_BUCKETS), "+Inf"]
 
 
 def reference(states: list[TargetState]) -> str:
-    """What the exposition must say, one f-string per line (the plain, slow renderer)."""
+    """What the exposition must say, one f-string per line (the plain, slow renderer): a
+    failure gauge only for the failing reason, a failures counter only for the reasons the
+    target has failed with, at 0 for those first failed since the last record."""
     gauges: dict[str, list[str]] = {k: [] for k in ("success", "duration", "fail", "rcode", "rrs")}
     failures: list[str] = []
     attempts: list[str] = []
@@ -39,13 +41,14 @@ def reference(states: list[TargetState]) -> str:
             )
             gauges["rcode"].append(f"dnsfleet_probe_dns_rcode{{{lab}}} {r.rcode}\n")
             gauges["rrs"].append(f"dnsfleet_probe_answer_rrs{{{lab}}} {r.answer_rrs}\n")
-            gauges["fail"].extend(
-                f'dnsfleet_probe_failure{{{lab},reason="{x.value}"}} {1 if x is r.reason else 0}\n'
-                for x in REASONS
-            )
+            if r.reason is not None:
+                gauges["fail"].append(
+                    f'dnsfleet_probe_failure{{{lab},reason="{r.reason.value}"}} 1\n'
+                )
         failures.extend(
-            f'dnsfleet_probe_failures_total{{{lab},reason="{x.value}"}} {n}\n'
-            for x, n in zip(REASONS, st.failures, strict=True)
+            f'dnsfleet_probe_failures_total{{{lab},reason="{REASONS[i].value}"}} '
+            f"{0 if i in st.failures.newborn else n}\n"
+            for i, n in st.failures.counts.items()
         )
         attempts.append(f"dnsfleet_probe_attempts_total{{{lab}}} {st.probes}\n")
         acc = list(accumulate(st.buckets))
@@ -75,7 +78,8 @@ def reference(states: list[TargetState]) -> str:
             ),
             fam(
                 "dnsfleet_probe_failure",
-                "1 for the reason the last probe failed, 0 for every other reason.",
+                "1 for the reason the last probe failed; absent while it succeeded (no series "
+                "for the other reasons).",
                 "gauge",
                 gauges["fail"],
             ),
@@ -93,7 +97,8 @@ def reference(states: list[TargetState]) -> str:
             ),
             fam(
                 "dnsfleet_probe_failures_total",
-                "Failed probes per target by reason since the exporter started.",
+                "Failed probes per target by reason since the exporter started; a reason's "
+                "series appears at 0 in the scrape of its first failure, then counts.",
                 "counter",
                 failures,
             ),
@@ -129,7 +134,9 @@ def test_families_render_as_line_by_line() -> None:
     prober.configure(cfg)
     states = list(prober.states.values())
     for st in states:
-        st.failures = [rng.randint(0, 9) for _ in REASONS]
+        failed = rng.sample(range(len(REASONS)), rng.choice([0, 0, 1, 2, len(REASONS)]))
+        st.failures.counts = {i: rng.randint(1, 9) for i in failed}
+        st.failures.newborn = frozenset(i for i in failed if rng.random() < 0.3)
         st.buckets = [rng.randint(0, 9) for _ in st.buckets]
         st.latency_sum = rng.random() * 5
         st.probes = rng.randint(0, 10**6)
@@ -146,8 +153,9 @@ def test_families_render_as_line_by_line() -> None:
                 detail="",
             )
         )
+    want = reference(states)
     text = render([f for f in prober.families() if f.name.startswith("dnsfleet_probe_")])
-    assert text == reference(states)
+    assert text == want
 
 
 @pytest.mark.parametrize(
@@ -279,4 +287,5 @@ def test_a_probe_that_is_no_evidence_is_still_sent() -> None:
     ]
     for result, counted, (sent, probes, failures) in rows:
         st.observe(result, 0.0, counted=counted)
-        assert (st.sent, st.probes, sum(st.failures)) == (sent, probes, failures), result
+        got = (st.sent, st.probes, sum(st.failures.counts.values()))
+        assert got == (sent, probes, failures), result

@@ -141,6 +141,11 @@ def test_generated_rules_follow_the_workbook() -> None:
         (lambda d: d.update(period="30 days"), "period: '30 days' is not a duration"),
         (lambda d: d["slos"][0].update(objective=1.5), r"slos\[0\].objective: between 0 and 1"),
         (lambda d: d["slos"][1].update(threshold="0.3s"), "not a latency bucket boundary"),
+        # A bound the exporter no longer writes: its `le` would match no series.
+        (
+            lambda d: d["slos"][1].update(threshold="2.5s"),
+            r"'2\.5s' is not a latency bucket boundary \(0\.001s, .*, 0\.5s, 1s\)",
+        ),
         (
             lambda d: d["burn_rates"][0].update(short="2h"),
             r"burn_rates\[0\]: the short window must be shorter",

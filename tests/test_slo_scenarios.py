@@ -63,12 +63,16 @@ def nothing(until: str) -> tuple[str, str, list[Any]]:
     return (f'max_over_time(ALERTS{{alertstate="firing"}}[{until}])', until, [])
 
 
-def probe_series(site: str, target: str, module: str, failures: str, n: int) -> dict[str, str]:
+def probe_series(
+    site: str, target: str, module: str, failures: str | None, n: int
+) -> dict[str, str]:
+    """A target's attempts, and its timeouts as the exporter writes them: no series
+    (``None``) before the first, born at 0 in the scrape of the first, then the count."""
     lab = f'instance="e1:9853",job="dnsfleet",site="{site}",target="{target}",module="{module}"'
-    return {
-        f"dnsfleet_probe_attempts_total{{{lab}}}": f"0+{PROBES_PER_MINUTE}x{n}",
-        f'dnsfleet_probe_failures_total{{{lab},reason="timeout"}}': failures,
-    }
+    out = {f"dnsfleet_probe_attempts_total{{{lab}}}": f"0+{PROBES_PER_MINUTE}x{n}"}
+    if failures is not None:
+        out[f'dnsfleet_probe_failures_total{{{lab},reason="timeout"}}'] = failures
+    return out
 
 
 def lost_probe() -> Scenario:
@@ -76,17 +80,17 @@ def lost_probe() -> Scenario:
     return Scenario(
         "one lost probe on a single-resolver site, three days of history",
         n,
-        probe_series("one", "10.8.0.1:53", "m", f"0x{3 * 1440} 1x119", n),
+        probe_series("one", "10.8.0.1:53", "m", f"_x{3 * 1440} 0 1x118", n),
         [quiet("critical", f"{n}m"), quiet("warning", f"{n}m")],
     )
 
 
 def shared(share: float, *, healthy: int, faulty: int) -> dict[str, str]:
     """Both resolvers of site `up` failing `share` of their probes from `healthy` minutes on
-    (at least one: a counter is exported from 0)."""
+    (at least two: the series is born at 0 in the first failing minute's scrape)."""
     per = PROBES_PER_MINUTE * share
     n = healthy + faulty
-    fail = f"0x{healthy} {per:g}+{per:g}x{faulty - 1}"
+    fail = f"_x{healthy} 0 {2 * per:g}+{per:g}x{faulty - 2}"
     out: dict[str, str] = {}
     for t in ("10.9.0.1:53", "10.9.0.2:53"):
         out |= probe_series("up", t, "m", fail, n)
@@ -105,7 +109,7 @@ def servfail_burst() -> Scenario:
             f'dnsfleet_resolver_responses_total{{{lab},rcode="SERVFAIL"}}': (
                 "0x120 600+600x9 6000x59"
             ),
-            **probe_series("sf", "10.1.0.1:53", "m", "0x190", 190),
+            **probe_series("sf", "10.1.0.1:53", "m", None, 190),
         },
         [quiet("critical", "120m"), fires("critical", "125m")],
     )
@@ -116,8 +120,8 @@ def one_of_two_down() -> Scenario:
         "one resolver of two failing every probe for an hour",
         80,
         {
-            **probe_series("two", "10.5.0.1:53", "m", "0x80", 80),
-            **probe_series("two", "10.5.0.2:53", "m", "0x10 4+4x59 240x10", 80),
+            **probe_series("two", "10.5.0.1:53", "m", None, 80),
+            **probe_series("two", "10.5.0.2:53", "m", "_x10 0 8+4x58 240x10", 80),
         },
         [quiet("critical", "80m"), quiet("warning", "80m")],
     )
@@ -145,7 +149,7 @@ def canary(clients_per_minute: int) -> Scenario:
     }
     for module, rcode in (("m", 0), ("bogus", 2)):
         lab = f'{base},module="{module}"'
-        series |= probe_series("val", "10.2.0.1:53", module, f"0x{n}", n)
+        series |= probe_series("val", "10.2.0.1:53", module, None, n)
         series[f"dnsfleet_probe_dns_rcode{{{lab}}}"] = f"{rcode}x{n}"
         series[f"dnsfleet_probe_success{{{lab}}}"] = f"1x{n}"
         for le in ("0.005", "1.0", "+Inf"):

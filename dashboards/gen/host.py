@@ -197,9 +197,12 @@ def _conntrack() -> list[Panel]:
                 f"rate(dnsfleet_conntrack_early_drops_total{{{SEL}}}{RATE})",
                 "{{instance}} early_drop",
             ),
+            # A timeouts series exists once a target has timed out: an exporter whose
+            # probes never did draws 0 (the `or`), beside its conntrack drops.
             query(
                 f'sum by (instance) (rate(dnsfleet_probe_failures_total{{{SEL}, reason="timeout"}}'
-                f"{RATE}))",
+                f"{RATE})) or sum by (instance) (rate(dnsfleet_probe_attempts_total{{{SEL}}}"
+                f"{RATE})) * 0",
                 "{{instance}} probe timeouts",
             ),
         ),

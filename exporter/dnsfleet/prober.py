@@ -19,15 +19,15 @@ from dnsfleet.config import Config, Module, Target
 from dnsfleet.dnswire import Query
 from dnsfleet.exposition import Family, Labels, TextFamily
 from dnsfleet.nativehist import NativeHistogram, Snapshots
-from dnsfleet.proberecord import LATENCY, LATENCY_BUCKETS, ProbeRecord, TargetSnapshot
-from dnsfleet.probes import REASONS, Exchange, ProbeResult, Reason, failed, judge, probe, query_for
+from dnsfleet.proberecord import LATENCY, FailureCounter, ProbeRecord, TargetSnapshot
+from dnsfleet.probes import Exchange, ProbeResult, Reason, failed, judge, probe, query_for
 from dnsfleet.probes.ede import code_label
 from dnsfleet.probes.udp import exchange_many
 from dnsfleet.restarts import ResolverWatch, canary_families
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LATENCY_BUCKETS", "Prepared", "ProbeRecord", "Prober", "TargetSnapshot", "TargetState"]
+__all__ = ["Prepared", "ProbeRecord", "Prober", "TargetSnapshot", "TargetState"]
 
 _NOT_STARTED = failed(Reason.TIMEOUT, 0.0, "scrape deadline reached before the probe could start")
 
@@ -70,8 +70,8 @@ class TargetState:
     bogus: bool = False
     last: ProbeResult | None = None
     last_wall: float = 0.0  # epoch seconds of the last probe
-    failures: list[int] = field(default_factory=lambda: [0] * len(REASONS))
-    buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
+    failures: FailureCounter = field(default_factory=FailureCounter)  # born at zero
+    buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY.bounds) + 1))
     latency_sum: float = 0.0
     native: NativeHistogram = field(default_factory=NativeHistogram)
     probes: int = 0  # sent on /metrics, answered or not, and evidence (see evident)
@@ -97,7 +97,7 @@ class TargetState:
         elif self.failing_since is None:
             self.failing_since = wall
         if result.reason is not None:
-            self.failures[REASONS.index(result.reason)] += 1
+            self.failures.add(result.reason)
         if result.response is not None:
             # Latency of answers only: a timeout's duration is the timeout, not latency.
             d = result.duration
@@ -377,7 +377,7 @@ class Prober:
                     st.labels,
                     results.get(key, st.last),
                     st.probes,
-                    tuple(st.failures),
+                    st.failures.row(),
                     tuple(st.buckets),
                     st.latency_sum,
                     tuple(st.ede_counts.items()),

@@ -3,7 +3,8 @@ the probe-result gauges, failures by reason, attempts, expect_bogus queries, the
 histogram and EDE counts, each written with one format call per target from templates
 shared by every target. Copied (counters as tuples) so that a later cycle does not change
 it: app.py keeps complete cycles as records, in a tenth of the memory of their rendered
-text. The state it copies lives in prober.py (``TargetState``)."""
+text. The state it copies lives in prober.py (``TargetState``); its failures counters are a
+:class:`FailureCounter`, kept here beside the row it writes."""
 
 from __future__ import annotations
 
@@ -20,16 +21,25 @@ from dnsfleet.exposition import (
     compile_template,
 )
 from dnsfleet.nativehist import NativeSnapshot
-from dnsfleet.probes import REASONS, ProbeResult
+from dnsfleet.probes import REASONS, ProbeResult, Reason
 from dnsfleet.probes.families import probe_result_families
 
-__all__ = ["LATENCY", "LATENCY_BUCKETS", "ProbeRecord", "RecordRow", "TargetSnapshot"]
+__all__ = [
+    "LATENCY",
+    "LATENCY_BUCKETS",
+    "FailureCounter",
+    "ProbeRecord",
+    "RecordRow",
+    "TargetSnapshot",
+]
 
-# labels, last result, probes, failures by reason, latency buckets, latency sum, EDE counts,
-# queries sent of an expect_bogus module (None for other modules)
+# labels, last result, probes, failures (reason index, value shown) for the reasons the
+# target has failed with, latency buckets, latency sum, EDE counts, queries sent of an
+# expect_bogus module (None for other modules)
 EdeCounts = tuple[tuple[str, int], ...]
+FailureCounts = tuple[tuple[int, int], ...]
 RecordRow = tuple[
-    Labels, ProbeResult | None, int, tuple[int, ...], tuple[int, ...], float, EdeCounts, int | None
+    Labels, ProbeResult | None, int, FailureCounts, tuple[int, ...], float, EdeCounts, int | None
 ]
 
 
@@ -50,9 +60,13 @@ class ProbeRecord:
         failures, attempts, bogus, hist, ede = _counter_texts(rows)
         return [
             *fams,
+            # A series only for the reasons the target has failed with, born at zero: it
+            # appears with 0 in the cycle of its first failure and counts from the next
+            # (FailureCounter), so rate() sees the first failure too.
             TextFamily(
                 _FAILURES_NAME,
-                "Failed probes per target by reason since the exporter started.",
+                "Failed probes per target by reason since the exporter started; a reason's "
+                "series appears at 0 in the scrape of its first failure, then counts.",
                 "counter",
                 failures,
             ),
@@ -106,11 +120,43 @@ class TargetSnapshot:
     failing_since: float | None  # epoch seconds; None while the last probe succeeded
 
 
+class FailureCounter:
+    """A target's failed probes by reason, for the reasons it has failed with, each series
+    born at zero. A series that first appeared at its count would hide that count from
+    rate() and increase(), which count from a series' first sample: so a reason first
+    failed since the last record shows 0 in the next record (:meth:`row`) and its count
+    from the one after on. The record is one cycle's, whole and frozen: a kept cycle that
+    answers a later request serves its zero again, never a count then a zero."""
+
+    __slots__ = ("counts", "newborn")
+
+    def __init__(self) -> None:
+        self.counts: dict[int, int] = {}  # by index in REASONS, in order of first failure
+        self.newborn: frozenset[int] = frozenset()  # first failed since the last row
+
+    def add(self, reason: Reason) -> None:
+        i = REASONS.index(reason)
+        n = self.counts.get(i, 0)
+        if not n:
+            self.newborn |= {i}
+        self.counts[i] = n + 1
+
+    def row(self) -> FailureCounts:
+        """The values of a cycle's record, (reason index, value) per series; a record is
+        taken once per cycle (prober.Prober.record), so this ends the newborns' zero."""
+        if not self.newborn:
+            return tuple(self.counts.items())
+        born, self.newborn = self.newborn, frozenset()
+        return tuple((i, 0 if i in born else n) for i, n in self.counts.items())
+
+
 def _counter_texts(rows: list[RecordRow]) -> tuple[str, str, str, str, str]:
     """The counter families' text: failures, attempts, bogus queries, latency, EDE."""
     attempts = "".join([_ATTEMPTS.format(labels.text, probes) for labels, _, probes, *_ in rows])
     bogus = "".join([_BOGUS.format(labels.text, n) for labels, *_, n in rows if n is not None])
-    failures = "".join([_failures_block(labels.prefix, *fails) for labels, _, _, fails, *_ in rows])
+    failures = "".join(
+        [_FAILURE_LINE[i](labels.prefix, n) for labels, _, _, fails, *_ in rows for i, n in fails]
+    )
     text = LATENCY.text
     hist = "".join(
         [text(labels, buckets, latency_sum) for labels, _, _, _, buckets, latency_sum, *_ in rows]
@@ -134,12 +180,9 @@ _EDE_TOTAL_NAME = "dnsfleet_probe_extended_errors_total"
 _BOGUS_NAME = "dnsfleet_probe_bogus_queries_total"
 _ATTEMPTS = _ATTEMPTS_NAME + "{{{}}} {}\n"
 _BOGUS = _BOGUS_NAME + "{{{}}} {}\n"
-_failures_block = compile_template(
-    "failures",
-    "p, " + ", ".join(f"f{i}" for i in range(len(REASONS))),
-    "".join(
-        f'{_FAILURES_NAME}{{{{{{p}}reason="{r.value}"}}}} {{f{i}}}\n' for i, r in enumerate(REASONS)
-    ),
-)
+_FAILURE_LINE = [
+    compile_template("failures", "p, n", f'{_FAILURES_NAME}{{{{{{p}}reason="{r.value}"}}}} {{n}}\n')
+    for r in REASONS
+]
 # The probes' latency histogram: answers only (a timeout's duration is the timeout).
 LATENCY = HistogramWriter(_LATENCY_NAME, LATENCY_BUCKETS)

@@ -23,47 +23,39 @@ def label_prefix(labels: str) -> str:
     return labels + "," if labels else ""
 
 
-# The failure gauges of one result, by the index of its reason (-1: none).
-_FAILURE_ONE_HOT = {
-    current: compile_template(
-        "one_hot",
-        "p",
-        "".join(
-            f'{_FAILURE_GAUGE}{{{{{{p}}reason="{r.value}"}}}} {1 if i == current else 0}\n'
-            for i, r in enumerate(REASONS)
-        ),
-    )
-    for current in range(-1, len(REASONS))
+# The failure gauge's line for each reason: one series while the last probe failed, none
+# while it succeeded. Zeros for the other reasons told a query nothing (a reason that is
+# not the failing one is 0), at 14 series per target; when the target recovers,
+# Prometheus marks the series stale at the next scrape.
+_FAILURE_LINE = {
+    r: compile_template("failure", "p", f'{_FAILURE_GAUGE}{{{{{{p}}reason="{r.value}"}}}} 1\n')
+    for r in REASONS
 }
-_REASON_INDEX: dict[Reason | None, int] = {None: -1, **{r: i for i, r in enumerate(REASONS)}}
 
 
 def probe_result_families(rows: Iterable[tuple[str, ProbeResult | None]]) -> list[TextFamily]:
     """Pure: the per-probe gauges for (labels, result) rows. /metrics and /probe share it;
     /probe passes empty labels."""
     braced: list[str] = []
-    prefixes: list[str] = []
     success: list[int] = []
     duration: list[str] = []
     rcode: list[int] = []
     answers: list[int] = []
-    current: list[int] = []
+    failing: list[str] = []
     rows = list(rows)
     for labels, r in rows:
         if r is None:
             continue
         braced.append(f"{{{labels}}}" if labels else "")
-        prefixes.append(label_prefix(labels))
         success.append(1 if r.success else 0)
         duration.append(format_value(r.duration))
         rcode.append(r.rcode)
         answers.append(r.answer_rrs)
-        current.append(_REASON_INDEX[r.reason])
+        if r.reason is not None:
+            failing.append(_FAILURE_LINE[r.reason](label_prefix(labels)))
 
     def column(name: str, values: list[int] | list[str]) -> str:
         return "".join(map((name + "{} {}\n").format, braced, values))
-
-    one_hot = "".join([_FAILURE_ONE_HOT[c](p) for c, p in zip(current, prefixes, strict=True)])
 
     return [
         TextFamily(
@@ -80,9 +72,10 @@ def probe_result_families(rows: Iterable[tuple[str, ProbeResult | None]]) -> lis
         ),
         TextFamily(
             _FAILURE_GAUGE,
-            "1 for the reason the last probe failed, 0 for every other reason.",
+            "1 for the reason the last probe failed; absent while it succeeded (no series "
+            "for the other reasons).",
             "gauge",
-            one_hot,
+            "".join(failing),
         ),
         TextFamily(
             "dnsfleet_probe_dns_rcode",
