@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import pytest
 
 from dnsfleet.expoproto import CONTENT_TYPE as PROTOBUF
+from dnsfleet.exposition import LATENCY_BUCKETS
 from tests.harness.exporter import ExporterProcess
 from tests.harness.gotools import prometheus3_tool
 from tests.harness.metricsproto import decode
@@ -77,7 +78,7 @@ def test_protobuf_scrape_has_every_family_and_native_latency(exporter: ExporterP
         if {lp.name: lp.value for lp in m.label}.get("site") == 'lab "1"'
     ]
     assert hist.sample_count >= 3 and hist.schema == 3 and sum(hist.positive_delta) > 0
-    assert [b.upper_bound for b in hist.bucket][-1] == 5.0  # classic buckets, +Inf implied
+    assert [b.upper_bound for b in hist.bucket][-1] == LATENCY_BUCKETS[-1]  # +Inf implied
 
     # Text requesters get text, as before.
     headers, body = fetch(exporter.base + "/metrics", {"Accept": "text/plain;version=0.0.4"})
