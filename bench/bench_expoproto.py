@@ -39,7 +39,9 @@ def fleet(n: int) -> Prober:
     prober = Prober()
     prober.configure(cfg)
     for st in prober.states.values():
-        st.failures = [rng.randint(0, 3) for _ in REASONS]
+        for reason in REASONS:  # a few targets have failed, with a reason or two
+            for _ in range(rng.randint(0, 3) if rng.random() < 0.1 else 0):
+                st.failures.add(reason)
         for _ in range(200):
             d = rng.lognormvariate(-6, 1)
             st.buckets[min(int(d * 100), len(st.buckets) - 1)] += 1
