@@ -95,3 +95,22 @@ def test_a_fifo_does_not_block(tmp_path: Path) -> None:
     fs = HostFS(sysfs=tmp_path)
     os.mkfifo(tmp_path / "usage")
     assert fs.read_many(tmp_path, ["usage"]) == [b""]
+
+
+def test_unreadable_as_missing(tmp_path: Path) -> None:
+    """For /proc/<pid> files of processes that exit while they are read (ESRCH): here a
+    directory and an oversized file, which no read gets through either."""
+    fs = HostFS(procfs=tmp_path)
+    for pid, comm in ((1, "systemd"), (2, "gone"), (3, "huge"), (4, "unbound")):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "comm").write_text(f"{comm}\n")
+    (tmp_path / "2" / "comm").unlink()
+    (tmp_path / "2" / "comm").mkdir()
+    (tmp_path / "3" / "comm").write_bytes(b"x" * 100)
+    names = [f"{pid}/comm" for pid in range(1, 6)]
+    before = open_fds()
+    got = fs.read_many(tmp_path, names, limit=64, unreadable_as_missing=True)
+    assert got == [b"systemd\n", None, None, b"unbound\n", None]
+    with pytest.raises(HostReadError, match=f"^{tmp_path}/2/comm: Is a directory$"):
+        fs.read_many(tmp_path, names, limit=64)
+    assert open_fds() == before

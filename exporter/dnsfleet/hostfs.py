@@ -87,11 +87,17 @@ class HostFS:
         return data
 
     def read_many(
-        self, base: StrPath, names: Sequence[str], *, limit: int = MAX_READ_BYTES
+        self,
+        base: StrPath,
+        names: Sequence[str],
+        *,
+        limit: int = MAX_READ_BYTES,
+        unreadable_as_missing: bool = False,
     ) -> list[bytes | None]:
         """The files ``base/name`` for each name, in order; None for one that does not
         exist (all None when ``base`` does not). Errors as :meth:`read_bytes`, naming the
-        file.
+        file; with ``unreadable_as_missing``, a file that cannot be read is None too (the
+        /proc/<pid> files of a process that exits while they are read: ESRCH).
 
         For the thousands of one-line sysfs attributes a large host has per scrape (per-CPU
         cpuidle counters, IRQ affinities): each name is opened relative to ``base`` opened
@@ -108,21 +114,13 @@ class HostFS:
         try:
             for name in names:
                 try:
-                    fd = os.open(name, _OPEN_FLAGS, dir_fd=dfd)
+                    out.append(_read_at(dfd, name, limit))
                 except FileNotFoundError:
                     out.append(None)
-                    continue
-                try:
-                    data = _read_fd(fd, _ATTR_READ, limit)
-                finally:
-                    os.close(fd)
-                if len(data) > limit:
-                    raise HostReadError(f"{base}/{name}: larger than {limit} bytes")
-                out.append(data)
-        except HostReadError:
-            raise
-        except OSError as e:
-            raise HostReadError(f"{base}/{name}: {e.strerror or e}") from e
+                except OSError as e:
+                    if not unreadable_as_missing:
+                        raise HostReadError(f"{base}/{name}: {e.strerror or e}") from e
+                    out.append(None)
         finally:
             os.close(dfd)
         return out
@@ -164,6 +162,17 @@ class HostFS:
         for name in self.listdir(self.procfs):
             if name.isdigit():
                 yield int(name)
+
+
+def _read_at(dfd: int, name: str, limit: int) -> bytes:
+    fd = os.open(name, _OPEN_FLAGS, dir_fd=dfd)
+    try:
+        data = _read_fd(fd, _ATTR_READ, limit)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise HostReadError(f"larger than {limit} bytes")
+    return data
 
 
 def _read_fd(fd: int, first: int, limit: int) -> bytes:
