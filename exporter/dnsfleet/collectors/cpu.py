@@ -188,16 +188,15 @@ def _shared_states(topo: Topology, raw: list[bytes | None], d: str) -> _States |
     """One CPU's counters of the single driver's states; None: no cpuidle device."""
     k = -len(SETTINGS)
     c = parse_state_counters(raw[:k], topo.per_cpu[:k], what=d)
-    if c is None:
-        return None
-    n = len(c[0])
-    return topo.names[:n], topo.latency_us[:n], *c
+    return None if c is None else (topo.names[: len(c[0])], topo.latency_us[: len(c[0])], *c)
 
 
 def _cpu_states(fs: HostFS, d: str) -> _States | None:
     """One CPU's states read whole, its driver's own (one driver per CPU)."""
     idle = f"{d}/cpuidle"
     dirs = sorted((n for n in fs.listdir(idle) if n.startswith("state")), key=_state_order)
+    if not dirs:
+        return None
     raw = fs.read_many(idle, [f"{n}/{f}" for n in dirs for f in STATE_FILES])
     w = len(STATE_FILES)
     states = [
@@ -212,7 +211,7 @@ def _cpu_states(fs: HostFS, d: str) -> _States | None:
         for k, n in enumerate(dirs)
     ]
     rows = [(s.name, s.latency_us, int(s.disabled), s.time_us, s.usage) for s in states]
-    return cast("_States", tuple(zip(*rows, strict=True))) if rows else None
+    return cast("_States", tuple(zip(*rows, strict=True)))
 
 
 def read_pm_qos(fs: HostFS) -> int | None:
