@@ -178,8 +178,10 @@ def _read_at(dfd: int, name: str, limit: int) -> bytes:
 def _read_fd(fd: int, first: int, limit: int) -> bytes:
     """A file's bytes from an open descriptor, at most ``limit + 1`` (the caller refuses
     more than ``limit``): ``first`` bytes asked first (nearly every pseudo-file fits), then
-    64 KiB at a time to EOF. A read shorter than asked is the whole file: sysfs attributes
-    come whole and seq_file fills the buffer until EOF, so only a full read needs another."""
+    64 KiB at a time to EOF; os.read allocates the whole request up front, and asking for
+    the 4 MiB limit cost an mmap and munmap per file. A read shorter than asked is the whole
+    file: sysfs attributes come whole and seq_file fills the buffer until EOF, so only a
+    full read needs another."""
     want = min(first, limit + 1)
     chunk = os.read(fd, want)
     if len(chunk) < want:

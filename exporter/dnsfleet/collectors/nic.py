@@ -197,7 +197,7 @@ def thread_cpus(fs: HostFS, pids: list[int]) -> list[int]:
 
 # CPU -> cache level -> CPUs sharing it, for the host tree read last, while its CPUs stand:
 # the kernel rewrites shared_cpu_list only when a CPU comes or goes (cacheinfo's hotplug
-# callbacks), which rewrites ``online`` too. Read every scrape: ~200 files on 128 CPUs.
+# callbacks), which rewrites ``online`` too. Read each scrape, they were ~200 files.
 _CACHES: dict[HostFS, tuple[object, dict[int, dict[str, frozenset[int]]]]] = {}
 
 
