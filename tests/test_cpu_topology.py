@@ -33,10 +33,17 @@ class CountingFS(HostFS):
         return super().read_bytes(path, limit=limit)
 
     def read_many(
-        self, base: StrPath, names: Sequence[str], *, limit: int = MAX_READ_BYTES
+        self,
+        base: StrPath,
+        names: Sequence[str],
+        *,
+        limit: int = MAX_READ_BYTES,
+        unreadable_as_missing: bool = False,
     ) -> list[bytes | None]:
         self.seen.extend(f"{base}/{n}" for n in names)
-        return super().read_many(base, names, limit=limit)
+        return super().read_many(
+            base, names, limit=limit, unreadable_as_missing=unreadable_as_missing
+        )
 
     def listdir(self, path: StrPath) -> list[str]:
         self.seen.append(str(path) + "/")
