@@ -4,12 +4,13 @@ change with it do: hotplug (``online``, ``present``) or another cpuidle driver."
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from dnsfleet.collectors import cpu
+from dnsfleet.collectors import CollectorError, cpu
 from dnsfleet.exposition import Family
 from dnsfleet.hostfs import MAX_READ_BYTES, HostFS, StrPath
 from tests.harness import metrics
@@ -30,6 +31,19 @@ class CountingFS(HostFS):
     def read_bytes(self, path: StrPath, *, limit: int = MAX_READ_BYTES) -> bytes:
         self.seen.append(str(path))
         return super().read_bytes(path, limit=limit)
+
+    def read_many(
+        self,
+        base: StrPath,
+        names: Sequence[str],
+        *,
+        limit: int = MAX_READ_BYTES,
+        unreadable_as_missing: bool = False,
+    ) -> list[bytes | None]:
+        self.seen.extend(f"{base}/{n}" for n in names)
+        return super().read_many(
+            base, names, limit=limit, unreadable_as_missing=unreadable_as_missing
+        )
 
     def listdir(self, path: StrPath) -> list[str]:
         self.seen.append(str(path) + "/")
@@ -63,6 +77,9 @@ def test_static_files_are_read_once_and_counters_every_scrape(tmp_path: Path) ->
     again = list(fs.seen)
     assert not [p for p in again if p.endswith(("/name", "/latency", "/"))], again
     assert len(again) < len(first)
+    # Every CPU's disable, time and usage of every state, its resume latency and governor.
+    per_cpu = [p for p in again if "/cpu2/" in p]
+    assert len(per_cpu) == len(STATES) * 3 + 2, per_cpu
     # Counters and settings are read every time.
     assert value(fams, "dnsfleet_cpuidle_state_entries_total", state="C1") == 10 * 3 + 25
 
@@ -87,3 +104,46 @@ def test_another_driver_reads_the_states_again(tmp_path: Path) -> None:
     fams = cpu.collect(fs, None)  # type: ignore[arg-type]
     assert value(fams, "dnsfleet_cpu_wakeup_latency_seconds") == 41e-6
     assert value(fams, "dnsfleet_cpuidle_driver_info", driver="acpi_idle", governor="") == 1
+
+
+def test_a_state_disabled_by_an_admin_shows_on_the_next_scrape(tmp_path: Path) -> None:
+    """``disable`` is a setting, not layout: read again every scrape, like the counters."""
+    fs = build(tmp_path, 4)
+    fams = cpu.collect(fs, None)  # type: ignore[arg-type]
+    assert value(fams, "dnsfleet_cpuidle_state_enabled_cpus", state="C6") == 4
+    assert value(fams, "dnsfleet_cpu_wakeup_latency_seconds") == 133e-6
+    for c in range(4):
+        (tmp_path / f"sys/devices/system/cpu/cpu{c}/cpuidle/state2/disable").write_text("1\n")
+    fams = cpu.collect(fs, None)  # type: ignore[arg-type]
+    assert value(fams, "dnsfleet_cpuidle_state_enabled_cpus", state="C6") == 0
+    assert value(fams, "dnsfleet_cpu_wakeup_latency_seconds") == 2e-6
+    (tmp_path / "sys/devices/system/cpu/cpu1/cpuidle/state2/disable").write_text("0\n")
+    fams = cpu.collect(fs, None)  # type: ignore[arg-type]
+    assert value(fams, "dnsfleet_cpuidle_state_enabled_cpus", state="C6") == 1
+    assert value(fams, "dnsfleet_cpu_wakeup_latency_seconds") == 133e-6
+
+
+@pytest.mark.parametrize(
+    ("rel", "content", "message"),
+    [
+        ("cpu3/cpuidle/state1/time", "-5\n", "expected a non-negative integer, got '-5'"),
+        ("cpu0/cpuidle/state0/disable", None, "Is a directory"),
+        ("cpu2/power/pm_qos_resume_latency_us", "soon\n", "unexpected 'soon'"),
+    ],
+)
+def test_a_bad_per_cpu_file_fails_the_collector_naming_it(
+    tmp_path: Path, rel: str, content: str | None, message: str
+) -> None:
+    fs = build(tmp_path, 4)
+    cpu.collect(fs, None)  # type: ignore[arg-type]
+    path = tmp_path / "sys/devices/system/cpu" / rel
+    if content is None:
+        path.unlink()
+        path.mkdir()
+    else:
+        path.write_text(content)
+    with pytest.raises(CollectorError) as e:
+        cpu.collect(fs, None)  # type: ignore[arg-type]
+    assert message in str(e.value)
+    if "resume" not in rel:  # parse_resume_latency's message names its file only
+        assert str(e.value).startswith(f"{path}: "), str(e.value)

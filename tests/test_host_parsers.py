@@ -361,13 +361,17 @@ def test_cpuidle_acpi_c3() -> None:
     assert (s.name, s.latency_us, s.residency_us, s.disabled) == ("C3", 350, 700, False)
     assert (s.time_us, s.usage) == (185600277204, 50200069)
     assert s.desc == "ACPI IOPORT 0x415"
-    assert allowed(s, PM_QOS_NO_LIMIT_US) and not allowed(s, 349) and allowed(s, 350)
+    lat = s.latency_us
+    assert allowed(latency_us=lat, disabled=s.disabled, limit_us=PM_QOS_NO_LIMIT_US)
+    assert not allowed(latency_us=lat, disabled=s.disabled, limit_us=349)
+    assert allowed(latency_us=lat, disabled=s.disabled, limit_us=350)
 
 
 def test_cpuidle_disabled_and_garbage() -> None:
     files = state_files(SHARED / "cpuidle" / "state3-acpi.txt")
     s = parse_cpuidle_state({**files, "disable": "1"})
-    assert s.disabled and not allowed(s, PM_QOS_NO_LIMIT_US)
+    assert s.disabled
+    assert not allowed(latency_us=s.latency_us, disabled=True, limit_us=PM_QOS_NO_LIMIT_US)
     for key, bad in (("latency", "soon"), ("usage", "-1"), ("name", "")):
         with pytest.raises(ValueError):
             parse_cpuidle_state({**files, key: bad})

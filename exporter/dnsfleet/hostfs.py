@@ -9,7 +9,7 @@ No other module names a literal host path.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +17,9 @@ from pathlib import Path
 MAX_READ_BYTES = 4 * 1024 * 1024
 _CHUNK = 64 * 1024
 _SHORT_READ = 4096
+# The first read of a file read_many opens: a sysfs attribute of one number or CPU list.
+_ATTR_READ = 256
+_OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 # Hot loops (thousands of per-CPU sysfs files) build string paths under a root given by
@@ -66,38 +69,61 @@ class HostFS:
 
     def read_bytes(self, path: StrPath, *, limit: int = MAX_READ_BYTES) -> bytes:
         # os.open/os.read rather than open(): half the cost per file, and host collectors read
-        # thousands of one-line sysfs files per scrape on large machines. A read shorter than
-        # a page is the whole file (sysfs attributes come whole, seq_file fills the buffer
-        # until EOF); a longer one may be a chunk, so read on to EOF. O_NONBLOCK: a FIFO
+        # thousands of one-line sysfs files per scrape on large machines. O_NONBLOCK: a FIFO
         # planted where a pseudo-file should be would otherwise block open() and read()
         # forever and pin the collector thread; regular, proc, sys and device files ignore it.
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+            fd = os.open(path, _OPEN_FLAGS)
             try:
-                chunks: list[bytes] = []
-                size = 0
-                while size <= limit:
-                    # A page first (nearly every pseudo-file fits), then 64 KiB at a time:
-                    # os.read allocates the whole request up front, and asking for the
-                    # 4 MiB limit cost an mmap and munmap per file.
-                    want = _SHORT_READ if size == 0 else _CHUNK
-                    chunk = os.read(fd, min(want, limit + 1 - size))
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-                    size += len(chunk)
-                    if size == len(chunk) and size < _SHORT_READ:
-                        break
+                data = _read_fd(fd, _SHORT_READ, limit)
             finally:
                 os.close(fd)
         except FileNotFoundError:
             raise
         except OSError as e:
             raise HostReadError(f"{path}: {e.strerror or e}") from e
-        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         if len(data) > limit:
             raise HostReadError(f"{path}: larger than {limit} bytes")
         return data
+
+    def read_many(
+        self,
+        base: StrPath,
+        names: Sequence[str],
+        *,
+        limit: int = MAX_READ_BYTES,
+        unreadable_as_missing: bool = False,
+    ) -> list[bytes | None]:
+        """The files ``base/name`` for each name, in order; None for one that does not
+        exist (all None when ``base`` does not). Errors as :meth:`read_bytes`, naming the
+        file; with ``unreadable_as_missing``, a file that cannot be read is None too (the
+        /proc/<pid> files of a process that exits while they are read: ESRCH).
+
+        For the thousands of one-line sysfs attributes a large host has per scrape (per-CPU
+        cpuidle counters, IRQ affinities): each name is opened relative to ``base`` opened
+        once (openat), so the kernel walks the path under ``base`` only, and the first read
+        asks for a small buffer (os.read allocates what it is asked for). Every file is
+        opened and read afresh: counters and settings are never cached."""
+        try:
+            dfd = os.open(base, _OPEN_FLAGS | os.O_DIRECTORY)
+        except FileNotFoundError:
+            return [None] * len(names)
+        except OSError as e:
+            raise HostReadError(f"{base}: {e.strerror or e}") from e
+        out: list[bytes | None] = []
+        try:
+            for name in names:
+                try:
+                    out.append(_read_at(dfd, name, limit))
+                except FileNotFoundError:
+                    out.append(None)
+                except OSError as e:
+                    if not unreadable_as_missing:
+                        raise HostReadError(f"{base}/{name}: {e.strerror or e}") from e
+                    out.append(None)
+        finally:
+            os.close(dfd)
+        return out
 
     def read_text(self, path: StrPath, *, limit: int = MAX_READ_BYTES) -> str:
         return self.read_bytes(path, limit=limit).decode("utf-8", errors="replace")
@@ -136,3 +162,36 @@ class HostFS:
         for name in self.listdir(self.procfs):
             if name.isdigit():
                 yield int(name)
+
+
+def _read_at(dfd: int, name: str, limit: int) -> bytes:
+    fd = os.open(name, _OPEN_FLAGS, dir_fd=dfd)
+    try:
+        data = _read_fd(fd, _ATTR_READ, limit)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise HostReadError(f"larger than {limit} bytes")
+    return data
+
+
+def _read_fd(fd: int, first: int, limit: int) -> bytes:
+    """A file's bytes from an open descriptor, at most ``limit + 1`` (the caller refuses
+    more than ``limit``): ``first`` bytes asked first (nearly every pseudo-file fits), then
+    64 KiB at a time to EOF; os.read allocates the whole request up front, and asking for
+    the 4 MiB limit cost an mmap and munmap per file. A read shorter than asked is the whole
+    file: sysfs attributes come whole and seq_file fills the buffer until EOF, so only a
+    full read needs another."""
+    want = min(first, limit + 1)
+    chunk = os.read(fd, want)
+    if len(chunk) < want:
+        return chunk
+    chunks = [chunk]
+    size = len(chunk)
+    while size <= limit:
+        chunk = os.read(fd, min(_CHUNK, limit + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
+from typing import cast
 
 from dnsfleet.collectors.base import CollectorError, host_collector
 from dnsfleet.config import Config
@@ -32,23 +33,33 @@ from dnsfleet.parsers.cpuidle import (
     PER_CPU_STATE_FILES,
     STATE_FILES,
     STATIC_STATE_FILES,
-    CpuidleState,
     allowed,
     parse_cpu_dma_latency,
     parse_cpuidle_state,
     parse_resume_latency,
+    parse_state_counters,
+    parse_state_static,
 )
 from dnsfleet.parsers.interrupts import parse_cpu_list
 
 log = logging.getLogger(__name__)
 _CPU_DIR = re.compile(r"^cpu(\d+)$")
 US = 1_000_000  # µs per second
+# Per-CPU settings read with the idle states, relative to cpuN; read_cpus takes them last.
+SETTINGS = ("power/pm_qos_resume_latency_us", "cpufreq/scaling_governor")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CpuIdle:
+    """One CPU's idle states in the driver's order: their names and exit latencies (with
+    one driver, the same tuples for every CPU), and what this CPU's files said this scrape."""
+
     cpu: int
-    states: tuple[CpuidleState, ...]
+    names: tuple[str, ...]
+    latency_us: tuple[int, ...]
+    disable: tuple[int, ...]  # the ``disable`` files: non-zero = disabled on this CPU
+    time_us: tuple[int, ...]  # total residency
+    usage: tuple[int, ...]  # entries
     resume_limit_us: int | None  # per-CPU PM QoS; None = no constraint
 
 
@@ -68,15 +79,18 @@ def _state_order(name: str) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Topology:
-    """What stays put between scrapes: the online CPUs and, with a single cpuidle driver,
-    its states' directory names and static files (``name``, ``latency``). ``shared`` is
-    None where CPUs may differ (CONFIG_CPU_IDLE_MULTIPLE_DRIVERS): then every CPU's states
-    are listed and read whole each scrape."""
+    """What stays put between scrapes: the online CPUs, the single cpuidle driver's states
+    (directories, names, exit latencies) and the files each CPU reads every scrape
+    (``per_cpu``, under ``cpuN``: the states' counters, then SETTINGS). ``shared`` is None
+    where CPUs may differ (CONFIG_CPU_IDLE_MULTIPLE_DRIVERS): each CPU is read whole."""
 
     key: tuple[object, ...]
     cpus: tuple[int, ...]
     driver: str | None  # cpuidle/current_driver
-    shared: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] | None
+    shared: tuple[str, ...] | None
+    names: tuple[str, ...] = ()
+    latency_us: tuple[int, ...] = ()
+    per_cpu: tuple[str, ...] = SETTINGS
 
 
 # The layout read last. One entry: a collector reads one host tree; the host lane runs one
@@ -103,77 +117,101 @@ def topology(fs: HostFS) -> Topology:
     if cached is not None and cached.key == key:
         return cached
     cpus = online_cpus(fs)
-    shared: list[tuple[str, tuple[tuple[str, str], ...]]] | None = None
+    topo = Topology(key=key, cpus=tuple(cpus), driver=driver, shared=None)
     for cpu in cpus:
         d = f"{base}/cpu{cpu}/cpuidle"
-        names = sorted((n for n in fs.listdir(d) if n.startswith("state")), key=_state_order)
-        if not names:
+        dirs = sorted((n for n in fs.listdir(d) if n.startswith("state")), key=_state_order)
+        if not dirs:
             continue
         if fs.exists(f"{d}/driver"):
             break  # one driver per CPU: nothing shared to keep
-        shared = []
-        for n in names:
-            static = tuple(
-                (f, text)
-                for f in STATIC_STATE_FILES
-                if (text := fs.read_optional(f"{d}/{n}/{f}")) is not None
+        static = [
+            parse_state_static(
+                {
+                    f: text
+                    for f in STATIC_STATE_FILES
+                    if (text := fs.read_optional(f"{d}/{n}/{f}")) is not None
+                },
+                what=f"{d}/{n}",
             )
-            shared.append((n, static))
+            for n in dirs
+        ]
+        topo = Topology(
+            key=key,
+            cpus=tuple(cpus),
+            driver=driver,
+            shared=tuple(dirs),
+            names=tuple(name for name, _ in static),
+            latency_us=tuple(latency for _, latency in static),
+            per_cpu=(*(f"cpuidle/{n}/{f}" for n in dirs for f in PER_CPU_STATE_FILES), *SETTINGS),
+        )
         break
-    topo = Topology(
-        key=key,
-        cpus=tuple(cpus),
-        driver=driver,
-        shared=None if shared is None else tuple(shared),
-    )
     _TOPOLOGY.clear()
     _TOPOLOGY[fs] = topo
     return topo
 
 
-def read_cpuidle(fs: HostFS, topo: Topology) -> list[CpuIdle]:
-    """The idle states of every CPU that has them.
+def read_cpus(fs: HostFS, topo: Topology) -> tuple[list[CpuIdle], dict[str, int]]:
+    """The idle states of every CPU that has them, and how many CPUs use each cpufreq
+    governor.
 
     With a single cpuidle driver (no ``cpuN/cpuidle/driver`` directory, which only exists
     with CONFIG_CPU_IDLE_MULTIPLE_DRIVERS), every CPU has that driver's states, and their
     names and exit latencies come from ``drv->states[]`` (``drivers/cpuidle/sysfs.c``): they
-    are kept in ``topo``. Per-CPU files (disable, time, usage) are read for every CPU each
-    scrape: they are counters and settings, not layout."""
+    are kept in ``topo``. Per-CPU files (disable, time, usage, the resume latency and the
+    governor) are read for every CPU each scrape, in one batch per CPU: counters and
+    settings, not layout (a state an administrator disables shows on the next scrape)."""
     base = str(fs.sys("devices", "system", "cpu"))
     out: list[CpuIdle] = []
+    governors: dict[str, int] = {}
     for cpu in topo.cpus:
-        d = f"{base}/cpu{cpu}/cpuidle"
-        states: list[CpuidleState] = []
-        if topo.shared is None:
-            names = sorted((n for n in fs.listdir(d) if n.startswith("state")), key=_state_order)
-            for n in names:
-                files = {
-                    f: text
-                    for f in STATE_FILES
-                    if (text := fs.read_optional(f"{d}/{n}/{f}")) is not None
-                }
-                states.append(parse_cpuidle_state(files, what=f"{d}/{n}"))
-        else:
-            for n, static in topo.shared:
-                files = {
-                    f: text
-                    for f in PER_CPU_STATE_FILES
-                    if (text := fs.read_optional(f"{d}/{n}/{f}")) is not None
-                }
-                if not files:
-                    break  # this CPU has no cpuidle device (e.g. not registered)
-                states.append(parse_cpuidle_state({**dict(static), **files}, what=f"{d}/{n}"))
-        if not states:
+        d = f"{base}/cpu{cpu}"
+        raw = fs.read_many(d, topo.per_cpu)
+        resume, governor = raw[-2], raw[-1]
+        if governor is not None and (g := governor.decode("utf-8", errors="replace").strip()):
+            governors[g] = governors.get(g, 0) + 1
+        states = _cpu_states(fs, d) if topo.shared is None else _shared_states(topo, raw, d)
+        if states is None:
             continue
-        resume = fs.read_optional(f"{base}/cpu{cpu}/power/pm_qos_resume_latency_us")
+        limit = resume.decode("utf-8", errors="replace") if resume else ""
         out.append(
-            CpuIdle(
-                cpu=cpu,
-                states=tuple(states),
-                resume_limit_us=parse_resume_latency(resume) if resume else None,
-            )
+            CpuIdle(cpu, *states, resume_limit_us=parse_resume_latency(limit) if limit else None)
         )
-    return out
+    return out, governors
+
+
+# One CPU's states: names, exit latencies (µs), disable, time (µs), usage.
+_States = tuple[tuple[str, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+
+
+def _shared_states(topo: Topology, raw: list[bytes | None], d: str) -> _States | None:
+    """One CPU's counters of the single driver's states; None: no cpuidle device."""
+    k = -len(SETTINGS)
+    c = parse_state_counters(raw[:k], topo.per_cpu[:k], what=d)
+    return None if c is None else (topo.names[: len(c[0])], topo.latency_us[: len(c[0])], *c)
+
+
+def _cpu_states(fs: HostFS, d: str) -> _States | None:
+    """One CPU's states read whole, its driver's own (one driver per CPU)."""
+    idle = f"{d}/cpuidle"
+    dirs = sorted((n for n in fs.listdir(idle) if n.startswith("state")), key=_state_order)
+    if not dirs:
+        return None
+    raw = fs.read_many(idle, [f"{n}/{f}" for n in dirs for f in STATE_FILES])
+    w = len(STATE_FILES)
+    states = [
+        parse_cpuidle_state(
+            {
+                f: v.decode("utf-8", errors="replace")
+                for f, v in zip(STATE_FILES, raw[w * k : w * k + w], strict=True)
+                if v is not None
+            },
+            what=f"{idle}/{n}",
+        )
+        for k, n in enumerate(dirs)
+    ]
+    rows = [(s.name, s.latency_us, int(s.disabled), s.time_us, s.usage) for s in states]
+    return cast("_States", tuple(zip(*rows, strict=True)))
 
 
 def read_pm_qos(fs: HostFS) -> int | None:
@@ -194,9 +232,9 @@ def wakeup_latency_us(cpus: list[CpuIdle], pm_qos_us: int) -> int:
     worst = 0
     for c in cpus:
         limit = pm_qos_us if c.resume_limit_us is None else min(pm_qos_us, c.resume_limit_us)
-        for s in c.states:
-            if allowed(s, limit):
-                worst = max(worst, s.latency_us)
+        for latency, disable in zip(c.latency_us, c.disable, strict=True):
+            if allowed(latency_us=latency, disabled=disable != 0, limit_us=limit):
+                worst = max(worst, latency)
     return worst
 
 
@@ -210,14 +248,14 @@ def collect(fs: HostFS, config: Config) -> list[Family]:
 
 def _collect(fs: HostFS) -> list[Family]:
     topo = topology(fs)
-    idle = read_cpuidle(fs, topo)
+    idle, governors = read_cpus(fs, topo)
     pm_qos = _pm_qos_families(fs, idle)
     driver = topo.driver
     return [
         *pm_qos,
         *_idle_state_families(idle),
         *_driver_families(fs, driver),
-        *_governor_families(fs, topo.cpus),
+        *_governor_families(governors),
         *_tuned_families(fs),
         *_intel_idle_families(fs, driver),
     ]
@@ -276,12 +314,14 @@ def _idle_state_families(idle: list[CpuIdle]) -> list[Family]:
     )
     agg: dict[str, list[int]] = {}  # name -> [latency, enabled, time, usage]
     for c in idle:
-        for s in c.states:
-            a = agg.setdefault(s.name, [0, 0, 0, 0])
-            a[0] = max(a[0], s.latency_us)
-            a[1] += 0 if s.disabled else 1
-            a[2] += s.time_us
-            a[3] += s.usage
+        for name, lat, disable, t, usage in zip(
+            c.names, c.latency_us, c.disable, c.time_us, c.usage, strict=True
+        ):
+            a = agg.setdefault(name, [0, 0, 0, 0])
+            a[0] = max(a[0], lat)
+            a[1] += 0 if disable else 1
+            a[2] += t
+            a[3] += usage
     for name, (lat, en, t, usage) in agg.items():
         sl = {"state": name}
         exit_lat.add(lat / US, sl)
@@ -311,14 +351,8 @@ def _driver_families(fs: HostFS, driver: str | None) -> list[Family]:
     return fams
 
 
-def _governor_families(fs: HostFS, cpus: tuple[int, ...]) -> list[Family]:
+def _governor_families(governors: dict[str, int]) -> list[Family]:
     fams: list[Family] = []
-    governors: dict[str, int] = {}
-    base = str(fs.sys("devices", "system", "cpu"))
-    for cpu in cpus:
-        g = fs.read_optional(f"{base}/cpu{cpu}/cpufreq/scaling_governor")
-        if g is not None and g.strip():
-            governors[g.strip()] = governors.get(g.strip(), 0) + 1
     if governors:
         fam = Family("dnsfleet_cpu_scaling_governor_cpus", "CPUs using the cpufreq governor.")
         for g, n in sorted(governors.items()):
