@@ -1,0 +1,111 @@
+"""What a /metrics cycle does once per configuration rather than once per scrape gives the
+same families as working it out every scrape; the exporter's garbage-collector setting."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dnsfleet import malloc
+from dnsfleet.capacity.model import Measurement, QueryFile, State, format_state
+from dnsfleet.collectors.base import CollectContext
+from dnsfleet.collectors.resolver_capacity import (
+    COLLECTOR,
+    CapacityFigure,
+    capacity_families,
+    capacity_figures,
+)
+from dnsfleet.config import Config, parse
+from dnsfleet.exposition import Family, render
+from dnsfleet.hostfs import HostFS
+
+pytestmark = pytest.mark.unit
+
+
+def _m(kind: str, qps: float) -> Measurement:
+    return Measurement(
+        kind=kind,
+        capacity_qps=qps,
+        lower_bound=False,
+        limit="loss",
+        measured_at=1.7e9,
+        lost_percent=0.1,
+        max_loss_percent=1.0,
+        max_qps_offered=2000,
+        ramp_seconds=2,
+        queries_sent=3000,
+        queries_completed=2990,
+        resperf_max_qps=qps + 1,
+        resperf=("resperf", "-s", "::1"),
+        queries=QueryFile(path="/q.txt", count=1, sha256="ab", zone=""),
+    )
+
+
+def _config(capacity_file: Path, *, declared: dict[str, float]) -> Config:
+    targets: list[dict[str, object]] = []
+    for i in range(1, 7):
+        address = f"10.0.0.{i}"
+        t: dict[str, object] = {"address": address, "module": "m", "labels": {"n": str(i)}}
+        if address in declared:
+            t["capacity_qps"] = declared[address]
+        targets.append(t)
+    # A second entry for one resolver: the first entry names it.
+    targets.append({"address": "10.0.0.5", "module": "n"})
+    return parse(
+        {
+            "modules": {"m": {"query_name": "a.test"}, "n": {"query_name": "b.test"}},
+            "targets": targets,
+            "resolver": {"capacity_file": str(capacity_file)},
+        },
+        source="t.yml",
+    )
+
+
+def _collect(ctx: CollectContext) -> tuple[str, list[CapacityFigure]]:
+    async def run() -> list[Family]:
+        return await COLLECTOR.run(ctx)
+
+    fams = asyncio.run(run())
+    return render(fams), ctx.findings.of(CapacityFigure)
+
+
+@pytest.mark.parametrize(
+    "measured",
+    [
+        {},
+        {"10.0.0.4:53": {"hit": _m("hit", 900)}, "10.0.0.1:53": {"miss": _m("miss", 300)}},
+    ],
+)
+def test_capacity_collector_as_computed_every_scrape(tmp_path: Path, measured: State) -> None:
+    state_file = tmp_path / "capacity.json"
+    if measured:
+        state_file.write_text(format_state(measured))
+    configs = [
+        _config(state_file, declared={"10.0.0.2": 400, "10.0.0.6": 50}),
+        _config(state_file, declared={"10.0.0.3": 70}),  # a reload: the figures follow it
+    ]
+    state: dict[str, object] = {}
+    for cfg in [*configs, configs[0]]:
+        for _ in range(2):  # the second scrape of a configuration uses what the first kept
+            ctx = CollectContext(fs=HostFS(), config=cfg, deadline=1e12, state=state)
+            text, figures = _collect(ctx)
+            assert text == render(capacity_families(cfg, measured))
+            assert figures == capacity_figures(cfg, measured)
+            assert text  # something to compare: declared figures in every config
+
+
+@pytest.fixture
+def gc_threshold() -> Iterator[None]:
+    before = gc.get_threshold()
+    yield
+    gc.set_threshold(*before)
+
+
+def test_tune_gc_raises_the_young_threshold_only(gc_threshold: None) -> None:
+    gc.set_threshold(700, 10, 10)
+    malloc.tune_gc()
+    assert gc.get_threshold() == (malloc.GC_YOUNG_THRESHOLD, 10, 10)
