@@ -12,7 +12,7 @@ import pytest
 
 from dnsfleet import malloc
 from dnsfleet.capacity.model import Measurement, QueryFile, State, format_state
-from dnsfleet.collectors.base import CollectContext
+from dnsfleet.collectors.base import CollectContext, Findings
 from dnsfleet.collectors.resolver_capacity import (
     COLLECTOR,
     CapacityFigure,
@@ -22,6 +22,8 @@ from dnsfleet.collectors.resolver_capacity import (
 from dnsfleet.config import Config, parse
 from dnsfleet.exposition import Family, render
 from dnsfleet.hostfs import HostFS
+from dnsfleet.restarts import ResolverWatch, canary_readings
+from dnsfleet.status.facts import PageFacts
 
 pytestmark = pytest.mark.unit
 
@@ -109,3 +111,32 @@ def test_tune_gc_raises_the_young_threshold_only(gc_threshold: None) -> None:
     gc.set_threshold(700, 10, 10)
     malloc.tune_gc()
     assert gc.get_threshold() == (malloc.GC_YOUNG_THRESHOLD, 10, 10)
+
+
+def test_canary_readings_only_of_targets_with_something_to_say() -> None:
+    cfg = parse(
+        {
+            "modules": {
+                "plain": {"query_name": "a.test"},
+                "watched": {"query_name": "a.test", "canary": "canary.test"},
+            },
+            "targets": [
+                {"address": "10.0.0.1", "module": "plain"},
+                {"address": "10.0.0.2", "module": "plain"},
+                {"address": "10.0.0.3", "module": "watched"},
+            ],
+        },
+        source="t.yml",
+    )
+    watch = ResolverWatch()
+    watch.configure(cfg)
+    watch.states[("10.0.0.2", "plain")].backend = "ns2"
+    readings = canary_readings(watch)
+    assert [(r.address, r.module, r.backend) for r in readings] == [
+        ("10.0.0.2", "plain", "ns2"),
+        ("10.0.0.3", "watched", None),
+    ]
+    # What the status page keeps of them: the silent target's reading was Nones only.
+    facts = PageFacts.of(Findings(), readings, wall=1.0, duration=0.1)
+    assert set(facts.canaries) == {("10.0.0.2", "plain")}
+    assert set(facts.cache_resets) == {("10.0.0.3", "watched")}

