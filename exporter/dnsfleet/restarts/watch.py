@@ -104,6 +104,14 @@ class ResolverWatch:
         if canary is not None:
             await self._observe_canary(st, target, canary, canary_res, deadline)
 
+    def after_plain_probe(self, target: Target, result: ProbeResult) -> None:
+        """:meth:`after_probe` for a module with neither a canary nor an identity query
+        (the prober's batch): nothing to ask in the same round, so nothing to await (a
+        coroutine per target cost more than the bookkeeping)."""
+        st = self.states.get((target.address, target.module))
+        if st is not None:
+            self.observe_backend(st, _backend(result, None, None, None, None))
+
     async def _observe_canary(
         self,
         st: WatchState,
