@@ -22,6 +22,7 @@ from dnsfleet.collectors.resolver_capacity import (
     capacity_figures,
 )
 from dnsfleet.config import Config, parse
+from dnsfleet.dnswire import Response
 from dnsfleet.exposition import (
     GZIP_SLICE,
     Family,
@@ -34,6 +35,7 @@ from dnsfleet.exposition import (
     text_parts,
 )
 from dnsfleet.hostfs import HostFS
+from dnsfleet.probes import ProbeResult
 from dnsfleet.restarts import ResolverWatch, canary_readings
 from dnsfleet.status.facts import PageFacts
 
@@ -175,3 +177,41 @@ def test_gzip_parts_is_the_rendered_body_compressed() -> None:
     om = gzip.decompress(gzip_parts(openmetrics_parts(fams)))
     assert om == render_openmetrics_bytes(fams)
     assert om.endswith(b"# EOF\n") and b"# TYPE dnsfleet_b counter\n" in om
+
+
+def _answer(nsid: bytes | None) -> ProbeResult:
+    resp = Response(
+        id=1,
+        flags=0x8180,
+        rcode=0,
+        answer_rrs=1,
+        matching_answers=1,
+        min_ttl=60,
+        nsid=nsid,
+        wire=b"",
+    )
+    return ProbeResult(True, None, 0.001, 0, 1, "ok", response=resp)
+
+
+def test_after_plain_probe_is_after_probe_without_queries() -> None:
+    """The batch's bookkeeping of a module without canary or identity query: the backend
+    identity from the probe's own NSID, its changes counted, as after_probe does."""
+    cfg = parse(
+        {
+            "modules": {"m": {"query_name": "a.test"}},
+            "targets": [{"address": "127.0.0.1", "module": "m"}],
+        },
+        source="t.yml",
+    )
+    target, module = cfg.targets[0], cfg.modules["m"]
+    awaited, plain = ResolverWatch(), ResolverWatch()
+    awaited.configure(cfg)
+    plain.configure(cfg)
+    for nsid in (b"ns-a", None, b"ns-a", b"ns-b", None):
+        result = _answer(nsid)
+        asyncio.run(awaited.after_probe(target, module, result, deadline=0.0))
+        plain.after_plain_probe(target, result)
+        key = (target.address, target.module)
+        got, want = plain.states[key], awaited.states[key]
+        assert (got.backend, got.backend_changes) == (want.backend, want.backend_changes)
+    assert (got.backend, got.backend_changes) == ("ns-b", 1)
