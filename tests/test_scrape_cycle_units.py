@@ -1,12 +1,15 @@
 """The cheaper ways of a /metrics cycle give what the plain ways gave: what is worked out
 once per configuration rather than every scrape, the status page's canary readings, the
-gzip body compressed piece by piece; and the exporter's garbage-collector setting."""
+gzip body compressed piece by piece, the host lane's thread kept between scrapes; and the
+exporter's garbage-collector setting."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import gzip
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +17,7 @@ import pytest
 
 from dnsfleet import malloc
 from dnsfleet.capacity.model import Measurement, QueryFile, State, format_state
-from dnsfleet.collectors.base import CollectContext, Findings
+from dnsfleet.collectors.base import CollectContext, Findings, HostLane
 from dnsfleet.collectors.resolver_capacity import (
     COLLECTOR,
     CapacityFigure,
@@ -215,3 +218,20 @@ def test_after_plain_probe_is_after_probe_without_queries() -> None:
         got, want = plain.states[key], awaited.states[key]
         assert (got.backend, got.backend_changes) == (want.backend, want.backend_changes)
     assert (got.backend, got.backend_changes) == ("ns-b", 1)
+
+
+def test_host_lane_keeps_its_thread_between_scrapes() -> None:
+    """One thread serves scrape after scrape; an idle one ends, and the next job gets one."""
+    lane = HostLane(idle=60.0)
+    for i in range(5):  # one scrape's jobs, then the next scrape's
+        assert lane.submit(functools.partial(abs, i)).result(timeout=30) == i
+    assert lane.threads_started == 1
+    short = HostLane(idle=0.01)
+    assert short.submit(lambda: 1).result(timeout=30) == 1
+    for _ in range(3000):  # up to 30 s on a loaded machine
+        if short._worker is None:
+            break
+        time.sleep(0.01)
+    assert short._worker is None
+    assert short.submit(lambda: 2).result(timeout=30) == 2
+    assert short.threads_started == 2
