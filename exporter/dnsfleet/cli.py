@@ -166,6 +166,7 @@ def exporter_main(argv: Sequence[str] | None = None) -> int:
         )
         return 0
     malloc.tune()
+    malloc.tune_gc()
     if args.once:
         sys.stdout.buffer.write(asyncio.run(exp.scrape()))
         return 0

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import logging
 import math
+import zlib
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Literal
@@ -189,20 +190,37 @@ def render(families: Iterable[Family | TextFamily]) -> str:
     return "".join(_render_one(f) for f in families if f.samples)
 
 
-def render_bytes(families: Iterable[Family | TextFamily]) -> bytes:
-    """Like :func:`render`, encoding family by family so a large exposition never exists
-    as one str and one bytes copy at once; a pre-rendered family's lines are encoded as
-    they are, not first copied behind their HELP and TYPE lines."""
-    parts: list[bytes] = []
+def text_parts(families: Iterable[Family | TextFamily]) -> Iterator[str]:
+    """:func:`render`'s text piece by piece (a family's lines not copied behind its head)."""
     for f in families:
         if not f.samples:
             continue
         if isinstance(f, TextFamily):
-            parts.append(_head(f).encode())
-            parts.append(f.lines.encode())
+            yield _head(f)
+            yield f.lines
         else:
-            parts.append(_render_one(f).encode())
-    return b"".join(parts)
+            yield _render_one(f)
+
+
+# Characters per slice in gzip_parts: under glibc's mmap threshold (malloc.py), so reused.
+GZIP_SLICE = 64 * 1024
+
+
+def gzip_parts(parts: Iterable[str], level: int = 1) -> bytes:
+    """One gzip member of the UTF-8 of ``parts``, a slice at a time: the body built whole
+    first (~4.4 MB at 1,000 targets, copied twice) cost more in page faults than in copies."""
+    z = zlib.compressobj(level, zlib.DEFLATED, 31)  # wbits 16 + 15: a gzip header
+    out = []
+    for part in parts:
+        for i in range(0, len(part), GZIP_SLICE):
+            out.append(z.compress(part[i : i + GZIP_SLICE].encode()))
+    out.append(z.flush())
+    return b"".join(out)
+
+
+def render_bytes(families: Iterable[Family | TextFamily]) -> bytes:
+    """:func:`render` encoded piece by piece: never one str and one bytes copy at once."""
+    return b"".join([part.encode() for part in text_parts(families)])
 
 
 OPENMETRICS_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -219,18 +237,21 @@ def _om_head(fam: Family | TextFamily) -> str:
     return f"# TYPE {name} {kind}\n# HELP {name} {helptext}\n"
 
 
-def render_openmetrics_bytes(families: Iterable[Family | TextFamily]) -> bytes:
-    """The same families in the OpenMetrics text format, ``# EOF`` last (what
+def openmetrics_parts(families: Iterable[Family | TextFamily]) -> Iterator[str]:
+    """The families in the OpenMetrics text format, piece by piece, ``# EOF`` last (what
     prometheus_client serves when Prometheus asks for application/openmetrics-text)."""
-    out = []
     for fam in families:
         if not fam.samples:
             continue
         text = _render_one(fam)
         body = text[text.index("\n", text.index("# TYPE")) + 1 :]
-        out.append((_om_head(fam) + body).encode())
-    out.append(b"# EOF\n")
-    return b"".join(out)
+        yield _om_head(fam) + body
+    yield "# EOF\n"
+
+
+def render_openmetrics_bytes(families: Iterable[Family | TextFamily]) -> bytes:
+    """:func:`openmetrics_parts` encoded (what prometheus_client serves OpenMetrics in)."""
+    return b"".join([part.encode() for part in openmetrics_parts(families)])
 
 
 class FamilyConflict(ValueError):

@@ -276,7 +276,6 @@ class Prober:
     ) -> None:
         if not states:
             return
-        results: list[ProbeResult] = [_NOT_STARTED] * len(states)
         modules = [cfg.modules[st.target.module] for st in states]
 
         def on_result(i: int, ex: Exchange | None) -> None:
@@ -288,9 +287,15 @@ class Prober:
                 result = _NOT_STARTED if ex is None else judge(ex, modules[i])
             except Exception as e:
                 result = self._internal(st.target, e, ex.duration if ex else 0.0)
-            results[i] = result
             out[(st.target.address, st.target.module)] = result
             self._record(st, result, modules[i], cycle)
+            if result is not _NOT_STARTED:
+                try:
+                    # A batched module has no canary or identity query (_batchable).
+                    self.watch.after_plain_probe(st.target, result)
+                except Exception as e:
+                    # The probe's own result stands; the watch's bookkeeping is what failed.
+                    self._internal(st.target, e, 0.0)
 
         await exchange_many(
             [
@@ -301,13 +306,6 @@ class Prober:
             concurrency=concurrency,
             on_result=on_result,
         )
-        for st, module, result in zip(states, modules, results, strict=True):
-            if result is not _NOT_STARTED:
-                try:
-                    await self.watch.after_probe(st.target, module, result, deadline=deadline)
-                except Exception as e:
-                    # The probe's own result stands; the watch's round is what failed.
-                    self._internal(st.target, e, 0.0)
 
     async def _probe_each(
         self,

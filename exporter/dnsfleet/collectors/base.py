@@ -145,12 +145,16 @@ class HostLane:
     But a read can hang (a FUSE or NFS mount, a wedged driver) and Python cannot interrupt
     it: a thread busy with one job for longer than ``stall`` seconds is retired (it exits
     when its job returns, if ever) and a fresh thread takes the queue, so the other
-    collectors, and later scrapes, go on.
+    collectors, and later scrapes, go on. An idle worker waits up to ``idle`` seconds for
+    the next scrape's jobs before its thread ends: a thread started for every scrape cost
+    its start (the event loop waits for it) and its stack's page faults, every time.
     """
 
-    def __init__(self, stall: float = 1.0) -> None:
+    def __init__(self, stall: float = 1.0, idle: float = 60.0) -> None:
         self.stall = stall
+        self.idle = idle
         self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
         self._queue: collections.deque[tuple[Future[Any], Callable[[], Any]]] = collections.deque()
         self._worker: _LaneWorker | None = None
         self.threads_started = 0
@@ -160,6 +164,7 @@ class HostLane:
         with self._lock:
             self._queue.append((fut, fn))
             self._ensure_worker()
+            self._work.notify()
         return fut
 
     def check(self, stall: float) -> None:
@@ -198,6 +203,8 @@ class _LaneWorker:
         lane = self.lane
         while True:
             with lane._lock:
+                if not self.retired and not lane._queue:
+                    lane._work.wait_for(lambda: self.retired or bool(lane._queue), lane.idle)
                 if self.retired or not lane._queue:
                     self.done = True
                     if lane._worker is self:

@@ -19,6 +19,8 @@ from dnsfleet.config import Config, Target
 from dnsfleet.exposition import Family, Labels, labelset
 
 STATE_KEY = "resolver_capacity"
+RESOLVERS_KEY = "resolver_capacity.resolvers"
+Resolvers = dict[str, Target]  # resolver address key -> the configured entry naming it
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,9 +33,12 @@ class CapacityFigure:
     lower_bound: bool  # the run never reached its loss limit
 
 
-def capacity_families(cfg: Config, measured: State) -> list[Family]:
+def capacity_families(
+    cfg: Config, measured: State, resolvers: Resolvers | None = None
+) -> list[Family]:
     """Pure: the figures of every resolver address that has one, by kind: ``declared``
-    (``capacity_qps`` in the config), ``hit`` and ``miss`` (measured)."""
+    (``capacity_qps`` in the config), ``hit`` and ``miss`` (measured). ``resolvers``:
+    the entries of ``cfg`` naming the resolvers to look at (default: every resolver)."""
     cap = Family(
         "dnsfleet_resolver_capacity_qps",
         "Queries per second the resolver can answer, by kind: declared (capacity_qps "
@@ -60,7 +65,7 @@ def capacity_families(cfg: Config, measured: State) -> list[Family]:
         "(max - min) / median of the repeated capacity-test runs of this kind that the "
         "resolver limited.",
     )
-    for key, t in _resolvers(cfg).items():
+    for key, t in (_resolvers(cfg) if resolvers is None else resolvers).items():
 
         def labels(kind: str, t: Target = t) -> Labels:
             return labelset([("target", t.address), ("kind", kind), *t.labels])
@@ -82,10 +87,12 @@ def capacity_families(cfg: Config, measured: State) -> list[Family]:
     return [cap, lower, when, contradiction, spread]
 
 
-def capacity_figures(cfg: Config, measured: State) -> list[CapacityFigure]:
+def capacity_figures(
+    cfg: Config, measured: State, resolvers: Resolvers | None = None
+) -> list[CapacityFigure]:
     """Pure: what capacity_families exports as dnsfleet_resolver_capacity_qps, as records."""
     out: list[CapacityFigure] = []
-    for key, t in _resolvers(cfg).items():
+    for key, t in (_resolvers(cfg) if resolvers is None else resolvers).items():
         if t.capacity_qps is not None:
             out.append(CapacityFigure(t.address, "declared", t.capacity_qps, False))
         out.extend(
@@ -96,7 +103,7 @@ def capacity_figures(cfg: Config, measured: State) -> list[CapacityFigure]:
     return out
 
 
-def _resolvers(cfg: Config) -> dict[str, Target]:
+def _resolvers(cfg: Config) -> Resolvers:
     """The configured entry that names each resolver address."""
     chosen: dict[str, Target] = {}
     for t in cfg.targets:
@@ -125,10 +132,28 @@ def _load(ctx: CollectContext) -> State:
     return measured
 
 
+def _with_figures(ctx: CollectContext, measured: State) -> Resolvers:
+    """The resolvers that have a figure, in configuration order: those declaring
+    ``capacity_qps`` and those ``measured``. Which entry names each resolver is worked out
+    once per configuration: walking every target twice a scrape cost 2.6 ms at 1,000
+    targets, nearly all of it for resolvers with no figure at all."""
+    cfg = ctx.config
+    cached = ctx.state.get(RESOLVERS_KEY)
+    if cached is None or cached[0] is not cfg:
+        named = _resolvers(cfg)
+        declared = {k: t for k, t in named.items() if t.capacity_qps is not None}
+        cached = ctx.state[RESOLVERS_KEY] = (cfg, named, declared)
+    _, named, declared = cached
+    if not measured:
+        return dict(declared)
+    return {k: t for k, t in named.items() if t.capacity_qps is not None or k in measured}
+
+
 async def collect(ctx: CollectContext) -> list[Family]:
     measured = await asyncio.to_thread(_load, ctx)
-    ctx.findings.add(*capacity_figures(ctx.config, measured))
-    return capacity_families(ctx.config, measured)
+    chosen = _with_figures(ctx, measured)
+    ctx.findings.add(*capacity_figures(ctx.config, measured, chosen))
+    return capacity_families(ctx.config, measured, chosen)
 
 
 COLLECTOR = Collector(name="resolver_capacity", run=collect, enabled=lambda cfg: bool(cfg.targets))

@@ -317,8 +317,14 @@ class _Batch:
         self.in_flight -= 1
         if self.on_result is not None:
             self.on_result(i, ex)
-        if not self.starting:  # a failed send inside start_more's loop: it carries on
+        if self.starting:  # a failed send inside start_more's loop: it carries on
+            return
+        if self.next_item < len(self.items):
             self.start_more()
+        elif not self.in_flight and not self.finished.done():
+            # Every item started: the last answers only end the batch, without a call to
+            # start_more per answer that finds nothing left to start.
+            self.finished.set_result(None)
 
     def arm(self, when: float) -> None:
         if self.timer is None or when < self.timer_at:
