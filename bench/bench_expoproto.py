@@ -39,7 +39,11 @@ def fleet(n: int) -> Prober:
     prober = Prober()
     prober.configure(cfg)
     for st in prober.states.values():
-        st.failures = [rng.randint(0, 3) for _ in REASONS]
+        # A failure or two in the past for some targets (a series per reason failed with)
+        for reason in rng.sample(REASONS, rng.choice((0, 0, 1, 2))):
+            for _ in range(rng.randint(1, 3)):
+                st.failures.add(reason)
+        st.failures.row()  # past the newborns' zero
         for _ in range(200):
             d = rng.lognormvariate(-6, 1)
             st.buckets[min(int(d * 100), len(st.buckets) - 1)] += 1
