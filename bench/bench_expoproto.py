@@ -195,10 +195,8 @@ def whole_scrapes(args: argparse.Namespace) -> None:
                 cmd = [sys.executable, "-m", "dnsfleet", "--log.level=warn",
                        f"--config.file={conf}", f"--web.listen-address={base[7:]}"]  # fmt: skip
                 procs.append(proc := spawn(cmd, base + "/-/healthy", work / f"{n}.log"))
-                last = target_addresses(n)[-1]
-                check(
-                    base + "/metrics", f'dnsfleet_probe_success{{target="{last}:{unbound.port}"}} 1'
-                )
+                last = f"{target_addresses(n)[-1]}:{unbound.port}"
+                check(base + "/metrics", f'dnsfleet_probe_success{{target="{last}"')
                 took: dict[str, list[float]] = {"text": [], "protobuf": []}
                 for r in range(args.rounds):
                     order = [("text", TEXT_ACCEPT), ("protobuf", PROTOBUF_ACCEPT)]
