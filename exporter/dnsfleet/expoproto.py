@@ -226,6 +226,8 @@ class _Deltas(dict[int, bytes]):
 
 
 _DELTAS = {tag: _Deltas(tag) for tag in (0x50, 0x68)}
+# The schema, zero threshold and zero count's tag of a native histogram, by the first two.
+_NATIVE_HEADS: dict[tuple[int, float], bytes] = {}
 # The no-op span (0, 0) that marks a histogram without buckets as native.
 _NO_SPAN = _field(0x62, b"\x08\x00\x10\x00")
 
@@ -234,8 +236,11 @@ def native_fields(h: NativeSnapshot) -> bytes:
     """Histogram fields 5 to 13: schema, zero threshold and count, then spans and deltas,
     the negative side's (9, 10) ahead of the positive side's (12, 13). A histogram without
     buckets gets the no-op span that marks it native."""
-    head = b"\x28" + _sint(h.schema) + b"\x31" + double(h.zero_threshold) + b"\x38"
-    head += varint(h.zero_count)
+    start = _NATIVE_HEADS.get((h.schema, h.zero_threshold))
+    if start is None:  # a few at most: the schema only ever falls, to -4
+        start = b"\x28" + _sint(h.schema) + b"\x31" + double(h.zero_threshold) + b"\x38"
+        _NATIVE_HEADS[h.schema, h.zero_threshold] = start
+    head = start + varint(h.zero_count)
     if not h.positive:
         return head + (_side(h.negative, 0x4A, 0x50) if h.negative else _NO_SPAN)
     if h.negative:
@@ -251,10 +256,11 @@ def _side(counts: Mapping[int, int], span_tag: int, delta_tag: int) -> bytes:
     13 us for a target of some 50 buckets, this 6 us."""
     keys = sorted(counts)
     n = len(keys)
-    # A span ends before a key more than three above the one before it.
-    gaps = list(map(sub, keys[1:], keys[:-1]))
-    ends = [i + 1 for i, gap in enumerate(gaps) if gap > 3] if gaps and max(gaps) > 3 else []
-    ends.append(n)
+    if keys[-1] - keys[0] < n + 2:  # no gap of three empty buckets: one span
+        ends = [n]
+    else:  # a span ends before a key more than three above the one before it
+        ends = [i for i in range(1, n) if keys[i] - keys[i - 1] > 3]
+        ends.append(n)
     spans: list[bytes] = []
     values: list[int] = []
     first = 0

@@ -38,10 +38,29 @@ _ZERO = double(0.0)
 _REASON = [label_bytes([("reason", r.value)]) for r in REASONS]
 _REASON_OF = dict(zip(REASONS, _REASON, strict=True))
 _CODES: dict[str, bytes] = {}  # an EDE code label's bytes (registered codes, or other)
-# The classic buckets but +Inf (sample_count says it), by bound, then by cumulative count
-# for the counts below 128 most of a target's are: tag, length, count, upper_bound.
-_BOUNDS = [b"\x11" + double(b) for b in LATENCY_BUCKETS]
-_SMALL_BUCKETS = [[b"\x1a\x0b\x08" + bytes((n,)) + bound for n in range(0x80)] for bound in _BOUNDS]
+
+
+class _Buckets(dict[int, bytes]):
+    """One classic bucket's messages (tag, length, cumulative_count, upper_bound) by count,
+    written once and looked up in C (``map``) for every target: the targets of a fleet are
+    probed as often as each other, so their counts are close. Counts grow all the time, so
+    the table is emptied past a bound."""
+
+    def __init__(self, bound: float) -> None:
+        super().__init__()
+        self.bound = b"\x11" + double(bound)
+
+    def __missing__(self, n: int) -> bytes:
+        if len(self) >= 4096:
+            self.clear()
+        body = b"\x08" + varint(n) + self.bound
+        got = self[n] = b"\x1a" + varint(len(body)) + body
+        return got
+
+
+# The classic buckets but +Inf (sample_count says it), by bound.
+_BUCKETS = [_Buckets(b) for b in LATENCY_BUCKETS]
+_lookup = dict.__getitem__  # with a _Buckets, its __missing__ too
 
 
 class _Target:
@@ -219,11 +238,8 @@ class RecordProto:
         out: list[bytes] = []
         for t, row in self.each():
             cumulative = list(accumulate(row[4]))
-            fields = [
-                small[n] if n < 0x80 else _bucket(bound, n)
-                # the last count, +Inf's, has no bound here: sample_count says it
-                for small, bound, n in zip(_SMALL_BUCKETS, _BOUNDS, cumulative, strict=False)
-            ]
+            # The last count, +Inf's, has no table: sample_count says it.
+            fields = list(map(_lookup, _BUCKETS, cumulative))
             snap = native.get(row[0].text)
             n = cumulative[-1] if snap is None else snap.sample_count
             total = row[5] if snap is None else snap.sample_sum
@@ -240,8 +256,3 @@ class RecordProto:
             metric = t.labels + b"\x3a" + varint(len(hist)) + hist
             out.append(b"\x22" + varint(len(metric)) + metric)
         return b"".join(out)
-
-
-def _bucket(bound: bytes, n: int) -> bytes:
-    body = b"\x08" + varint(n) + bound
-    return b"\x1a" + varint(len(body)) + body
