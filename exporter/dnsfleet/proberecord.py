@@ -22,7 +22,7 @@ from dnsfleet.exposition import (
 from dnsfleet.nativehist import NativeSnapshot
 from dnsfleet.probes import REASONS, ProbeResult, Reason
 from dnsfleet.probes.families import probe_result_families
-from dnsfleet.recordproto import EdeCounts, FailureCounts, RecordProto, RecordRow
+from dnsfleet.recordproto import FailureCounts, RecordProto, RecordRow
 
 __all__ = [
     "LATENCY",
@@ -37,7 +37,6 @@ __all__ = [
 # value shown) for the reasons it has failed with, latency buckets, latency sum, EDE counts
 # and queries sent of an expect_bogus module (None for other modules): recordproto.py
 # defines it, as it writes the rows' protobuf.
-__all__ += ["EdeCounts", "FailureCounts"]
 
 
 @dataclass(frozen=True, slots=True)
