@@ -159,6 +159,9 @@ class TextFamily:
     lines: str  # complete sample lines, each ending in a newline
     # A histogram's native buckets by series label text (only protobuf carries them).
     native: Mapping[str, NativeSnapshot] | None = None
+    # The family's Metric messages as protobuf, written by its producer from its typed
+    # records (expoproto.py encodes the lines otherwise, parsing them back).
+    proto: Callable[[], bytes] | None = None
 
     @property
     def samples(self) -> str:

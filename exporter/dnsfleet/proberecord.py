@@ -9,20 +9,20 @@ text. The state it copies lives in prober.py (``TargetState``); its failures cou
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dnsfleet.config import Target
 from dnsfleet.exposition import (
     LATENCY_BUCKETS,
     Family,
     HistogramWriter,
-    Labels,
     TextFamily,
     compile_template,
 )
 from dnsfleet.nativehist import NativeSnapshot
 from dnsfleet.probes import REASONS, ProbeResult, Reason
 from dnsfleet.probes.families import probe_result_families
+from dnsfleet.recordproto import FailureCounts, RecordProto, RecordRow
 
 __all__ = [
     "LATENCY",
@@ -33,14 +33,10 @@ __all__ = [
     "TargetSnapshot",
 ]
 
-# labels, last result, probes, failures (reason index, value shown) for the reasons the
-# target has failed with, latency buckets, latency sum, EDE counts, queries sent of an
-# expect_bogus module (None for other modules)
-EdeCounts = tuple[tuple[str, int], ...]
-FailureCounts = tuple[tuple[int, int], ...]
-RecordRow = tuple[
-    Labels, ProbeResult | None, int, FailureCounts, tuple[int, ...], float, EdeCounts, int | None
-]
+# A row (RecordRow) is a target's labels, last result, probes, failures (reason index,
+# value shown) for the reasons it has failed with, latency buckets, latency sum, EDE counts
+# and queries sent of an expect_bogus module (None for other modules): recordproto.py
+# defines it, as it writes the rows' protobuf.
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,11 +50,13 @@ class ProbeRecord:
     def families(self) -> list[TextFamily | Family]:
         """The per-target families, each rendered with one format call per target from a
         template shared by all targets (a 1,000-target cycle wrote 36,000 lines one
-        f-string at a time)."""
+        f-string at a time). Each carries its protobuf writer (recordproto.py), which
+        writes the same series from the rows."""
         rows = self.rows
+        proto = RecordProto(rows, self.native).writers()
         fams = probe_result_families([(row[0].text, row[1]) for row in rows])
         failures, attempts, bogus, hist, ede = _counter_texts(rows)
-        return [
+        texts = [
             *fams,
             # A series only for the reasons the target has failed with, born at zero: it
             # appears with 0 in the cycle of its first failure and counts from the next
@@ -105,8 +103,8 @@ class ProbeRecord:
                 "counter",
                 ede,
             ),
-            *self.canary,
         ]
+        return [*(replace(f, proto=proto.get(f.name)) for f in texts), *self.canary]
 
 
 @dataclass(frozen=True, slots=True)
