@@ -24,7 +24,8 @@ from typing import Any
 import yaml
 from deploy.kubernetes.generate import _Dumper
 
-from dnsfleet.exposition import LATENCY_BUCKETS, format_value, le_text
+from dnsfleet.exposition import format_value, le_text
+from dnsfleet.histograms import LATENCY_BUCKETS
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "alerts" / "config.yml"

@@ -18,15 +18,8 @@ from dnsfleet.config import parse
 from dnsfleet.dnswire import Response
 from dnsfleet.endpoints.router import wants_protobuf
 from dnsfleet.expoproto import encode, split_last
-from dnsfleet.exposition import (
-    Family,
-    HistogramWriter,
-    Labels,
-    MetricType,
-    TextFamily,
-    format_value,
-    render,
-)
+from dnsfleet.exposition import Family, Labels, MetricType, TextFamily, format_value, render
+from dnsfleet.histograms import HistogramWriter
 from dnsfleet.nativehist import NativeHistogram, bucket_key
 from dnsfleet.prober import Prober
 from dnsfleet.probes import Reason

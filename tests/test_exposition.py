@@ -11,17 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dnsfleet.exposition import (
-    LATENCY_BUCKETS,
-    Family,
-    FamilyConflict,
-    HistogramWriter,
-    Labels,
-    TextFamily,
-    le_text,
-    merge,
-    render,
-)
+from dnsfleet.exposition import Family, FamilyConflict, Labels, TextFamily, le_text, merge, render
+from dnsfleet.histograms import LATENCY_BUCKETS, HistogramWriter
 from tests.harness.metrics import of, samples
 
 pytestmark = pytest.mark.unit

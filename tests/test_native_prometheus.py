@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import pytest
 
 from dnsfleet.expoproto import CONTENT_TYPE as PROTOBUF
-from dnsfleet.exposition import LATENCY_BUCKETS
+from dnsfleet.histograms import LATENCY_BUCKETS
 from tests.harness.exporter import ExporterProcess
 from tests.harness.gotools import prometheus3_tool
 from tests.harness.metricsproto import decode

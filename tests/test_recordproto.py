@@ -16,15 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from dnsfleet import recordproto
 from dnsfleet.dnswire import Response
 from dnsfleet.expoproto import encode
-from dnsfleet.exposition import (
-    LATENCY_BUCKETS,
-    Family,
-    HistogramWriter,
-    Labels,
-    TextFamily,
-    le_text,
-    render,
-)
+from dnsfleet.exposition import Family, Labels, TextFamily, le_text, render
+from dnsfleet.histograms import LATENCY_BUCKETS, HistogramWriter
 from dnsfleet.nativehist import NativeHistogram, NativeSnapshot
 from dnsfleet.proberecord import LATENCY, ProbeRecord, RecordRow
 from dnsfleet.probes import REASONS, ProbeResult, Reason

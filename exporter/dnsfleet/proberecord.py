@@ -12,13 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from dnsfleet.config import Target
-from dnsfleet.exposition import (
-    LATENCY_BUCKETS,
-    Family,
-    HistogramWriter,
-    TextFamily,
-    compile_template,
-)
+from dnsfleet.exposition import Family, TextFamily, compile_template
+from dnsfleet.histograms import LATENCY_BUCKETS, HistogramWriter
 from dnsfleet.nativehist import NativeSnapshot
 from dnsfleet.probes import REASONS, ProbeResult, Reason
 from dnsfleet.probes.families import probe_result_families

@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import accumulate
 
 from dnsfleet.expoproto import double, label_bytes, native_fields, varint, whole
-from dnsfleet.exposition import LATENCY_BUCKETS, Labels
+from dnsfleet.exposition import Labels
+from dnsfleet.histograms import LATENCY_BUCKETS
 from dnsfleet.nativehist import NativeSnapshot
 from dnsfleet.probes import REASONS, ProbeResult
 from dnsfleet.probes.ede import code_label

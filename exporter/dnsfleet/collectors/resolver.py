@@ -23,14 +23,8 @@ from typing import TYPE_CHECKING
 
 from dnsfleet.collectors.base import DEADLINE_MARGIN, CollectContext, Collector
 from dnsfleet.config import Config, StatsSource, Target
-from dnsfleet.exposition import (
-    Family,
-    Labels,
-    MetricType,
-    add_histogram,
-    join_labels,
-    labelset,
-)
+from dnsfleet.exposition import Family, Labels, MetricType, join_labels, labelset
+from dnsfleet.histograms import add_histogram
 from dnsfleet.parsers.resolver import ResolverStats
 from dnsfleet.parsers.resolverdetail import Counts, Histogram, ResolverDetail
 from dnsfleet.resolverstats import StatsError, read_stats

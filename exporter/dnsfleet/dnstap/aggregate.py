@@ -40,7 +40,8 @@ from dnsfleet.dnstap.message import (
     peek,
 )
 from dnsfleet.dnswire import rcode_text
-from dnsfleet.exposition import LATENCY_BUCKETS, Family, HistogramWriter, labelset
+from dnsfleet.exposition import Family, labelset
+from dnsfleet.histograms import LATENCY_BUCKETS, HistogramWriter
 from dnsfleet.parsers.resolverdetail import QTYPES as QTYPE_NAMES
 
 LATENCY = HistogramWriter("dnsfleet_dnstap_response_duration_seconds", LATENCY_BUCKETS)
