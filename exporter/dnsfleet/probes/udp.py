@@ -34,6 +34,8 @@ from dnsfleet.probes.result import Exchange
 
 MAX_DATAGRAM = 65535
 READ_BURST = 64
+# Entries in a mux's expiry heap before answered probes are pruned from it.
+PRUNE_AT = 1024
 _DGRAM_NONBLOCK = socket.SOCK_DGRAM | socket.SOCK_NONBLOCK
 
 
@@ -54,6 +56,18 @@ class _Mux:
         self.buf = bytearray(MAX_DATAGRAM)
         self.view = memoryview(self.buf)
         self.ids: list[int] = []
+        self.loop_ref = weakref.ref(loop)
+        # The expiries of single exchanges (loop time, sequence, the probe held weakly, its
+        # timeout), earliest first, behind one loop timer at the earliest: a TimerHandle per
+        # probe (asyncio's Python-level handle, its heap ordered by a Python __lt__, then a
+        # cancel) cost more than the rest of the exchange's bookkeeping. The exchange's own
+        # frame holds its probe until it ends; an entry whose probe has ended stays until
+        # the timer passes it or the heap is pruned.
+        self.expiries: list[tuple[float, int, weakref.ref[_Probe], float]] = []
+        self.expiry_seq = 0
+        self.prune_at = PRUNE_AT
+        self.timer: asyncio.TimerHandle | None = None
+        self.timer_at = 0.0
         loop.add_reader(self.ep.fileno(), self._ready)
 
     def _ready(self) -> None:
@@ -78,14 +92,59 @@ class _Mux:
             self.ids = list(struct.unpack("256H", os.urandom(512)))
         return self.ids.pop()
 
+    def expire_at(self, loop: asyncio.AbstractEventLoop, probe: _Probe, timeout: float) -> None:
+        """``probe`` times out ``timeout`` seconds from now unless it ends first."""
+        expires = loop.time() + timeout
+        self.expiry_seq += 1
+        expiries = self.expiries
+        heapq.heappush(expiries, (expires, self.expiry_seq, weakref.ref(probe), timeout))
+        if len(expiries) > self.prune_at:
+            # Drop the entries of probes that have ended; the heap is pruned again only
+            # once it has doubled, so this costs O(1) per probe.
+            expiries[:] = [e for e in expiries if _pending(e[2])]
+            heapq.heapify(expiries)
+            self.prune_at = max(PRUNE_AT, 2 * len(expiries))
+        if self.timer is None or expires < self.timer_at:
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timer = loop.call_at(expires, self._sweep, loop)
+            self.timer_at = expires
+
+    def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.timer = None
+        now = loop.time()
+        expiries = self.expiries
+        while expiries and (expiries[0][0] <= now or not _pending(expiries[0][2])):
+            _, _, ref, timeout = heapq.heappop(expiries)
+            probe = ref()
+            if probe is not None:
+                probe.expire(timeout)  # a no-op for a probe that has ended
+        if expiries:
+            self.timer_at = expiries[0][0]
+            self.timer = loop.call_at(self.timer_at, self._sweep, loop)
+
+
+def _pending(ref: weakref.ref[_Probe]) -> bool:
+    probe = ref()
+    return probe is not None and probe.sock is not None
+
 
 _MUXES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Mux] = weakref.WeakKeyDictionary()
 
 
+# The mux of the loop that asked last, held weakly as _MUXES holds it: a WeakKeyDictionary
+# lookup is Python code that makes a weak reference per call.
+_last: list[weakref.ref[_Mux]] = []
+
+
 def _mux(loop: asyncio.AbstractEventLoop) -> _Mux:
+    mux = _last[0]() if _last else None
+    if mux is not None and mux.loop_ref() is loop:
+        return mux
     mux = _MUXES.get(loop)
     if mux is None:
         mux = _MUXES[loop] = _Mux(loop)
+    _last[:] = [weakref.ref(mux)]
     return mux
 
 
@@ -97,6 +156,7 @@ class _Probe:
     multiplexer) and expired (from a timer). ``done(index, exchange)`` is called once."""
 
     __slots__ = (
+        "__weakref__",
         "done",
         "expires",
         "fd",
@@ -211,6 +271,8 @@ class _Probe:
 
     def cancel(self) -> None:
         self.done = None
+        if self.sock is None:
+            return  # ended already: the common case, the exchange's own clean-up
         self._finish(Exchange(None, Reason.NETWORK_ERROR, self._elapsed(), "cancelled"))
 
 
@@ -228,14 +290,14 @@ async def exchange(
         if not fut.done():  # the caller may have been cancelled meanwhile
             fut.set_result(ex)
 
-    probe = _Probe(_mux(loop), query, resolve)
+    mux = _mux(loop)
+    probe = _Probe(mux, query, resolve)
     if not probe.send(sockaddr, family):
         return fut.result()
-    handle = loop.call_later(timeout, probe.expire, timeout)
+    mux.expire_at(loop, probe, timeout)
     try:
         return await fut
     finally:
-        handle.cancel()
         probe.cancel()  # a no-op once finished; closes the socket if the caller gave up
 
 
