@@ -1,6 +1,6 @@
-"""Single UDP exchanges time out from their multiplexer's one expiry heap: each at its own
-timeout whatever the others', a cancelled caller's socket closed at once, and the heap held
-to the probes still in flight however many have ended."""
+"""Single UDP exchanges time out from their multiplexer's one timer: each at its own
+timeout whatever the others', a cancelled caller's socket closed at once, and nothing kept
+of a probe that has ended."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def exchange(sockaddr: tuple[str, int], timeout: float) -> asyncio.Task[Exchange
 
 
 def test_a_shorter_timeout_sent_later_ends_first(blackhole: Blackhole) -> None:
-    """The heap's timer moves to an earlier expiry: a 0.3 s probe sent after a 30 s one ends
+    """The timer moves to an earlier expiry: a 0.3 s probe sent after a 30 s one ends
     while the 30 s one still waits."""
     addr = ("127.0.0.1", blackhole.port)
 
@@ -61,17 +61,36 @@ def test_a_cancelled_exchange_closes_its_socket(blackhole: Blackhole) -> None:
     assert asyncio.run(run()) == 0
 
 
-def test_ended_exchanges_do_not_pile_up_in_the_heap() -> None:
-    """Thousands of exchanges refused at once (ICMP from a closed port) with a long timeout:
-    the heap is pruned of them, so it stays near PRUNE_AT, not one entry per exchange."""
+def test_groups_of_many_timeouts_do_not_pile_up() -> None:
+    """Every request's scrape timeout can differ: the groups of timeouts whose probes have
+    all ended are dropped as new ones come, not kept until the timer passes."""
     addr = ("127.0.0.1", free_port())
-    n = 3 * udp.PRUNE_AT
 
-    async def run() -> tuple[list[Reason | None], int]:
+    async def run() -> int:
         mux = udp._mux(asyncio.get_running_loop())
-        reasons = [(await exchange(addr, 60.0)).error for _ in range(n)]
-        return reasons, len(mux.expiries)
+        for i in range(1000):
+            await exchange(addr, 60.0 + i / 1000)
+        return len(mux.waiting)
 
-    reasons, left = asyncio.run(run())
-    assert set(reasons) == {Reason.REFUSED}
-    assert left <= udp.PRUNE_AT + 1
+    assert asyncio.run(run()) <= udp.GROUPS
+
+
+def test_ended_exchanges_leave_nothing_waiting() -> None:
+    """Thousands of exchanges refused at once (ICMP from a closed port) with a long timeout:
+    each takes itself out of the mux's waiting probes as it ends, none is left for the timer
+    to pass over."""
+    addr = ("127.0.0.1", free_port())
+
+    async def run() -> tuple[set[Reason | None], int, int]:
+        mux = udp._mux(asyncio.get_running_loop())
+        reasons = set()
+        most = 0
+        for _ in range(3000):
+            reasons.add((await exchange(addr, 60.0)).error)
+            most = max(most, sum(len(g) for g in mux.waiting.values()))
+        return reasons, most, len(mux.waiting)
+
+    reasons, most, groups = asyncio.run(run())
+    assert reasons == {Reason.REFUSED}
+    assert most == 0
+    assert groups <= 1  # the one timeout's group, empty, until the timer passes

@@ -34,8 +34,8 @@ from dnsfleet.probes.result import Exchange
 
 MAX_DATAGRAM = 65535
 READ_BURST = 64
-# Entries in a mux's expiry heap before answered probes are pruned from it.
-PRUNE_AT = 1024
+# Timeout groups of single exchanges a mux keeps before it drops the empty ones.
+GROUPS = 32
 _DGRAM_NONBLOCK = socket.SOCK_DGRAM | socket.SOCK_NONBLOCK
 
 
@@ -57,15 +57,13 @@ class _Mux:
         self.view = memoryview(self.buf)
         self.ids: list[int] = []
         self.loop_ref = weakref.ref(loop)
-        # The expiries of single exchanges (loop time, sequence, the probe held weakly, its
-        # timeout), earliest first, behind one loop timer at the earliest: a TimerHandle per
-        # probe (asyncio's Python-level handle, its heap ordered by a Python __lt__, then a
-        # cancel) cost more than the rest of the exchange's bookkeeping. The exchange's own
-        # frame holds its probe until it ends; an entry whose probe has ended stays until
-        # the timer passes it or the heap is pruned.
-        self.expiries: list[tuple[float, int, weakref.ref[_Probe], float]] = []
-        self.expiry_seq = 0
-        self.prune_at = PRUNE_AT
+        # Single exchanges in flight, by timeout, each group in the order its probes were
+        # sent, which is the order they expire in; behind one loop timer at the earliest.
+        # A TimerHandle per probe (asyncio's Python-level handle in a heap ordered by a
+        # Python __lt__, then a cancel) cost more than the rest of the exchange's
+        # bookkeeping; here a probe that ends takes itself out of its group (a dict: O(1)).
+        self.waiting: dict[float, dict[_Probe, float]] = {}
+        self.purge_at = GROUPS
         self.timer: asyncio.TimerHandle | None = None
         self.timer_at = 0.0
         loop.add_reader(self.ep.fileno(), self._ready)
@@ -95,15 +93,17 @@ class _Mux:
     def expire_at(self, loop: asyncio.AbstractEventLoop, probe: _Probe, timeout: float) -> None:
         """``probe`` times out ``timeout`` seconds from now unless it ends first."""
         expires = loop.time() + timeout
-        self.expiry_seq += 1
-        expiries = self.expiries
-        heapq.heappush(expiries, (expires, self.expiry_seq, weakref.ref(probe), timeout))
-        if len(expiries) > self.prune_at:
-            # Drop the entries of probes that have ended; the heap is pruned again only
-            # once it has doubled, so this costs O(1) per probe.
-            expiries[:] = [e for e in expiries if _pending(e[2])]
-            heapq.heapify(expiries)
-            self.prune_at = max(PRUNE_AT, 2 * len(expiries))
+        group = self.waiting.get(timeout)
+        if group is None:
+            if len(self.waiting) >= self.purge_at:
+                # Groups emptied since the last sweep (each client's scrape timeout can
+                # make its own): dropped here too, so that they cannot pile up between two.
+                for t in [t for t, g in self.waiting.items() if not g]:
+                    del self.waiting[t]
+                self.purge_at = max(GROUPS, 2 * len(self.waiting))
+            group = self.waiting[timeout] = {}
+        group[probe] = expires
+        probe.group = group
         if self.timer is None or expires < self.timer_at:
             if self.timer is not None:
                 self.timer.cancel()
@@ -113,20 +113,21 @@ class _Mux:
     def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
         self.timer = None
         now = loop.time()
-        expiries = self.expiries
-        while expiries and (expiries[0][0] <= now or not _pending(expiries[0][2])):
-            _, _, ref, timeout = heapq.heappop(expiries)
-            probe = ref()
-            if probe is not None:
-                probe.expire(timeout)  # a no-op for a probe that has ended
-        if expiries:
-            self.timer_at = expiries[0][0]
-            self.timer = loop.call_at(self.timer_at, self._sweep, loop)
-
-
-def _pending(ref: weakref.ref[_Probe]) -> bool:
-    probe = ref()
-    return probe is not None and probe.sock is not None
+        earliest: float | None = None
+        for timeout, group in list(self.waiting.items()):
+            while group:
+                probe = next(iter(group))
+                if group[probe] > now:
+                    first = group[probe]
+                    earliest = first if earliest is None or first < earliest else earliest
+                    break
+                probe.expire(timeout)  # ends it, which takes it out of the group
+                group.pop(probe, None)
+            if not group:
+                del self.waiting[timeout]
+        if earliest is not None:
+            self.timer = loop.call_at(earliest, self._sweep, loop)
+            self.timer_at = earliest
 
 
 _MUXES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Mux] = weakref.WeakKeyDictionary()
@@ -156,10 +157,10 @@ class _Probe:
     multiplexer) and expired (from a timer). ``done(index, exchange)`` is called once."""
 
     __slots__ = (
-        "__weakref__",
         "done",
         "expires",
         "fd",
+        "group",
         "ignored",
         "index",
         "mux",
@@ -182,6 +183,9 @@ class _Probe:
         self.qid = 0
         self.start = 0.0
         self.expires = 0.0  # loop time
+        # The mux's group of single exchanges this probe waits in (None in a batch, whose
+        # own heap times it out).
+        self.group: dict[_Probe, float] | None = None
 
     def send(self, sockaddr: Sockaddr, family: socket.AddressFamily) -> bool:
         """Open, connect and send; False when that already ended the probe."""
@@ -209,6 +213,10 @@ class _Probe:
         return time.monotonic() - self.start
 
     def _finish(self, ex: Exchange) -> None:
+        group = self.group
+        if group is not None:
+            self.group = None
+            del group[self]
         done, self.done = self.done, None
         sock, self.sock = self.sock, None
         if sock is not None:
