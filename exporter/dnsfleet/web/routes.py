@@ -149,7 +149,9 @@ class Router:
                 except Exception:
                     log.exception("handler for %s %s failed", req.method, req.path)
                     resp = Response(500, b"internal error\n", close=True)
-        if self.extra_headers:
+        if self.extra_headers and not resp.drop:
+            # Nothing is written for a drop, and the guard's drop response is one shared
+            # object: extended, it would grow by the headers on every dropped request.
             resp.headers.extend(self.extra_headers)
         return resp
 
