@@ -151,7 +151,7 @@ def test_a_target_in_use_stays_parsed_while_others_pass_through(
             for target in ("127.0.0.5", f"127.0.1.{i}"):
                 got: Any = await handler.handle({"target": target, "module": "m"})
                 assert got == "probed"
-                assert len(handler._parsed) <= 4 and len(handler._targets) <= 4
+                assert len(handler._parsed) <= 4 and len(handler._ready) <= 4
 
     asyncio.run(run())
     assert parsed.count("127.0.0.5") == 1
