@@ -10,7 +10,7 @@ import socket
 import pytest
 
 from dnsfleet.config import Module
-from dnsfleet.probes import Exchange, Reason, query_for, udp
+from dnsfleet.probes import Exchange, Reason, expiry, query_for, udp
 from tests.harness.servers import Blackhole
 from tests.harness.tools import free_port
 
@@ -70,9 +70,9 @@ def test_groups_of_many_timeouts_do_not_pile_up() -> None:
         mux = udp._mux(asyncio.get_running_loop())
         for i in range(1000):
             await exchange(addr, 60.0 + i / 1000)
-        return len(mux.waiting)
+        return len(mux.expiries.waiting)
 
-    assert asyncio.run(run()) <= udp.GROUPS
+    assert asyncio.run(run()) <= expiry.GROUPS
 
 
 def test_ended_exchanges_leave_nothing_waiting() -> None:
@@ -87,8 +87,8 @@ def test_ended_exchanges_leave_nothing_waiting() -> None:
         most = 0
         for _ in range(3000):
             reasons.add((await exchange(addr, 60.0)).error)
-            most = max(most, sum(len(g) for g in mux.waiting.values()))
-        return reasons, most, len(mux.waiting)
+            most = max(most, sum(len(g) for g in mux.expiries.waiting.values()))
+        return reasons, most, len(mux.expiries.waiting)
 
     reasons, most, groups = asyncio.run(run())
     assert reasons == {Reason.REFUSED}

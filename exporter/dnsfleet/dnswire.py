@@ -232,10 +232,7 @@ def parse_response(data: bytes, query: Query, qid: int) -> Response | None:
             raise Malformed(f"{qd} questions in a response to one")
         question = query.question
         end = pos + len(question)
-        # Our own question, echoed: a well-formed name (it is ours), so walking it again
-        # could only find what matching it found (a name walk was a sixth of a /probe's
-        # bytecode).
-        if data[pos:end].lower() != question:
+        if data[pos:end].lower() != question:  # ours echoed is well-formed: no walk needed
             end = skip_name(data, pos) + 4
             if end > len(data):
                 raise Malformed("question runs past the end of the message")

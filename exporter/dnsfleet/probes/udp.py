@@ -6,8 +6,8 @@ unconnected socket never sees that on Linux: without IP_RECVERR the kernel repor
 error only to a connected socket (``__udp4_lib_err`` in net/ipv4/udp.c). The kernel also drops
 datagrams from any other address or port, as a stub resolver would ignore them.
 
-Built on raw non-blocking sockets and one timer per probe: this is the hot path of a
-1,000-target scrape and of /probe. A socket per probe is kept on purpose: its random source
+Built on raw non-blocking sockets and shared timers (a batch's heap; expiry.py for single
+exchanges): this is the hot path of a 1,000-target scrape and of /probe. A socket per probe is kept on purpose: its random source
 port is half of what makes an answer unguessable to an off-path spoofer (the random ID is
 the other). In-flight probes share one epoll of their own (:class:`_Mux`), which the event
 loop watches as a single fd: ``loop.add_reader``/``remove_reader`` per socket cost more than
@@ -27,15 +27,15 @@ import struct
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from dnsfleet.dnswire import Malformed, Query, parse_response
+from dnsfleet.probes.expiry import Expiries
 from dnsfleet.probes.reasons import Reason, classify_oserror
 from dnsfleet.probes.result import Exchange
 
 MAX_DATAGRAM = 65535
 READ_BURST = 64
-# Timeout groups of single exchanges a mux keeps before it drops the empty ones.
-GROUPS = 32
 _DGRAM_NONBLOCK = socket.SOCK_DGRAM | socket.SOCK_NONBLOCK
 
 
@@ -57,15 +57,7 @@ class _Mux:
         self.view = memoryview(self.buf)
         self.ids: list[int] = []
         self.loop_ref = weakref.ref(loop)
-        # Single exchanges in flight, by timeout, each group in the order its probes were
-        # sent, which is the order they expire in; behind one loop timer at the earliest.
-        # A TimerHandle per probe (asyncio's Python-level handle in a heap ordered by a
-        # Python __lt__, then a cancel) cost more than the rest of the exchange's
-        # bookkeeping; here a probe that ends takes itself out of its group (a dict: O(1)).
-        self.waiting: dict[float, dict[_Probe, float]] = {}
-        self.purge_at = GROUPS
-        self.timer: asyncio.TimerHandle | None = None
-        self.timer_at = 0.0
+        self.expiries = Expiries()  # of single exchanges
         loop.add_reader(self.ep.fileno(), self._ready)
 
     def _ready(self) -> None:
@@ -89,45 +81,6 @@ class _Mux:
         if not self.ids:
             self.ids = list(struct.unpack("256H", os.urandom(512)))
         return self.ids.pop()
-
-    def expire_at(self, loop: asyncio.AbstractEventLoop, probe: _Probe, timeout: float) -> None:
-        """``probe`` times out ``timeout`` seconds from now unless it ends first."""
-        expires = loop.time() + timeout
-        group = self.waiting.get(timeout)
-        if group is None:
-            if len(self.waiting) >= self.purge_at:
-                # Groups emptied since the last sweep (each client's scrape timeout can
-                # make its own): dropped here too, so that they cannot pile up between two.
-                for t in [t for t, g in self.waiting.items() if not g]:
-                    del self.waiting[t]
-                self.purge_at = max(GROUPS, 2 * len(self.waiting))
-            group = self.waiting[timeout] = {}
-        group[probe] = expires
-        probe.group = group
-        if self.timer is None or expires < self.timer_at:
-            if self.timer is not None:
-                self.timer.cancel()
-            self.timer = loop.call_at(expires, self._sweep, loop)
-            self.timer_at = expires
-
-    def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.timer = None
-        now = loop.time()
-        earliest: float | None = None
-        for timeout, group in list(self.waiting.items()):
-            while group:
-                probe = next(iter(group))
-                if group[probe] > now:
-                    first = group[probe]
-                    earliest = first if earliest is None or first < earliest else earliest
-                    break
-                probe.expire(timeout)  # ends it, which takes it out of the group
-                group.pop(probe, None)
-            if not group:
-                del self.waiting[timeout]
-        if earliest is not None:
-            self.timer = loop.call_at(earliest, self._sweep, loop)
-            self.timer_at = earliest
 
 
 _MUXES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Mux] = weakref.WeakKeyDictionary()
@@ -183,9 +136,8 @@ class _Probe:
         self.qid = 0
         self.start = 0.0
         self.expires = 0.0  # loop time
-        # The mux's group of single exchanges this probe waits in (None in a batch, whose
-        # own heap times it out).
-        self.group: dict[_Probe, float] | None = None
+        # The group of single exchanges it waits in (expiry.py); None in a batch.
+        self.group: dict[Any, float] | None = None
 
     def send(self, sockaddr: Sockaddr, family: socket.AddressFamily) -> bool:
         """Open, connect and send; False when that already ended the probe."""
@@ -302,7 +254,7 @@ async def exchange(
     probe = _Probe(mux, query, resolve)
     if not probe.send(sockaddr, family):
         return fut.result()
-    mux.expire_at(loop, probe, timeout)
+    mux.expiries.add(loop, probe, timeout)
     try:
         return await fut
     finally:
