@@ -166,3 +166,26 @@ def test_ede_text_is_the_first_that_is_not_only_nuls() -> None:
     wire = message(additional=(opt(ede(6, b"\0\0"), ede(7, b"signature expired\0")),))
     r = parse_response(wire, QUERY, QID)
     assert r is not None and (r.ede, r.ede_text) == ((6, 7), "signature expired")
+
+
+OTHER_TYPE = QUESTION[:-4] + b"\x00\x1c\x00\x01"  # AAAA
+QUESTIONS = [
+    ("echoed", QUESTION, True),
+    ("echoed in another case", QUESTION.upper(), True),
+    ("another type", OTHER_TYPE, False),
+    ("another name", b"\x03www\x07example\x05other\x00\x00\x01\x00\x01", False),
+    ("our name then more", QUESTION[:-5] + b"\x03xyz\x00\x00\x01\x00\x01", False),
+]
+
+
+@pytest.mark.parametrize(
+    ("question", "ours"), [q[1:] for q in QUESTIONS], ids=[q[0] for q in QUESTIONS]
+)
+def test_an_answer_is_ours_only_with_our_question(question: bytes, ours: bool) -> None:
+    """Our question echoed (in any case) ties an answer to the query; any other is not ours,
+    whether it differs in type, in a label, or runs on past our name."""
+    head = struct.pack("!HHHHHH", QID, 0x8180, 1, 1, 0, 0)
+    r = parse_response(head + question + A_PTR, QUERY, QID)
+    assert (r is not None) is ours
+    if r is not None:
+        assert (r.answer_rrs, r.matching_answers) == (1, 1)

@@ -151,9 +151,37 @@ def test_a_target_in_use_stays_parsed_while_others_pass_through(
             for target in ("127.0.0.5", f"127.0.1.{i}"):
                 got: Any = await handler.handle({"target": target, "module": "m"})
                 assert got == "probed"
-                assert len(handler._parsed) <= 4 and len(handler._targets) <= 4
+                assert len(handler._parsed) <= 4 and len(handler._ready) <= 4
 
     asyncio.run(run())
     assert parsed.count("127.0.0.5") == 1
     hot = {id(t) for t, *_ in exp.sent if t.address == "127.0.0.5"}
     assert len(hot) == 1
+
+
+def test_a_new_configuration_decides_afresh() -> None:
+    """What a target and module resolved to is kept for one configuration only: after a
+    reload, a target the allowlist no longer holds is refused, and a module's new settings
+    are the ones probed with."""
+    exp = FakeExporter()
+    handler = ProbeHandler(cast(Exporter, exp))
+    reloaded = parse(
+        {
+            "modules": {"m": {"query_name": "b.test"}},
+            "targets": [{"address": "192.0.2.1", "module": "m"}],
+            "probe_allowlist": ["127.0.0.0/16"],
+        },
+        source="t.yml",
+    )
+
+    async def run() -> list[Any]:
+        asks = [{"target": "127.1.0.1", "module": "m"}, {"target": "192.0.2.1"}]
+        got = [await handler.handle(p) for p in asks]
+        exp.config = reloaded
+        return got + [await handler.handle(p) for p in asks]
+
+    got = asyncio.run(run())
+    assert got[:2] == ["probed", "probed"]
+    assert isinstance(got[2], Refused) and got[2].kind is Refusal.FORBIDDEN
+    assert got[3] == "probed"
+    assert [m.query_name for _, m, _, _ in exp.sent] == ["a.test", "a.test", "b.test"]

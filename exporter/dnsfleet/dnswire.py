@@ -230,11 +230,14 @@ def parse_response(data: bytes, query: Query, qid: int) -> Response | None:
     if qd:
         if qd != 1:
             raise Malformed(f"{qd} questions in a response to one")
-        end = skip_name(data, pos) + 4
-        if end > len(data):
-            raise Malformed("question runs past the end of the message")
-        if data[pos:end].lower() != query.question:
-            return None
+        question = query.question
+        end = pos + len(question)
+        if data[pos:end].lower() != question:  # ours echoed is well-formed: no walk needed
+            end = skip_name(data, pos) + 4
+            if end > len(data):
+                raise Malformed("question runs past the end of the message")
+            if data[pos:end].lower() != question:
+                return None
         pos = end
     answer_rrs, matching, min_ttl, rcode_high, (nsid, ede, raw_text) = read_sections(
         data,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import socket
 from collections.abc import Mapping
@@ -257,15 +258,18 @@ class Target:
         ),
     )
 
-    @property
+    # Cached: /probe reads a target's sockaddr and family on every request, and each read
+    # built a frozen Endpoint (the instance dict is not a field: equality, hashing and
+    # dataclasses.replace never see it).
+    @functools.cached_property
     def endpoint(self) -> Endpoint:
         return Endpoint(self.host, self.port, self.scope_id)
 
-    @property
+    @functools.cached_property
     def family(self) -> socket.AddressFamily:
         return self.endpoint.family
 
-    @property
+    @functools.cached_property
     def sockaddr(self) -> tuple[str, int] | tuple[str, int, int, int]:
         return self.endpoint.sockaddr
 

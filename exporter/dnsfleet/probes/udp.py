@@ -6,12 +6,13 @@ unconnected socket never sees that on Linux: without IP_RECVERR the kernel repor
 error only to a connected socket (``__udp4_lib_err`` in net/ipv4/udp.c). The kernel also drops
 datagrams from any other address or port, as a stub resolver would ignore them.
 
-Built on raw non-blocking sockets and one timer per probe: this is the hot path of a
-1,000-target scrape and of /probe. A socket per probe is kept on purpose: its random source
-port is half of what makes an answer unguessable to an off-path spoofer (the random ID is
-the other). In-flight probes share one epoll of their own (:class:`_Mux`), which the event
-loop watches as a single fd: ``loop.add_reader``/``remove_reader`` per socket cost more than
-the sendto itself (asyncio's transport check and selector bookkeeping, ~20 µs a probe).
+Built on raw non-blocking sockets and shared timers (a batch's heap; expiry.py for single
+exchanges): this is the hot path of a 1,000-target scrape and of /probe. A socket per probe
+is kept on purpose: its random source port is half of what makes an answer unguessable to
+an off-path spoofer (the random ID is the other). In-flight probes share one epoll of their
+own (:class:`_Mux`), which the event loop watches as a single fd: ``loop.add_reader``/
+``remove_reader`` per socket cost more than the sendto itself (asyncio's transport check
+and selector bookkeeping, ~20 µs a probe).
 A probe makes six system calls: socket, connect, send, epoll_ctl, recv, close.
 """
 
@@ -27,8 +28,10 @@ import struct
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from dnsfleet.dnswire import Malformed, Query, parse_response
+from dnsfleet.probes.expiry import Expiries
 from dnsfleet.probes.reasons import Reason, classify_oserror
 from dnsfleet.probes.result import Exchange
 
@@ -54,6 +57,8 @@ class _Mux:
         self.buf = bytearray(MAX_DATAGRAM)
         self.view = memoryview(self.buf)
         self.ids: list[int] = []
+        self.loop_ref = weakref.ref(loop)
+        self.expiries = Expiries()  # of single exchanges
         loop.add_reader(self.ep.fileno(), self._ready)
 
     def _ready(self) -> None:
@@ -82,10 +87,19 @@ class _Mux:
 _MUXES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Mux] = weakref.WeakKeyDictionary()
 
 
+# The mux of the loop that asked last, held weakly as _MUXES holds it: a WeakKeyDictionary
+# lookup is Python code that makes a weak reference per call.
+_last: list[weakref.ref[_Mux]] = []
+
+
 def _mux(loop: asyncio.AbstractEventLoop) -> _Mux:
+    mux = _last[0]() if _last else None
+    if mux is not None and mux.loop_ref() is loop:
+        return mux
     mux = _MUXES.get(loop)
     if mux is None:
         mux = _MUXES[loop] = _Mux(loop)
+    _last[:] = [weakref.ref(mux)]
     return mux
 
 
@@ -100,6 +114,7 @@ class _Probe:
         "done",
         "expires",
         "fd",
+        "group",
         "ignored",
         "index",
         "mux",
@@ -122,6 +137,8 @@ class _Probe:
         self.qid = 0
         self.start = 0.0
         self.expires = 0.0  # loop time
+        # The group of single exchanges it waits in (expiry.py); None in a batch.
+        self.group: dict[Any, float] | None = None
 
     def send(self, sockaddr: Sockaddr, family: socket.AddressFamily) -> bool:
         """Open, connect and send; False when that already ended the probe."""
@@ -149,6 +166,10 @@ class _Probe:
         return time.monotonic() - self.start
 
     def _finish(self, ex: Exchange) -> None:
+        group = self.group
+        if group is not None:
+            self.group = None
+            del group[self]
         done, self.done = self.done, None
         sock, self.sock = self.sock, None
         if sock is not None:
@@ -211,6 +232,8 @@ class _Probe:
 
     def cancel(self) -> None:
         self.done = None
+        if self.sock is None:
+            return  # ended already: the common case, the exchange's own clean-up
         self._finish(Exchange(None, Reason.NETWORK_ERROR, self._elapsed(), "cancelled"))
 
 
@@ -228,14 +251,14 @@ async def exchange(
         if not fut.done():  # the caller may have been cancelled meanwhile
             fut.set_result(ex)
 
-    probe = _Probe(_mux(loop), query, resolve)
+    mux = _mux(loop)
+    probe = _Probe(mux, query, resolve)
     if not probe.send(sockaddr, family):
         return fut.result()
-    handle = loop.call_later(timeout, probe.expire, timeout)
+    mux.expiries.add(loop, probe, timeout)
     try:
         return await fut
     finally:
-        handle.cancel()
         probe.cancel()  # a no-op once finished; closes the socket if the caller gave up
 
 

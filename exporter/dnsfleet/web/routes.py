@@ -133,30 +133,37 @@ class Router:
             self.routes[path].setdefault("HEAD", handler)
 
     async def dispatch(self, req: Request) -> Response:
-        resp = await self._dispatch(req)
-        if self.extra_headers:
+        # One coroutine, not one around another: a request's path runs through few enough
+        # Python frames that one more was a measurable share of a /probe.
+        resp = await self._guarded(req) if self.guards else None
+        if resp is None:
+            methods = self.routes.get(req.path)
+            if methods is None:
+                resp = Response.text(404, "not found\n")
+            elif (handler := methods.get(req.method)) is None:
+                allow = ", ".join(sorted(methods))
+                resp = Response(405, b"method not allowed\n", headers=[("Allow", allow)])
+            else:
+                try:
+                    resp = await handler(req)
+                except Exception:
+                    log.exception("handler for %s %s failed", req.method, req.path)
+                    resp = Response(500, b"internal error\n", close=True)
+        if self.extra_headers and not resp.drop:
+            # Nothing is written for a drop, and the guard's drop response is one shared
+            # object: extended, it would grow by the headers on every dropped request.
             resp.headers.extend(self.extra_headers)
         return resp
 
-    async def _dispatch(self, req: Request) -> Response:
+    async def _guarded(self, req: Request) -> Response | None:
+        """The first guard's refusal, or None when every guard lets ``req`` through."""
         for guard in self.guards:
             denied = guard(req)
             if inspect.isawaitable(denied):
                 denied = await denied
             if denied is not None:
                 return denied
-        methods = self.routes.get(req.path)
-        if methods is None:
-            return Response.text(404, "not found\n")
-        handler = methods.get(req.method)
-        if handler is None:
-            allow = ", ".join(sorted(methods))
-            return Response(405, b"method not allowed\n", headers=[("Allow", allow)])
-        try:
-            return await handler(req)
-        except Exception:
-            log.exception("handler for %s %s failed", req.method, req.path)
-            return Response(500, b"internal error\n", close=True)
+        return None
 
 
 class TLSSource(Protocol):
