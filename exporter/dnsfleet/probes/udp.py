@@ -11,7 +11,7 @@ exchanges): the hot path of a 1,000-target scrape and of /probe. A socket per pr
 on purpose: its random source port is half of what makes an answer unguessable to an
 off-path spoofer (the random ID is the other). In-flight probes share one epoll of their
 own (:class:`_Mux`), watched by the loop as one fd (``add_reader`` per socket cost more than
-the sendto: ~20 µs a probe). A probe makes six system calls: socket, connect, send,
+the sendto, ~20 µs a probe). A probe makes six system calls: socket, connect, send,
 epoll_ctl, recv, close.
 """
 
@@ -84,8 +84,6 @@ class _Mux:
 
 
 _MUXES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Mux] = weakref.WeakKeyDictionary()
-
-
 # The mux of the loop that asked last, held weakly as _MUXES holds it: a WeakKeyDictionary
 # lookup is Python code that makes a weak reference per call.
 _last: list[weakref.ref[_Mux]] = []
