@@ -1,0 +1,405 @@
+"""A /metrics batch's plain UDP probes through a few shared, unconnected sockets.
+
+A socket per probe costs six system calls (socket, connect, send, epoll_ctl, recv, close)
+and their Python; here a probe costs a ``sendto`` and its share of the ``recvfrom`` calls
+that drain each readiness event, and the batch a handful of sockets. The per-probe path
+(``udp.py``) stays for ``/probe``'s single exchange and for what a shared socket cannot
+honour (an IPv6 zone).
+
+What the connected socket gave, kept:
+
+- Answers are matched by (source address, source port, DNS ID), then the question, as
+  ``parse_response`` does for the connected socket; a datagram from any other source is
+  dropped as the kernel dropped it, one with the right source and another ID or question
+  is counted as ignored for the probes in flight to that source.
+- ICMP errors per target: with ``IP_RECVERR`` an unconnected socket queues each ICMP error
+  with the original destination (``msg_name``) and the offending datagram (our query, so
+  its ID), read with ``recvmsg(MSG_ERRQUEUE)``; ``ee_errno`` gives refused or unreachable
+  (``ip_recv_error`` in net/ipv4/ip_sockglue.c, ``ipv6_recv_error`` for IPv6).
+- Unguessable answers: each probe takes a random ID unused among the probes to its target
+  on its socket, and a random socket of the pool (see docs/design.md, "Shared sockets").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import heapq
+import os
+import socket
+import struct
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from dnsfleet.dnswire import Malformed, Query, parse_response
+from dnsfleet.probes.reasons import Reason, classify_oserror
+from dnsfleet.probes.result import Exchange
+
+Sockaddr = tuple[str, int] | tuple[str, int, int, int]
+Item = tuple[Sockaddr, socket.AddressFamily, Query, float]  # ..., module timeout
+
+# Linux constants Python 3.11's socket module lacks (include/uapi/linux/in.h, in6.h).
+IP_RECVERR = 11
+IPV6_RECVERR = 25
+SO_RCVBUFFORCE = 33
+_RECVERR = {socket.AF_INET: (socket.IPPROTO_IP, IP_RECVERR), socket.AF_INET6: (41, IPV6_RECVERR)}
+_EXTENDED_ERR = struct.Struct("=I")  # sock_extended_err's first field, ee_errno
+
+MAX_DATAGRAM = 65535
+READ_BURST = 64  # datagrams per socket per readiness event: a flood cannot hold the loop
+PROBES_PER_SOCKET = 64  # a socket more per this many probes of a family ...
+MAX_SOCKETS = 16  # ... up to this many per family and batch
+RCVBUF_PER_PROBE = 4096  # an answer's skb on loopback takes about this much of the buffer
+RCVBUF_MAX = 8 << 20
+MAX_ID_DRAWS = 64
+_SEND_RETRIES = 2
+
+
+def shareable(sockaddr: Sockaddr, family: socket.AddressFamily) -> bool:
+    """Whether a probe to ``sockaddr`` can go through the shared sockets: not a zoned IPv6
+    address, whose answers recvfrom reports with a scope the matching would have to
+    spell as the configuration does."""
+    if family == socket.AF_INET:
+        return True
+    return family == socket.AF_INET6 and (len(sockaddr) < 4 or sockaddr[3] == 0)
+
+
+class _Slot:
+    """One probe of the batch: where it went, with which ID, and whether it has ended."""
+
+    __slots__ = ("budget", "ended", "ignored", "index", "peer", "qid", "query", "sent", "start")
+
+    def __init__(self, index: int, query: Query, peer: tuple[str, int], budget: float) -> None:
+        self.index = index
+        self.query = query
+        self.peer = peer
+        self.budget = budget
+        self.qid = 0
+        self.ignored = 0
+        self.sent = False
+        self.ended = False
+        self.start = time.monotonic()
+
+
+class _Shared:
+    """One unconnected socket of the pool. ``peers`` maps each target's (address, port) to
+    its probes by ID; an ended probe stays, so its ID stays taken and its late answer is
+    dropped without counting against another probe to the same target."""
+
+    __slots__ = ("fd", "peers", "pending", "sock")
+
+    def __init__(self, family: socket.AddressFamily, rcvbuf: int) -> None:
+        sock = socket.socket(family, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK)
+        try:
+            sock.setsockopt(*_RECVERR[family], 1)
+            _size_rcvbuf(sock, rcvbuf)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.peers: dict[tuple[str, int], dict[int, _Slot]] = {}
+        self.pending: deque[tuple[_Slot, Sockaddr]] = deque()
+
+
+def _size_rcvbuf(sock: socket.socket, want: int) -> None:
+    """SO_RCVBUF is capped at net.core.rmem_max; with CAP_NET_ADMIN the batch may ask past
+    it (SO_RCVBUFFORCE), else it keeps what the cap allows: answers beyond the buffer are
+    dropped by the kernel and their probes time out."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, want)
+    # The kernel doubles the figure it was given (for its bookkeeping) and reports that.
+    if sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) < 2 * want:
+        with contextlib.suppress(PermissionError):
+            sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, want)
+
+
+class SharedBatch:
+    """The state of one :func:`exchange_many`, as ``udp._Batch`` is for per-probe sockets:
+    one future, one timer at the earliest expiry, an explicit close."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        items: Sequence[Item],
+        deadline: float,
+        concurrency: int,
+        on_result: Callable[[int, Exchange | None], None],
+    ) -> None:
+        self.loop = loop
+        self.items = items
+        self.deadline = deadline
+        self.concurrency = concurrency
+        self.on_result: Callable[[int, Exchange | None], None] | None = on_result
+        self.finished: asyncio.Future[None] = loop.create_future()
+        self.expiries: list[tuple[float, int, _Slot, _Shared | None]] = []
+        self.timer: asyncio.TimerHandle | None = None
+        self.timer_at = 0.0
+        self.in_flight = 0
+        self.next_item = 0
+        self.starting = False
+        self.pools: dict[socket.AddressFamily, list[_Shared] | OSError] = {}
+        self.buf = bytearray(MAX_DATAGRAM)
+        self.view = memoryview(self.buf)
+        self.random: list[int] = []
+
+    def _draw(self) -> int:
+        """A random 16-bit number from the kernel's CSPRNG, 256 per getrandom(2)."""
+        if not self.random:
+            self.random = list(struct.unpack("256H", os.urandom(512)))
+        return self.random.pop()
+
+    def _pool(self, family: socket.AddressFamily) -> list[_Shared] | OSError:
+        pool = self.pools.get(family)
+        if pool is not None:
+            return pool
+        count = sum(1 for it in self.items if it[1] == family)
+        size = min(MAX_SOCKETS, -(-count // PROBES_PER_SOCKET))
+        per_socket = -(-min(count, self.concurrency) // size)
+        rcvbuf = min(RCVBUF_MAX, max(1 << 16, per_socket * RCVBUF_PER_PROBE))
+        made: list[_Shared] = []
+        try:
+            for _ in range(size):
+                made.append(_Shared(family, rcvbuf))
+        except OSError as e:
+            for s in made:
+                s.sock.close()
+            self.pools[family] = e
+            return e
+        for s in made:
+            self.loop.add_reader(s.fd, self._readable, s)
+        self.pools[family] = made
+        return made
+
+    def start_more(self) -> None:
+        self.starting = True
+        items, loop, deadline = self.items, self.loop, self.deadline
+        total = len(items)
+        while self.in_flight < self.concurrency and self.next_item < total:
+            i = self.next_item
+            self.next_item += 1
+            sockaddr, family, query, timeout = items[i]
+            now = loop.time()
+            budget = min(timeout, deadline - now)
+            if budget <= 0:
+                assert self.on_result is not None
+                self.on_result(i, None)
+                continue
+            self.in_flight += 1
+            slot = _Slot(i, query, (sockaddr[0], sockaddr[1]), budget)
+            shared = self._place(slot, family)
+            if shared is None:
+                continue  # ended already
+            expires = now + budget
+            heapq.heappush(self.expiries, (expires, i, slot, shared))
+            if self.timer is None or expires < self.timer_at:
+                self._arm(expires)
+            if shared.pending or not self._send(shared, slot, sockaddr):
+                # The socket's send buffer is full: wait until it drains rather than fail.
+                if not shared.pending:
+                    loop.add_writer(shared.fd, self._writable, shared)
+                shared.pending.append((slot, sockaddr))
+        self.starting = False
+        if not self.in_flight and self.next_item >= total and not self.finished.done():
+            self.finished.set_result(None)
+
+    def _place(self, slot: _Slot, family: socket.AddressFamily) -> _Shared | None:
+        """Pick a random socket of the pool and a random ID free for the target on it."""
+        pool = self._pool(family)
+        if isinstance(pool, OSError):
+            self._end(slot, Exchange(None, Reason.NETWORK_ERROR, 0.0, f"socket: {pool.strerror}"))
+            return None
+        shared = pool[self._draw() % len(pool)]
+        ids = shared.peers.get(slot.peer)
+        if ids is None:
+            ids = shared.peers[slot.peer] = {}
+        for _ in range(MAX_ID_DRAWS):
+            qid = self._draw()
+            if qid not in ids:
+                slot.qid = qid
+                ids[qid] = slot
+                return shared
+        self._end(slot, Exchange(None, Reason.NETWORK_ERROR, 0.0, "no free query ID"))
+        return None
+
+    def _send(self, shared: _Shared, slot: _Slot, sockaddr: Sockaddr) -> bool:
+        """Send the query; False when the socket's buffer is full (the caller queues it)."""
+        for attempt in range(_SEND_RETRIES + 1):
+            try:
+                shared.sock.sendto(slot.query.with_id(slot.qid), sockaddr)
+            except (BlockingIOError, InterruptedError):
+                return False
+            except OSError as e:
+                if e.errno == errno.ENOBUFS:
+                    return False
+                # With IP_RECVERR the socket's pending error (another target's ICMP error)
+                # fails the next send (sock_alloc_send_pskb checks sk_err): read the error
+                # queue, which gives it to its own probe, and send again.
+                if attempt < _SEND_RETRIES and self._drain_errors(shared):
+                    continue
+                detail = e.strerror or str(e)
+                self._end(slot, Exchange(None, classify_oserror(e), _since(slot), detail))
+                return True
+            slot.sent = True
+            return True
+        return True
+
+    def _writable(self, shared: _Shared) -> None:
+        pending = shared.pending
+        while pending:
+            slot, sockaddr = pending[0]
+            if not slot.ended and not self._send(shared, slot, sockaddr):
+                return  # still full: the loop calls again when it drains
+            pending.popleft()
+        self.loop.remove_writer(shared.fd)
+
+    def _readable(self, shared: _Shared) -> None:
+        sock, buf = shared.sock, self.buf
+        read = 0
+        failed = False
+        for _ in range(READ_BURST):
+            try:
+                n, addr = sock.recvfrom_into(buf)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                failed = True  # the pending ICMP error: its details are in the error queue
+                break
+            read += 1
+            self._datagram(shared, (addr[0], addr[1]), n)
+        if failed or not read:
+            # Woken with nothing to read: EPOLLERR, an ICMP error on the queue. Level-
+            # triggered, it would wake the loop again and again until read.
+            self._drain_errors(shared)
+
+    def _datagram(self, shared: _Shared, peer: tuple[str, int], n: int) -> None:
+        ids = shared.peers.get(peer)
+        if ids is None:
+            return  # not from a target of ours: the connected socket's kernel dropped these
+        slot = ids.get(self.buf[0] << 8 | self.buf[1]) if n >= 2 else None
+        if slot is None:
+            for other in ids.values():
+                if not other.ended:
+                    other.ignored += 1  # another ID: not an answer, keep waiting
+            return
+        if slot.ended:
+            return  # a late answer, or a second one
+        try:
+            resp = parse_response(self.view[:n].tobytes(), slot.query, slot.qid)
+        except Malformed as e:
+            self._end(slot, Exchange(None, Reason.MALFORMED, _since(slot), str(e)))
+            return
+        if resp is None:
+            slot.ignored += 1
+            return
+        self._end(slot, Exchange(resp, None, _since(slot)))
+
+    def _drain_errors(self, shared: _Shared) -> int:
+        """Give each queued ICMP error to the probe whose query it returns; how many read."""
+        got = 0
+        for _ in range(READ_BURST):
+            try:
+                data, ancdata, _, addr = shared.sock.recvmsg(512, 512, socket.MSG_ERRQUEUE)
+            except OSError:
+                return got
+            got += 1
+            code = next((d for lvl, typ, d in ancdata if (lvl, typ) in _RECVERR.values()), None)
+            ids = shared.peers.get((addr[0], addr[1])) if addr else None
+            if code is None or len(code) < 4 or ids is None or len(data) < 2:
+                continue
+            slot = ids.get(int.from_bytes(data[:2], "big"))
+            if slot is not None and not slot.ended:
+                err = _EXTENDED_ERR.unpack_from(code)[0]
+                reason = classify_oserror(OSError(err, os.strerror(err)))
+                self._end(slot, Exchange(None, reason, _since(slot), os.strerror(err)))
+        return got
+
+    def _end(self, slot: _Slot, ex: Exchange) -> None:
+        slot.ended = True
+        self.in_flight -= 1
+        if self.on_result is not None:
+            self.on_result(slot.index, ex)
+        if self.starting:
+            return
+        if self.next_item < len(self.items):
+            self.start_more()
+        elif not self.in_flight and not self.finished.done():
+            self.finished.set_result(None)
+
+    def _arm(self, when: float) -> None:
+        if self.timer is None or when < self.timer_at:
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timer = self.loop.call_at(when, self._sweep)
+            self.timer_at = when
+
+    def _sweep(self) -> None:
+        self.timer = None
+        now = self.loop.time()
+        expiries = self.expiries
+        if expiries and expiries[0][0] <= now:
+            # An answer the kernel already holds counts (the loop may run late on a busy
+            # machine, and the timer and the datagram come due in the same round).
+            for pool in self.pools.values():
+                for shared in pool if isinstance(pool, list) else ():
+                    self._readable(shared)
+        while expiries and expiries[0][0] <= now:
+            _, _, slot, _ = heapq.heappop(expiries)
+            if not slot.ended:
+                self._end(slot, _expired(slot))
+        while expiries and expiries[0][2].ended:
+            heapq.heappop(expiries)
+        if expiries:
+            self._arm(expiries[0][0])
+
+    def close(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.on_result = None
+        for pool in self.pools.values():
+            for shared in pool if isinstance(pool, list) else ():
+                self.loop.remove_reader(shared.fd)
+                if shared.pending:
+                    self.loop.remove_writer(shared.fd)
+                shared.sock.close()
+        self.pools.clear()
+        self.expiries.clear()
+        self.items = ()
+
+
+def _since(slot: _Slot) -> float:
+    return time.monotonic() - slot.start
+
+
+def _expired(slot: _Slot) -> Exchange:
+    if not slot.sent:
+        detail = f"not sent within {slot.budget:.3g}s: the socket's send buffer stayed full"
+        return Exchange(None, Reason.TIMEOUT, _since(slot), detail)
+    if slot.ignored:
+        detail = (
+            f"{slot.ignored} datagram(s) that were not an answer to the query, "
+            "and no answer before the timeout"
+        )
+        return Exchange(None, Reason.MALFORMED, _since(slot), detail)
+    return Exchange(None, Reason.TIMEOUT, _since(slot), f"no answer within {slot.budget:.3g}s")
+
+
+async def exchange_many(
+    items: Sequence[Item],
+    *,
+    deadline: float,
+    concurrency: int,
+    on_result: Callable[[int, Exchange | None], None],
+) -> None:
+    """``udp.exchange_many`` for items that are all :func:`shareable`: the same results,
+    through the batch's shared sockets."""
+    if not items:
+        return
+    batch = SharedBatch(asyncio.get_running_loop(), items, deadline, concurrency, on_result)
+    try:
+        batch.start_more()
+        await batch.finished
+    finally:
+        batch.close()
