@@ -52,6 +52,7 @@ READ_BURST = 64  # datagrams per socket per readiness event: a flood cannot hold
 PROBES_PER_SOCKET = 64  # a socket more per this many probes of a family ...
 MAX_SOCKETS = 16  # ... up to this many per family and batch
 RCVBUF_PER_PROBE = 4096  # an answer's skb on loopback takes about this much of the buffer
+RCVBUF_MIN = 1 << 18  # junk from a hostile target knowing the port eats buffer, too
 RCVBUF_MAX = 8 << 20
 MAX_ID_DRAWS = 64
 _SEND_RETRIES = 2
@@ -157,7 +158,7 @@ class SharedBatch:
         count = sum(1 for it in self.items if it[1] == family)
         size = min(MAX_SOCKETS, -(-count // PROBES_PER_SOCKET))
         per_socket = -(-min(count, self.concurrency) // size)
-        rcvbuf = min(RCVBUF_MAX, max(1 << 16, per_socket * RCVBUF_PER_PROBE))
+        rcvbuf = min(RCVBUF_MAX, max(RCVBUF_MIN, per_socket * RCVBUF_PER_PROBE))
         made: list[_Shared] = []
         try:
             for _ in range(size):
