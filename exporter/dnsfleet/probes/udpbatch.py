@@ -134,7 +134,7 @@ class SharedBatch:
         self.concurrency = concurrency
         self.on_result: Callable[[int, Exchange | None], None] | None = on_result
         self.finished: asyncio.Future[None] = loop.create_future()
-        self.expiries: list[tuple[float, int, _Slot, _Shared | None]] = []
+        self.expiries: list[tuple[float, int, _Slot]] = []
         self.timer: asyncio.TimerHandle | None = None
         self.timer_at = 0.0
         self.in_flight = 0
@@ -145,11 +145,11 @@ class SharedBatch:
         self.view = memoryview(self.buf)
         self.random: list[int] = []
 
-    def _draw(self) -> int:
-        """A random 16-bit number from the kernel's CSPRNG, 256 per getrandom(2)."""
+    def _draws(self) -> list[int]:
+        """Random 16-bit numbers from the kernel's CSPRNG, 4,096 per getrandom(2)."""
         if not self.random:
-            self.random = list(struct.unpack("256H", os.urandom(512)))
-        return self.random.pop()
+            self.random = list(struct.unpack("4096H", os.urandom(8192)))
+        return self.random
 
     def _pool(self, family: socket.AddressFamily) -> list[_Shared] | OSError:
         pool = self.pools.get(family)
@@ -193,7 +193,7 @@ class SharedBatch:
             if shared is None:
                 continue  # ended already
             expires = now + budget
-            heapq.heappush(self.expiries, (expires, i, slot, shared))
+            heapq.heappush(self.expiries, (expires, i, slot))
             if self.timer is None or expires < self.timer_at:
                 self._arm(expires)
             if shared.pending or not self._send(shared, slot, sockaddr):
@@ -207,16 +207,16 @@ class SharedBatch:
 
     def _place(self, slot: _Slot, family: socket.AddressFamily) -> _Shared | None:
         """Pick a random socket of the pool and a random ID free for the target on it."""
-        pool = self._pool(family)
+        pool = self.pools.get(family) or self._pool(family)
         if isinstance(pool, OSError):
             self._end(slot, Exchange(None, Reason.NETWORK_ERROR, 0.0, f"socket: {pool.strerror}"))
             return None
-        shared = pool[self._draw() % len(pool)]
+        shared = pool[self._draws().pop() % len(pool)]
         ids = shared.peers.get(slot.peer)
         if ids is None:
             ids = shared.peers[slot.peer] = {}
         for _ in range(MAX_ID_DRAWS):
-            qid = self._draw()
+            qid = self._draws().pop()
             if qid not in ids:
                 slot.qid = qid
                 ids[qid] = slot
@@ -346,7 +346,7 @@ class SharedBatch:
                 for shared in pool if isinstance(pool, list) else ():
                     self._readable(shared)
         while expiries and expiries[0][0] <= now:
-            _, _, slot, _ = heapq.heappop(expiries)
+            _, _, slot = heapq.heappop(expiries)
             if not slot.ended:
                 self._end(slot, _expired(slot))
         while expiries and expiries[0][2].ended:
