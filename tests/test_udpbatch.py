@@ -11,6 +11,7 @@ import errno
 import itertools
 import os
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 
 from dnsfleet.config import Module, parse_address
-from dnsfleet.probes import Reason, query_for, udp, udpbatch
+from dnsfleet.probes import Reason, query_for, sharedsock, udp, udpbatch
 from dnsfleet.probes.result import Exchange
 from tests.harness.servers import Blackhole, Unbound, answer, scripted
 from tests.harness.tools import free_port
@@ -64,7 +65,7 @@ def run_batch(
             got[i] = ex
 
         try:
-            await udpbatch.exchange_many(
+            await udp.exchange_many(
                 items, deadline=loop.time() + 60, concurrency=concurrency, on_result=on_result
             )
         finally:
@@ -349,6 +350,24 @@ def test_hostile_neighbour_flooding_the_shared_socket(unbound: Unbound) -> None:
 
 @pytest.mark.unit
 def test_zoned_ipv6_keeps_a_socket_of_its_own() -> None:
-    assert udpbatch.shareable(("127.0.0.1", 53), socket.AF_INET)
-    assert udpbatch.shareable(("::1", 53, 0, 0), socket.AF_INET6)
-    assert not udpbatch.shareable(("fe80::1", 53, 0, 2), socket.AF_INET6)
+    # udp.exchange_many sends these through udp._exchange_own (socket per probe).
+    assert sharedsock.shareable(("127.0.0.1", 53), socket.AF_INET)
+    assert sharedsock.shareable(("::1", 53, 0, 0), socket.AF_INET6)
+    assert not sharedsock.shareable(("fe80::1", 53, 0, 2), socket.AF_INET6)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("ancdata", "expected"),
+    [
+        ([(0, 11, struct.pack("=IBBBBII", errno.ECONNREFUSED, 2, 3, 3, 0, 0, 0))], 111),
+        ([(41, 25, struct.pack("=IBBBBII", errno.EHOSTUNREACH, 3, 1, 3, 0, 0, 0))], 113),
+        ([(0, 11, b"\x01\x00")], None),  # cut short
+        ([(1, 29, b"\x00" * 16)], None),  # another control message (a timestamp)
+        ([], None),
+    ],
+)
+def test_icmp_errno_from_the_error_queue(
+    ancdata: list[tuple[int, int, bytes]], expected: int | None
+) -> None:
+    assert sharedsock.icmp_errno(ancdata) == expected

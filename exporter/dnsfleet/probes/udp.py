@@ -369,33 +369,9 @@ async def exchange_many(
     each with ``min(its timeout, deadline - now)`` when it starts (``deadline`` in loop
     time); ``on_result(i, exchange)`` for each, with None for an item the deadline left no
     time to start. Through the batch's shared sockets (:mod:`udpbatch`) where they can
-    carry the probe, else a socket per probe; the concurrency limit is shared between the
-    two in proportion."""
-    own = [i for i, it in enumerate(items) if not udpbatch.shareable(it[0], it[1])]
-    if not own:
-        await udpbatch.exchange_many(
-            items, deadline=deadline, concurrency=concurrency, on_result=on_result
-        )
-        return
-    if len(own) == len(items):
-        await _exchange_own(items, deadline, concurrency, on_result)
-        return
-    owned = set(own)
-    shared = [i for i in range(len(items)) if i not in owned]
-    limit = max(1, concurrency * len(shared) // len(items))
-    await asyncio.gather(
-        udpbatch.exchange_many(
-            [items[i] for i in shared],
-            deadline=deadline,
-            concurrency=limit,
-            on_result=lambda j, ex: on_result(shared[j], ex),
-        ),
-        _exchange_own(
-            [items[i] for i in own],
-            deadline,
-            max(1, concurrency - limit),
-            lambda j, ex: on_result(own[j], ex),
-        ),
+    carry the probe, else a socket per probe (:func:`_exchange_own`)."""
+    await udpbatch.exchange_many(
+        items, deadline=deadline, concurrency=concurrency, on_result=on_result, own=_exchange_own
     )
 
 

@@ -23,7 +23,6 @@ What the connected socket gave, kept:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import heapq
 import os
@@ -31,40 +30,22 @@ import socket
 import struct
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from dnsfleet.dnswire import Malformed, Query, parse_response
+from dnsfleet.probes import sharedsock
 from dnsfleet.probes.reasons import Reason, classify_oserror
 from dnsfleet.probes.result import Exchange
+from dnsfleet.probes.sharedsock import Sockaddr, shareable
 
-Sockaddr = tuple[str, int] | tuple[str, int, int, int]
 Item = tuple[Sockaddr, socket.AddressFamily, Query, float]  # ..., module timeout
-
-# Linux constants Python 3.11's socket module lacks (include/uapi/linux/in.h, in6.h).
-IP_RECVERR = 11
-IPV6_RECVERR = 25
-SO_RCVBUFFORCE = 33
-_RECVERR = {socket.AF_INET: (socket.IPPROTO_IP, IP_RECVERR), socket.AF_INET6: (41, IPV6_RECVERR)}
-_EXTENDED_ERR = struct.Struct("=I")  # sock_extended_err's first field, ee_errno
 
 MAX_DATAGRAM = 65535
 READ_BURST = 64  # datagrams per socket per readiness event: a flood cannot hold the loop
 PROBES_PER_SOCKET = 64  # a socket more per this many probes of a family ...
 MAX_SOCKETS = 16  # ... up to this many per family and batch
-RCVBUF_PER_PROBE = 4096  # an answer's skb on loopback takes about this much of the buffer
-RCVBUF_MIN = 1 << 18  # junk from a hostile target knowing the port eats buffer, too
-RCVBUF_MAX = 8 << 20
 MAX_ID_DRAWS = 64
 _SEND_RETRIES = 2
-
-
-def shareable(sockaddr: Sockaddr, family: socket.AddressFamily) -> bool:
-    """Whether a probe to ``sockaddr`` can go through the shared sockets: not a zoned IPv6
-    address, whose answers recvfrom reports with a scope the matching would have to
-    spell as the configuration does."""
-    if family == socket.AF_INET:
-        return True
-    return family == socket.AF_INET6 and (len(sockaddr) < 4 or sockaddr[3] == 0)
 
 
 class _Slot:
@@ -92,28 +73,10 @@ class _Shared:
     __slots__ = ("fd", "peers", "pending", "sock")
 
     def __init__(self, family: socket.AddressFamily, rcvbuf: int) -> None:
-        sock = socket.socket(family, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK)
-        try:
-            sock.setsockopt(*_RECVERR[family], 1)
-            _size_rcvbuf(sock, rcvbuf)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
+        sock = self.sock = sharedsock.open_socket(family, rcvbuf)
         self.fd = sock.fileno()
         self.peers: dict[tuple[str, int], dict[int, _Slot]] = {}
         self.pending: deque[tuple[_Slot, Sockaddr]] = deque()
-
-
-def _size_rcvbuf(sock: socket.socket, want: int) -> None:
-    """SO_RCVBUF is capped at net.core.rmem_max; with CAP_NET_ADMIN the batch may ask past
-    it (SO_RCVBUFFORCE), else it keeps what the cap allows: answers beyond the buffer are
-    dropped by the kernel and their probes time out."""
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, want)
-    # The kernel doubles the figure it was given (for its bookkeeping) and reports that.
-    if sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) < 2 * want:
-        with contextlib.suppress(PermissionError):
-            sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, want)
 
 
 class SharedBatch:
@@ -158,7 +121,7 @@ class SharedBatch:
         count = sum(1 for it in self.items if it[1] == family)
         size = min(MAX_SOCKETS, -(-count // PROBES_PER_SOCKET))
         per_socket = -(-min(count, self.concurrency) // size)
-        rcvbuf = min(RCVBUF_MAX, max(RCVBUF_MIN, per_socket * RCVBUF_PER_PROBE))
+        rcvbuf = sharedsock.rcvbuf_for(per_socket)
         made: list[_Shared] = []
         try:
             for _ in range(size):
@@ -305,13 +268,12 @@ class SharedBatch:
             except OSError:
                 return got
             got += 1
-            code = next((d for lvl, typ, d in ancdata if (lvl, typ) in _RECVERR.values()), None)
+            err = sharedsock.icmp_errno(ancdata)
             ids = shared.peers.get((addr[0], addr[1])) if addr else None
-            if code is None or len(code) < 4 or ids is None or len(data) < 2:
+            if err is None or ids is None or len(data) < 2:
                 continue
             slot = ids.get(int.from_bytes(data[:2], "big"))
             if slot is not None and not slot.ended:
-                err = _EXTENDED_ERR.unpack_from(code)[0]
                 reason = classify_oserror(OSError(err, os.strerror(err)))
                 self._end(slot, Exchange(None, reason, _since(slot), os.strerror(err)))
         return got
@@ -387,16 +349,46 @@ def _expired(slot: _Slot) -> Exchange:
     return Exchange(None, Reason.TIMEOUT, _since(slot), f"no answer within {slot.budget:.3g}s")
 
 
+OnResult = Callable[[int, Exchange | None], None]
+Run = Callable[[Sequence[Item], float, int, OnResult], Awaitable[None]]
+
+
 async def exchange_many(
     items: Sequence[Item],
     *,
     deadline: float,
     concurrency: int,
-    on_result: Callable[[int, Exchange | None], None],
+    on_result: OnResult,
+    own: Run,
 ) -> None:
-    """``udp.exchange_many`` for items that are all :func:`shareable`: the same results,
-    through the batch's shared sockets."""
+    """``udp.exchange_many``: the items that are :func:`shareable` through the batch's shared
+    sockets, the rest by ``own`` (a socket per probe), the concurrency limit shared between
+    the two in proportion."""
     if not items:
+        return
+    alone = [i for i, it in enumerate(items) if not shareable(it[0], it[1])]
+    if len(alone) == len(items):
+        await own(items, deadline, concurrency, on_result)
+        return
+    if alone:
+        taken = set(alone)
+        shared = [i for i in range(len(items)) if i not in taken]
+        limit = max(1, concurrency * len(shared) // len(items))
+        await asyncio.gather(
+            exchange_many(
+                [items[i] for i in shared],
+                deadline=deadline,
+                concurrency=limit,
+                on_result=lambda j, ex: on_result(shared[j], ex),
+                own=own,
+            ),
+            own(
+                [items[i] for i in alone],
+                deadline,
+                max(1, concurrency - limit),
+                lambda j, ex: on_result(alone[j], ex),
+            ),
+        )
         return
     batch = SharedBatch(asyncio.get_running_loop(), items, deadline, concurrency, on_result)
     try:
