@@ -1,23 +1,14 @@
-"""A /metrics batch's plain UDP probes through a few shared, unconnected sockets.
+"""A /metrics batch's plain UDP probes through a few shared, unconnected sockets: a probe
+costs a ``sendto`` and its share of the ``recvfrom`` calls that drain each readiness event
+where a socket of its own cost six system calls (socket, connect, send, epoll_ctl, recv,
+close). ``udp.py``'s socket per probe stays for ``/probe`` and for an IPv6 zone.
 
-A socket per probe costs six system calls (socket, connect, send, epoll_ctl, recv, close)
-and their Python; here a probe costs a ``sendto`` and its share of the ``recvfrom`` calls
-that drain each readiness event, and the batch a handful of sockets. The per-probe path
-(``udp.py``) stays for ``/probe``'s single exchange and for what a shared socket cannot
-honour (an IPv6 zone).
-
-What the connected socket gave, kept:
-
-- Answers are matched by (source address, source port, DNS ID), then the question, as
-  ``parse_response`` does for the connected socket; a datagram from any other source is
-  dropped as the kernel dropped it, one with the right source and another ID or question
-  is counted as ignored for the probes in flight to that source.
-- ICMP errors per target: with ``IP_RECVERR`` an unconnected socket queues each ICMP error
-  with the original destination (``msg_name``) and the offending datagram (our query, so
-  its ID), read with ``recvmsg(MSG_ERRQUEUE)``; ``ee_errno`` gives refused or unreachable
-  (``ip_recv_error`` in net/ipv4/ip_sockglue.c, ``ipv6_recv_error`` for IPv6).
-- Unguessable answers: each probe takes a random ID unused among the probes to its target
-  on its socket, and a random socket of the pool (see docs/design.md, "Shared sockets").
+Kept from the connected socket: answers matched by (source address, source port, DNS ID),
+then the question; ICMP errors per target, from the error queue (``IP_RECVERR``: the
+original destination as ``msg_name``, our query as data, ``ee_errno``; ``ip_recv_error``
+in net/ipv4/ip_sockglue.c); answers unguessable off-path (a random ID free among the
+probes to the target on its socket, a random socket of the pool). docs/design.md,
+"Shared sockets", says why a pool and what each choice costs.
 """
 
 from __future__ import annotations
@@ -49,14 +40,13 @@ _SEND_RETRIES = 2
 
 
 class _Slot:
-    """One probe of the batch: where it went, with which ID, and whether it has ended."""
+    """One probe of the batch: its ID, whether it was sent, whether it has ended."""
 
-    __slots__ = ("budget", "ended", "ignored", "index", "peer", "qid", "query", "sent", "start")
+    __slots__ = ("budget", "ended", "ignored", "index", "qid", "query", "sent", "start")
 
-    def __init__(self, index: int, query: Query, peer: tuple[str, int], budget: float) -> None:
+    def __init__(self, index: int, query: Query, budget: float) -> None:
         self.index = index
         self.query = query
-        self.peer = peer
         self.budget = budget
         self.qid = 0
         self.ignored = 0
@@ -66,16 +56,16 @@ class _Slot:
 
 
 class _Shared:
-    """One unconnected socket of the pool. ``peers`` maps each target's (address, port) to
-    its probes by ID; an ended probe stays, so its ID stays taken and its late answer is
-    dropped without counting against another probe to the same target."""
+    """A socket of the pool. ``peers``: a target's sockaddr (as recvfrom spells it) to its
+    probe, or to its probes by ID if it has several here (a dict each: +3 MB at 10,000
+    targets); an ended probe stays, so its late answer is dropped without a count."""
 
     __slots__ = ("fd", "peers", "pending", "sock")
 
     def __init__(self, family: socket.AddressFamily, rcvbuf: int) -> None:
         sock = self.sock = sharedsock.open_socket(family, rcvbuf)
         self.fd = sock.fileno()
-        self.peers: dict[tuple[str, int], dict[int, _Slot]] = {}
+        self.peers: dict[Sockaddr, _Slot | dict[int, _Slot]] = {}
         self.pending: deque[tuple[_Slot, Sockaddr]] = deque()
 
 
@@ -151,8 +141,8 @@ class SharedBatch:
                 self.on_result(i, None)
                 continue
             self.in_flight += 1
-            slot = _Slot(i, query, (sockaddr[0], sockaddr[1]), budget)
-            shared = self._place(slot, family)
+            slot = _Slot(i, query, budget)
+            shared = self._place(slot, sockaddr, family)
             if shared is None:
                 continue  # ended already
             expires = now + budget
@@ -168,16 +158,23 @@ class SharedBatch:
         if not self.in_flight and self.next_item >= total and not self.finished.done():
             self.finished.set_result(None)
 
-    def _place(self, slot: _Slot, family: socket.AddressFamily) -> _Shared | None:
+    def _place(
+        self, slot: _Slot, sockaddr: Sockaddr, family: socket.AddressFamily
+    ) -> _Shared | None:
         """Pick a random socket of the pool and a random ID free for the target on it."""
         pool = self.pools.get(family) or self._pool(family)
         if isinstance(pool, OSError):
             self._end(slot, Exchange(None, Reason.NETWORK_ERROR, 0.0, f"socket: {pool.strerror}"))
             return None
-        shared = pool[self._draws().pop() % len(pool)]
-        ids = shared.peers.get(slot.peer)
+        draws = self._draws()
+        shared = pool[draws.pop() % len(pool)]
+        ids = shared.peers.get(sockaddr)
         if ids is None:
-            ids = shared.peers[slot.peer] = {}
+            slot.qid = draws.pop() if draws else self._draws().pop()
+            shared.peers[sockaddr] = slot
+            return shared
+        if isinstance(ids, _Slot):
+            ids = shared.peers[sockaddr] = {ids.qid: ids}
         for _ in range(MAX_ID_DRAWS):
             qid = self._draws().pop()
             if qid not in ids:
@@ -220,30 +217,27 @@ class SharedBatch:
 
     def _readable(self, shared: _Shared) -> None:
         sock, buf = shared.sock, self.buf
-        read = 0
-        failed = False
+        drain = True  # woken with nothing to read: EPOLLERR, an ICMP error on the queue
         for _ in range(READ_BURST):
             try:
                 n, addr = sock.recvfrom_into(buf)
             except (BlockingIOError, InterruptedError):
                 break
-            except OSError:
-                failed = True  # the pending ICMP error: its details are in the error queue
+            except OSError:  # the pending ICMP error: its details are in the error queue
+                drain = True
                 break
-            read += 1
-            self._datagram(shared, (addr[0], addr[1]), n)
-        if failed or not read:
-            # Woken with nothing to read: EPOLLERR, an ICMP error on the queue. Level-
-            # triggered, it would wake the loop again and again until read.
+            drain = False
+            self._datagram(shared, addr, n)
+        if drain:  # level-triggered, EPOLLERR would wake the loop until the queue is read
             self._drain_errors(shared)
 
-    def _datagram(self, shared: _Shared, peer: tuple[str, int], n: int) -> None:
+    def _datagram(self, shared: _Shared, peer: Sockaddr, n: int) -> None:
         ids = shared.peers.get(peer)
         if ids is None:
             return  # not from a target of ours: the connected socket's kernel dropped these
-        slot = ids.get(self.buf[0] << 8 | self.buf[1]) if n >= 2 else None
+        slot = _by_id(ids, self.buf[0] << 8 | self.buf[1]) if n >= 2 else None
         if slot is None:
-            for other in ids.values():
+            for other in (ids,) if isinstance(ids, _Slot) else ids.values():
                 if not other.ended:
                     other.ignored += 1  # another ID: not an answer, keep waiting
             return
@@ -269,10 +263,10 @@ class SharedBatch:
                 return got
             got += 1
             err = sharedsock.icmp_errno(ancdata)
-            ids = shared.peers.get((addr[0], addr[1])) if addr else None
+            ids = shared.peers.get(addr) if addr else None
             if err is None or ids is None or len(data) < 2:
                 continue
-            slot = ids.get(int.from_bytes(data[:2], "big"))
+            slot = _by_id(ids, int.from_bytes(data[:2], "big"))
             if slot is not None and not slot.ended:
                 reason = classify_oserror(OSError(err, os.strerror(err)))
                 self._end(slot, Exchange(None, reason, _since(slot), os.strerror(err)))
@@ -330,6 +324,12 @@ class SharedBatch:
         self.pools.clear()
         self.expiries.clear()
         self.items = ()
+
+
+def _by_id(ids: _Slot | dict[int, _Slot], qid: int) -> _Slot | None:
+    if isinstance(ids, _Slot):
+        return ids if ids.qid == qid else None
+    return ids.get(qid)
 
 
 def _since(slot: _Slot) -> float:
