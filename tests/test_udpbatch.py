@@ -65,7 +65,7 @@ def run_batch(
             got[i] = ex
 
         try:
-            await udp.exchange_many(
+            await udpbatch.exchange_many(
                 items, deadline=loop.time() + 60, concurrency=concurrency, on_result=on_result
             )
         finally:
@@ -350,7 +350,7 @@ def test_hostile_neighbour_flooding_the_shared_socket(unbound: Unbound) -> None:
 
 @pytest.mark.unit
 def test_zoned_ipv6_keeps_a_socket_of_its_own() -> None:
-    # udp.exchange_many sends these through udp._exchange_own (socket per probe).
+    # udpbatch.exchange_many sends these through udp.exchange_many (a socket per probe).
     assert sharedsock.shareable(("127.0.0.1", 53), socket.AF_INET)
     assert sharedsock.shareable(("::1", 53, 0, 0), socket.AF_INET6)
     assert not sharedsock.shareable(("fe80::1", 53, 0, 2), socket.AF_INET6)

@@ -29,7 +29,6 @@ import weakref
 from collections.abc import Callable, Sequence
 
 from dnsfleet.dnswire import Malformed, Query, parse_response
-from dnsfleet.probes import udpbatch
 from dnsfleet.probes.reasons import Reason, classify_oserror
 from dnsfleet.probes.result import Exchange
 
@@ -368,23 +367,9 @@ async def exchange_many(
     """Send each of ``items`` as :func:`exchange` would, at most ``concurrency`` in flight,
     each with ``min(its timeout, deadline - now)`` when it starts (``deadline`` in loop
     time); ``on_result(i, exchange)`` for each, with None for an item the deadline left no
-    time to start. Through the batch's shared sockets (:mod:`udpbatch`) where they can
-    carry the probe, else a socket per probe (:func:`_exchange_own`)."""
-    await udpbatch.exchange_many(
-        items, deadline=deadline, concurrency=concurrency, on_result=on_result, own=_exchange_own
-    )
-
-
-async def _exchange_own(
-    items: Sequence[BatchItem],
-    deadline: float,
-    concurrency: int,
-    on_result: Callable[[int, Exchange | None], None],
-) -> None:
-    """:func:`exchange_many` on a socket per probe. One future for the batch instead of a
-    task, a future and a timer per probe (in a 1,000-target /metrics cycle those cost more
-    than the probes' system calls): expiries come from one timer that moves to the
-    earliest deadline in flight."""
+    time to start. One future for the batch instead of a task, a future and a timer per
+    probe (in a 1,000-target /metrics cycle those cost more than the probes' system calls):
+    expiries come from one timer that moves to the earliest deadline in flight."""
     if not items:
         return
     batch = _Batch(asyncio.get_running_loop(), items, deadline, concurrency, on_result)

@@ -21,10 +21,10 @@ import socket
 import struct
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from dnsfleet.dnswire import Malformed, Query, parse_response
-from dnsfleet.probes import sharedsock
+from dnsfleet.probes import sharedsock, udp
 from dnsfleet.probes.reasons import Reason, classify_oserror
 from dnsfleet.probes.result import Exchange
 from dnsfleet.probes.sharedsock import Sockaddr, shareable
@@ -349,44 +349,35 @@ def _expired(slot: _Slot) -> Exchange:
     return Exchange(None, Reason.TIMEOUT, _since(slot), f"no answer within {slot.budget:.3g}s")
 
 
-OnResult = Callable[[int, Exchange | None], None]
-Run = Callable[[Sequence[Item], float, int, OnResult], Awaitable[None]]
-
-
 async def exchange_many(
     items: Sequence[Item],
     *,
     deadline: float,
     concurrency: int,
-    on_result: OnResult,
-    own: Run,
+    on_result: Callable[[int, Exchange | None], None],
 ) -> None:
-    """``udp.exchange_many``: the items that are :func:`shareable` through the batch's shared
-    sockets, the rest by ``own`` (a socket per probe), the concurrency limit shared between
-    the two in proportion."""
+    """``udp.exchange_many``'s contract: the items that are :func:`shareable` go through the
+    batch's shared sockets, the rest through ``udp.exchange_many`` (a socket per probe),
+    the concurrency limit shared between the two in proportion."""
     if not items:
         return
     alone = [i for i, it in enumerate(items) if not shareable(it[0], it[1])]
-    if len(alone) == len(items):
-        await own(items, deadline, concurrency, on_result)
-        return
     if alone:
         taken = set(alone)
         shared = [i for i in range(len(items)) if i not in taken]
-        limit = max(1, concurrency * len(shared) // len(items))
+        limit = max(1, concurrency * len(shared) // len(items)) if shared else 0
         await asyncio.gather(
             exchange_many(
                 [items[i] for i in shared],
                 deadline=deadline,
                 concurrency=limit,
                 on_result=lambda j, ex: on_result(shared[j], ex),
-                own=own,
             ),
-            own(
+            udp.exchange_many(
                 [items[i] for i in alone],
-                deadline,
-                max(1, concurrency - limit),
-                lambda j, ex: on_result(alone[j], ex),
+                deadline=deadline,
+                concurrency=max(1, concurrency - limit),
+                on_result=lambda j, ex: on_result(alone[j], ex),
             ),
         )
         return
