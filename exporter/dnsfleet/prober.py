@@ -22,7 +22,7 @@ from dnsfleet.nativehist import NativeHistogram, Snapshots
 from dnsfleet.proberecord import LATENCY, FailureCounter, ProbeRecord, TargetSnapshot
 from dnsfleet.probes import Exchange, ProbeResult, Reason, failed, judge, probe, query_for
 from dnsfleet.probes.ede import code_label
-from dnsfleet.probes.udp import exchange_many
+from dnsfleet.probes.udpbatch import exchange_many
 from dnsfleet.restarts import ResolverWatch, canary_families
 
 log = logging.getLogger(__name__)
@@ -187,7 +187,7 @@ class Prober:
         (app.py), and each reports its own, while the counters add up every probe.
 
         Plain UDP probes (no canary or identity query in the same round) go out as one
-        batch (udp.exchange_many): in a 1,000-target cycle a task, a future and a timer per
+        batch (udpbatch.exchange_many): in a 1,000-target cycle a task, a future and a timer per
         probe cost more CPU than the probes' system calls. The rest, one task each. The
         concurrency limit is shared between the two in proportion."""
         states = list(self.states.values())

@@ -1,0 +1,66 @@
+"""The socket side of :mod:`udpbatch`: an unconnected UDP socket that is told of ICMP errors
+and sized for a batch, the error a queued ICMP report carries, and which targets such a
+socket can serve."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+
+Sockaddr = tuple[str, int] | tuple[str, int, int, int]
+
+# Linux constants Python 3.11's socket module lacks (include/uapi/linux/in.h, in6.h,
+# asm-generic/socket.h).
+IP_RECVERR = 11
+IPV6_RECVERR = 25
+SO_RCVBUFFORCE = 33
+_RECVERR = {socket.AF_INET: (socket.IPPROTO_IP, IP_RECVERR), socket.AF_INET6: (41, IPV6_RECVERR)}
+_LEVELS = frozenset(_RECVERR.values())
+_EE_ERRNO = struct.Struct("=I")  # struct sock_extended_err's first field
+
+RCVBUF_PER_PROBE = 4096  # an answer's skb on loopback takes about this much of the buffer
+RCVBUF_MIN = 1 << 18  # junk from a hostile target that knows the port eats buffer, too
+RCVBUF_MAX = 8 << 20
+
+
+def shareable(sockaddr: Sockaddr, family: socket.AddressFamily) -> bool:
+    """Whether a probe to ``sockaddr`` can go through a shared socket: not a zoned IPv6
+    address, whose answers recvfrom reports with a scope the matching would have to
+    spell as the configuration does."""
+    if family == socket.AF_INET:
+        return True
+    return family == socket.AF_INET6 and (len(sockaddr) < 4 or sockaddr[3] == 0)
+
+
+def rcvbuf_for(in_flight: int) -> int:
+    """The receive buffer for a socket that may have ``in_flight`` probes at once."""
+    return min(RCVBUF_MAX, max(RCVBUF_MIN, in_flight * RCVBUF_PER_PROBE))
+
+
+def open_socket(family: socket.AddressFamily, rcvbuf: int) -> socket.socket:
+    """A non-blocking unconnected UDP socket with IP_RECVERR (IPV6_RECVERR): without it Linux
+    tells an unconnected socket of no ICMP error at all (``__udp4_lib_err``)."""
+    sock = socket.socket(family, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK)
+    try:
+        sock.setsockopt(*_RECVERR[family], 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        # SO_RCVBUF is capped at net.core.rmem_max; with CAP_NET_ADMIN the batch may ask past
+        # it, else it keeps what the cap allows (the kernel reports twice what it set).
+        if sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) < 2 * rcvbuf:
+            with contextlib.suppress(PermissionError):
+                sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, rcvbuf)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def icmp_errno(ancdata: list[tuple[int, int, bytes]]) -> int | None:
+    """The errno (``ee_errno``) of a report read from the error queue
+    (``recvmsg(..., MSG_ERRQUEUE)``), or None when it carries none."""
+    for level, kind, data in ancdata:
+        if (level, kind) in _LEVELS and len(data) >= _EE_ERRNO.size:
+            errno: int = _EE_ERRNO.unpack_from(data)[0]
+            return errno
+    return None
