@@ -54,9 +54,12 @@ def _loopback(address: object) -> bool:
     if host in ("localhost", ""):
         return True
     try:
-        return ipaddress.ip_address(str(host).split("%")[0]).is_loopback
+        ip = ipaddress.ip_address(str(host).split("%")[0])
     except ValueError:
         return False
+    # Python 3.11 does not call ::ffff:127.0.0.1 loopback; the kernel sends it as 127.0.0.1.
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
 def _guarded(real: Any, address_index: int) -> Any:

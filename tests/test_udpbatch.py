@@ -348,12 +348,31 @@ def test_hostile_neighbour_flooding_the_shared_socket(unbound: Unbound) -> None:
     assert len(beats) > 10 and max(gaps) < 2.0, max(gaps)
 
 
+@pytest.mark.integration
+def test_ipv4_mapped_target_as_a_socket_of_its_own_gives_it(unbound: Unbound) -> None:
+    """``[::ffff:127.0.0.1]``: the config spells it ``::ffff:7f00:1``, recvfrom and the error
+    queue ``::ffff:127.0.0.1``, and its ICMP errors are IPv4's (IP_RECVERR, not
+    IPV6_RECVERR): matched by the config's spelling, its answer was dropped as a stranger's
+    and its refusal never seen, both ending as timeouts."""
+    port = unbound.address.rsplit(":", 1)[1]
+    items = [item(f"[::ffff:127.0.0.1]:{port}"), item(f"[::ffff:127.0.0.1]:{free_port()}")]
+    expected = [None, Reason.REFUSED]
+    batch = run_batch(items)
+    single = run_single(items)
+    assert [ex.error for ex in single] == expected, [ex.detail for ex in single]
+    assert [ex.error for ex in batch] == expected, [ex.detail for ex in batch]
+    assert batch[1].duration < 0.5
+
+
 @pytest.mark.unit
 def test_zoned_ipv6_keeps_a_socket_of_its_own() -> None:
     # udpbatch.exchange_many sends these through udp.exchange_many (a socket per probe).
     assert sharedsock.shareable(("127.0.0.1", 53), socket.AF_INET)
     assert sharedsock.shareable(("::1", 53, 0, 0), socket.AF_INET6)
     assert not sharedsock.shareable(("fe80::1", 53, 0, 2), socket.AF_INET6)
+    assert not sharedsock.shareable(("::ffff:7f00:1", 53, 0, 0), socket.AF_INET6)
+    assert not sharedsock.shareable(("::ffff:127.0.0.1", 53, 0, 0), socket.AF_INET6)
+    assert not sharedsock.shareable(("::7f00:1", 53, 0, 0), socket.AF_INET6)  # "::127.0.0.1"
 
 
 @pytest.mark.unit

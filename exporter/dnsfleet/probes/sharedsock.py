@@ -18,6 +18,7 @@ SO_RCVBUFFORCE = 33
 _RECVERR = {socket.AF_INET: (socket.IPPROTO_IP, IP_RECVERR), socket.AF_INET6: (41, IPV6_RECVERR)}
 _LEVELS = frozenset(_RECVERR.values())
 _EE_ERRNO = struct.Struct("=I")  # struct sock_extended_err's first field
+_V4_MAPPED = bytes(10) + b"\xff\xff"  # ::ffff:0:0/96
 
 RCVBUF_PER_PROBE = 4096  # an answer's skb on loopback takes about this much of the buffer
 RCVBUF_MIN = 1 << 18  # junk from a hostile target that knows the port eats buffer, too
@@ -27,10 +28,18 @@ RCVBUF_MAX = 8 << 20
 def shareable(sockaddr: Sockaddr, family: socket.AddressFamily) -> bool:
     """Whether a probe to ``sockaddr`` can go through a shared socket: not a zoned IPv6
     address, whose answers recvfrom reports with a scope the matching would have to
-    spell as the configuration does."""
+    spell as the configuration does; nor an address recvfrom spells otherwise than the
+    configuration (glibc's inet_ntop writes ``::ffff:127.0.0.1`` where ipaddress wrote
+    ``::ffff:7f00:1``), nor an IPv4-mapped one at all: its ICMP errors are IPv4's, which
+    an AF_INET6 socket queues only with IP_RECVERR (``__udp4_lib_err``)."""
     if family == socket.AF_INET:
         return True
-    return family == socket.AF_INET6 and (len(sockaddr) < 4 or sockaddr[3] == 0)
+    if family != socket.AF_INET6 or (len(sockaddr) == 4 and sockaddr[3]):
+        return False
+    packed = socket.inet_pton(socket.AF_INET6, sockaddr[0])
+    if packed.startswith(_V4_MAPPED):
+        return False
+    return socket.inet_ntop(socket.AF_INET6, packed) == sockaddr[0]
 
 
 def rcvbuf_for(in_flight: int) -> int:
