@@ -354,3 +354,29 @@ def test_a_kept_record_reads_native_buckets_when_encoded() -> None:
     assert h.sample_count == 2 and h.sample_sum == 0.302
     assert native_buckets(h) == {bucket_key(0.002, 3): 1, bucket_key(0.3, 3): 1}
     assert [b.cumulative_count for b in h.bucket][-1] == 1  # the record's classic buckets
+
+
+def test_a_lone_surrogate_in_a_label_fails_no_scrape() -> None:
+    """A label value with a lone surrogate (JSON's "\\ud800" decodes to one; a config given
+    as a mapping can carry it) is written as U+FFFD: the text body encodes, and the
+    protobuf body keeps every target's family, not one family fewer for all of them."""
+    targets = [
+        {"address": "127.0.0.1", "module": "m", "labels": {"site": "bad\ud800site"}},
+        {"address": "127.0.0.2", "module": "m", "labels": {"site": "good"}},
+    ]
+    cfg = parse({"modules": {"m": {}}, "targets": targets, "resolv_conf": []}, source="x.yml")
+    prober = Prober()
+    prober.configure(cfg)
+    for state in prober.states.values():
+        state.observe(judge(answer(0.002), cfg.modules["m"]), 0.0)
+    fams = prober.families()
+    text = render(fams).encode()
+    assert 'site="bad\ufffdsite"'.encode() in text
+    decoded = {f.name: f for f in decode(encode(fams), MSGS)}
+    sites = {
+        lp.value
+        for m in decoded["dnsfleet_probe_success"].metric
+        for lp in m.label
+        if lp.name == "site"
+    }
+    assert sites == {"bad\ufffdsite", "good"}

@@ -30,6 +30,18 @@ def escape_label_value(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
+def _unicode(value: str) -> str:
+    """``value`` as text every exposition can encode: a lone surrogate (JSON's ``"\\ud800"``
+    decodes to one) becomes U+FFFD, where it failed the whole scrape's UTF-8 encoding."""
+    if value.isascii():
+        return value
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in value)
+    return value
+
+
 class Labels:
     """An immutable, hashable label set: its (name, value) pairs in exposition order, and
     their text ``a="1",b="2"`` (no braces), rendered once when the set is made. Two sets are
@@ -44,7 +56,7 @@ class Labels:
 
     def __init__(self, pairs: Mapping[str, str] | Iterable[Sequence[str]] = ()) -> None:
         items = pairs.items() if isinstance(pairs, Mapping) else pairs
-        kept = tuple((str(k), str(v)) for k, v in items)
+        kept = tuple((str(k), _unicode(str(v))) for k, v in items)
         text = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in kept)
         prefix = text + "," if text else ""
         for name, value in (
