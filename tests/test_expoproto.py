@@ -11,7 +11,7 @@ import struct
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dnsfleet.config import parse
@@ -159,6 +159,9 @@ NAMES = st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_]{0,6}", fullmatch=True)
 VALUES = st.floats(allow_nan=False) | st.integers(0, 2**70).map(float)
 
 
+# No per-example deadline: a loaded machine (the whole suite runs three workers on two
+# cores) missed hypothesis' 200 ms once; what this test holds is the bytes, not the time.
+@settings(deadline=None)
 @given(
     st.sampled_from(["counter", "gauge", "untyped", "histogram"]),
     st.lists(
