@@ -61,7 +61,7 @@ PROM_HEADERS = {"Accept-Encoding": "gzip", "X-Prometheus-Scrape-Timeout-Seconds"
 def fleet(n: int) -> Prober:
     rng = random.Random(7)
     targets = [
-        {"address": f"10.{i // 65536}.{i // 256 % 256}.{i % 256}", "module": "m",
+        {"address": f"127.{1 + i // 65536}.{i // 256 % 256}.{i % 256}", "module": "m",
          "labels": {"site": f"site{i % 7}"}}
         for i in range(n)
     ]  # fmt: skip

@@ -33,6 +33,18 @@ class Exchange:
     tls: TlsInfo | None = None
 
 
+def unanswered(ignored: int, timeout: float, duration: float) -> Exchange:
+    """A UDP query's end without an answer: ``malformed`` when datagrams came back that
+    answered nothing (a stub keeps waiting past them too), else ``timeout``. Both UDP
+    paths (a socket per probe, the shared sockets of a batch) end so."""
+    if ignored:
+        detail = f"{ignored} datagram(s) that were not an answer to the query, "
+        return Exchange(
+            None, Reason.MALFORMED, duration, detail + "and no answer before the timeout"
+        )
+    return Exchange(None, Reason.TIMEOUT, duration, f"no answer within {timeout:.3g}s")
+
+
 @dataclass(frozen=True, slots=True)
 class ProbeResult:
     success: bool

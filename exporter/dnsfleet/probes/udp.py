@@ -32,7 +32,7 @@ from typing import Any
 from dnsfleet.dnswire import Malformed, Query, parse_response
 from dnsfleet.probes.expiry import Expiries
 from dnsfleet.probes.reasons import Reason, classify_oserror
-from dnsfleet.probes.result import Exchange
+from dnsfleet.probes.result import Exchange, unanswered
 
 MAX_DATAGRAM = 65535
 READ_BURST = 64
@@ -212,20 +212,7 @@ class _Probe:
         self.readable()
         if self.sock is None:
             return
-        if self.ignored:
-            self._finish(
-                Exchange(
-                    None,
-                    Reason.MALFORMED,
-                    self._elapsed(),
-                    f"{self.ignored} datagram(s) that were not an answer to the query, "
-                    "and no answer before the timeout",
-                )
-            )
-        else:
-            self._finish(
-                Exchange(None, Reason.TIMEOUT, self._elapsed(), f"no answer within {timeout:.3g}s")
-            )
+        self._finish(unanswered(self.ignored, timeout, self._elapsed()))
 
     def cancel(self) -> None:
         self.done = None

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dnsfleet.dnswire import Malformed, Query, parse_response
 from dnsfleet.probes import sharedsock, udp
 from dnsfleet.probes.reasons import Reason, classify_oserror
-from dnsfleet.probes.result import Exchange
+from dnsfleet.probes.result import Exchange, unanswered
 from dnsfleet.probes.sharedsock import Sockaddr, shareable
 
 Item = tuple[Sockaddr, socket.AddressFamily, Query, float]  # ..., module timeout
@@ -340,13 +340,7 @@ def _expired(slot: _Slot) -> Exchange:
     if not slot.sent:
         detail = f"not sent within {slot.budget:.3g}s: the socket's send buffer stayed full"
         return Exchange(None, Reason.TIMEOUT, _since(slot), detail)
-    if slot.ignored:
-        detail = (
-            f"{slot.ignored} datagram(s) that were not an answer to the query, "
-            "and no answer before the timeout"
-        )
-        return Exchange(None, Reason.MALFORMED, _since(slot), detail)
-    return Exchange(None, Reason.TIMEOUT, _since(slot), f"no answer within {slot.budget:.3g}s")
+    return unanswered(slot.ignored, slot.budget, _since(slot))
 
 
 async def exchange_many(
