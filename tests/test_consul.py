@@ -233,6 +233,8 @@ def test_healthy_cluster(consul: ConsulDouble) -> None:
     assert v(m, "dnsfleet_consul_dns_stale_answers", service="web") == 0
     assert v(m, "dnsfleet_consul_dns_missing_instances", service="web") == 0
     assert v(m, "dnsfleet_consul_dns_query_answers", query="web.service.consul SRV") == 3
+    # The failure gauge has a series only while a lookup fails: none for a healthy agent.
+    assert [k for k in m if k[0] == "dnsfleet_consul_dns_probe_failure"] == []
     # The prepared query fails over to dc2 and still answers.
     assert v(m, "dnsfleet_consul_dns_query_answers", query="db-q.query.consul A") == 1
     assert v(m, "dnsfleet_consul_prepared_queries") == 2
@@ -346,7 +348,7 @@ def test_dns_down(consul: ConsulDouble) -> None:
     q = "web.service.consul A"
     assert v(m, "dnsfleet_consul_dns_probe_success", query=q) == 0
     assert v(m, "dnsfleet_consul_dns_probe_failure", query=q, reason="refused") == 1
-    assert v(m, "dnsfleet_consul_dns_probe_failure", query=q, reason="timeout") == 0
+    assert v(m, "dnsfleet_consul_dns_probe_failure", query=q, reason="timeout") is None
     assert v(m, "dnsfleet_consul_up") == 1
     assert v(m, "dnsfleet_consul_dns_stale_answers", service="web") is None
 

@@ -33,7 +33,6 @@ from dnsfleet.collectors.consul.agent import AgentReport, Lookup, check_agent, d
 from dnsfleet.config import ConsulConfig
 from dnsfleet.exposition import Family, labelset
 from dnsfleet.parsers.consul import ServiceHealth
-from dnsfleet.probes import REASONS
 
 __all__ = [
     "COLLECTOR",
@@ -96,7 +95,7 @@ def _dns_families(reports: list[AgentReport]) -> list[Family]:
     )
     failure = Family(
         "dnsfleet_consul_dns_probe_failure",
-        "1 for the reason the last DNS lookup failed, 0 for every other reason.",
+        "1 for the reason the last DNS lookup failed; no series while it succeeded.",
     )
     query_answers = Family(
         "dnsfleet_consul_dns_query_answers",
@@ -109,11 +108,10 @@ def _dns_families(reports: list[AgentReport]) -> list[Family]:
             success.add(1.0 if r.success else 0.0, labels)
             latency.add(r.duration, labels)
             query_answers.add(lk.answers, labels)
-            base = labelset(labels)
-            for reason in REASONS:
-                failure.add_raw(
-                    base.with_(("reason", reason.value)), 1.0 if r.reason is reason else 0.0
-                )
+            # One series while the lookup fails, none while it succeeds, as
+            # dnsfleet_probe_failure: the zeros of the other reasons told a query nothing.
+            if r.reason is not None:
+                failure.add_raw(labelset(labels).with_(("reason", r.reason.value)), 1.0)
     return [success, latency, failure, query_answers]
 
 
