@@ -141,3 +141,30 @@ def _text_checks(r: Response, module: Module) -> tuple[Reason | None, str]:
         if hit is not None:
             return Reason.ANSWER_MISMATCH, f"answer {hit!r} matches {pat!r}"
     return None, "ok"
+
+
+# A cycle's probe that its deadline left no time to start: the prober's own verdict.
+NOT_STARTED = failed(Reason.TIMEOUT, 0.0, "scrape deadline reached before the probe could start")
+
+# A timeout is evidence about a resolver when its probe waited at least this long, or its
+# module's whole timeout if that is shorter: no DNS client waits less for an answer.
+MIN_EVIDENT_WAIT = 1.0
+
+
+def evident(result: ProbeResult, module: Module, *, budget: float, lead: bool) -> bool:
+    """Whether a probe's outcome is evidence about its target, for the attempts and
+    failures counters that the SLO rules and every scraper read. Not evidence: a probe
+    that could not start before its cycle's deadline (the exporter's capacity), an
+    exception of dnsfleet's own (``internal``, counted in
+    dnsfleet_probe_internal_errors_total), and a timeout that a requester's shorter
+    deadline caused. A timeout counts when the probe waited its module's whole timeout,
+    or when its cycle is the lead requester's (``lead``: the largest budget asked for
+    lately, the Prometheus server; see app.py) and gave it at least
+    min(module timeout, MIN_EVIDENT_WAIT): then a module timeout at or above the scrape
+    budget still counts, and a client with a short deadline never counts failures
+    against a healthy resolver. An answer, a refusal or a SERVFAIL is always evidence."""
+    if result is NOT_STARTED or result.reason is Reason.INTERNAL:
+        return False
+    if result.reason is not Reason.TIMEOUT or result.duration >= module.timeout - 0.001:
+        return True
+    return lead and budget >= min(module.timeout, MIN_EVIDENT_WAIT)
