@@ -7,7 +7,7 @@ from functools import lru_cache
 from typing import Any
 
 from dnsfleet.config import Module
-from dnsfleet.dnswire import Malformed, Response, answer_texts, rcode_text
+from dnsfleet.dnswire import FLAG_TC, Malformed, Response, answer_texts, rcode_text
 from dnsfleet.probes.dnssec import dnssec_verdict
 from dnsfleet.probes.reasons import Reason
 
@@ -89,22 +89,15 @@ def judge(ex: Exchange, module: Module) -> ProbeResult:
         # probe that timed out after its handshake asked for DNSSEC only if its module did.
         res = failed(ex.error or Reason.NETWORK_ERROR, ex.duration, ex.detail)
         return replace(res, dnssec=dnssec, tls=ex.tls)
-    reason, detail = _verdict(r, module)
+    reason, detail = _verdict(r, module, dnssec=dnssec)
+    # Positional, in field order: the hot path of every answered probe.
     return ProbeResult(
-        dnssec=dnssec,
-        tls=ex.tls,
-        success=reason is None,
-        reason=reason,
-        duration=ex.duration,
-        rcode=r.rcode,
-        answer_rrs=r.answer_rrs,
-        detail=detail,
-        response=r,
+        reason is None, reason, ex.duration, r.rcode, r.answer_rrs, detail, r, dnssec, ex.tls
     )
 
 
-def _verdict(r: Response, module: Module) -> tuple[Reason | None, str]:
-    if r.truncated:
+def _verdict(r: Response, module: Module, *, dnssec: bool) -> tuple[Reason | None, str]:
+    if r.flags & FLAG_TC:  # r.truncated, without the property's call
         # Over TCP nothing is ever too large: a TC answer there is a broken server.
         return (
             Reason.TRUNCATED,
@@ -112,9 +105,9 @@ def _verdict(r: Response, module: Module) -> tuple[Reason | None, str]:
             if module.transport == "udp"
             else "TC bit set on a TCP answer",
         )
-    dnssec = dnssec_verdict(r, module)
-    if dnssec is not None:
-        return dnssec
+    said = dnssec_verdict(r, module) if dnssec else None
+    if said is not None:
+        return said
     if r.rcode not in module.valid_rcode_numbers:
         return Reason.RCODE, f"rcode {rcode_text(r.rcode)} not in {', '.join(module.valid_rcodes)}"
     if r.matching_answers < module.min_answers:
