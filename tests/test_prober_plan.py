@@ -36,7 +36,8 @@ def test_the_plan_is_kept_across_cycles_and_made_again_on_reload() -> None:
     cfg = config("2s")
     prober.configure(cfg)
     plan = prober._plan_for(cfg)
-    _, batch, modules, items, each = plan
+    _, batch, keys, modules, items, each = plan
+    assert keys == [(st.target.address, st.target.module) for st in batch]
     assert [st.target.address for st in batch] == ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
     assert [st.target.address for st in each] == ["127.0.1.1"]
     assert [m.name for m in modules] == ["m"] * 3
@@ -45,12 +46,12 @@ def test_the_plan_is_kept_across_cycles_and_made_again_on_reload() -> None:
 
     reloaded = config("3s", targets=4)
     prober.configure(reloaded)
-    _, batch, _, items, _ = prober._plan_for(reloaded)
+    _, batch, _, _, items, _ = prober._plan_for(reloaded)
     assert len(batch) == 4 and {it[3] for it in items} == {3.0}
     # A cycle still running on the config before the reload gets a plan of that config.
-    assert {it[3] for it in prober._plan_for(cfg)[3]} == {2.0}
+    assert {it[3] for it in prober._plan_for(cfg)[4]} == {2.0}
 
     canaried = config("3s", canary=True)
     prober.configure(canaried)
-    _, batch, _, _, each = prober._plan_for(canaried)
+    _, batch, _, _, _, each = prober._plan_for(canaried)
     assert batch == [] and len(each) == 4

@@ -106,8 +106,9 @@ class Prepared:
 
 
 # What Prober._plan_for worked out for (config, states, queries): the batched targets,
-# their modules and items, and the targets probed by a task each.
-_Plan = tuple[tuple[object, ...], list[TargetState], list[Module], list[Item], list[TargetState]]
+# their keys, modules and items, and the targets probed by a task each.
+_States = list[TargetState]
+_Plan = tuple[tuple[object, ...], _States, list[TargetKey], list[Module], list[Item], _States]
 
 
 class Prober:
@@ -179,7 +180,7 @@ class Prober:
         self.probes_total += len(states)
         limit = concurrency or cfg.limits.max_concurrent_probes
         plan = self._plan_for(cfg)
-        batch, each = plan[1], plan[4]
+        batch, each = plan[1], plan[5]
         batch_limit = max(1, limit * len(batch) // len(states))
         await asyncio.gather(
             self._probe_batch(plan, deadline, batch_limit, results, cycle=(budget, lead)),
@@ -253,14 +254,15 @@ class Prober:
         if plan is not None and all(a is b for a, b in zip(plan[0], key, strict=True)):
             return plan
         plain = {name: self._batchable(m) for name, m in cfg.modules.items()}
-        batch = [st for st in self.states.values() if plain[st.target.module]]
+        keys = [k for k, st in self.states.items() if plain[st.target.module]]
+        batch = [self.states[k] for k in keys]
         modules = [cfg.modules[st.target.module] for st in batch]
         items = [
             (st.sockaddr, st.family, self.queries[st.target.module], m.timeout)
             for st, m in zip(batch, modules, strict=True)
         ]
         each = [st for st in self.states.values() if not plain[st.target.module]]
-        self._plan = (key, batch, modules, items, each)
+        self._plan = (key, batch, keys, modules, items, each)
         return self._plan
 
     async def _probe_batch(
@@ -272,7 +274,7 @@ class Prober:
         *,
         cycle: tuple[float, bool],
     ) -> None:
-        _, states, modules, items, _ = plan
+        _, states, keys, modules, items, _ = plan
         if not states:
             return
 
@@ -285,7 +287,7 @@ class Prober:
                 result = _NOT_STARTED if ex is None else judge(ex, modules[i])
             except Exception as e:
                 result = self._internal(st.target, e, ex.duration if ex else 0.0)
-            out[(st.target.address, st.target.module)] = result
+            out[keys[i]] = result  # the state's own key: no tuple a probe
             self._record(st, result, modules[i], cycle)
             if result is not _NOT_STARTED:
                 try:
