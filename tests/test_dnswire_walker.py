@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from dnsfleet import dnswire
 from dnsfleet.dnstap.aggregate import MAX_EDE, Aggregator
 from dnsfleet.dnstap.message import CLIENT_RESPONSE, Dnstap, Undecodable, peek
 from dnsfleet.dnswire import Malformed, build_query, name_text, parse_response
@@ -95,6 +96,9 @@ ROWS = [
     Row("EDE option past its record", message(additional=(rr(b"\x00", 41, ede(6)[:-1]),)), None),
     Row("two OPT records", message(additional=(opt(ede(6)), opt(ede(7)))), None),
     Row("EDE cut, TC set", message(additional=(opt(ede(6)),), flags=SERVFAIL | TC, cut=-3), ()),
+    # No question: a pointer to 12 at 12 points at itself, whatever the walker spares.
+    Row("no question, pointer at 12", struct.pack("!6H", QID, SERVFAIL, 0, 1, 0, 0) + A_PTR, None),
+    Row("pointer to the question, cut after it", message(answers=(A_PTR,), cut=RECORDS + 2), None),
 ]
 
 
@@ -189,3 +193,24 @@ def test_an_answer_is_ours_only_with_our_question(question: bytes, ours: bool) -
     assert (r is not None) is ours
     if r is not None:
         assert (r.answer_rrs, r.matching_answers) == (1, 1)
+
+
+def test_an_owner_pointing_to_the_question_is_not_walked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Most answers name their owner as a pointer to the question's name, which the reader
+    has read already: the walker takes it as it is (a walk each cost ~180 bytecodes a
+    probe); a pointer anywhere else is still walked."""
+    walked: list[int] = []
+    walk = dnswire.skip_name
+
+    def counting(data: bytes, pos: int) -> int:
+        walked.append(pos)
+        return walk(data, pos)
+
+    monkeypatch.setattr(dnswire, "skip_name", counting)
+    r = parse_response(message(answers=(A_PTR, A_PTR), flags=0x8180), QUERY, QID)
+    assert r is not None and (r.answer_rrs, r.matching_answers, r.min_ttl) == (2, 2, 60)
+    assert walked == []
+    parse_response(message(answers=(rr(b"\xc0\x10"),), flags=0x8180), QUERY, QID)
+    assert walked == [RECORDS]

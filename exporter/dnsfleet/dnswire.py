@@ -272,14 +272,11 @@ def read_sections(  # noqa: C901, PLR0912 (the hot record walker: one pass, no c
     truncated: bool,
 ) -> Sections:
     """Walk the answer, authority and additional sections (``counts`` records each) from
-    ``pos``; raises Malformed. A truncated message (TC) may legitimately stop mid-section:
-    what was read is returned."""
-    answer_rrs = 0
-    matching = 0
+    ``pos``; raises Malformed; a truncated message (TC) may stop mid-section: what was read
+    is returned. The name at 12 was read before: an owner pointing to it is not walked."""
+    answer_rrs = matching = rcode_high = opts = 0
     min_ttl: int | None = None
-    rcode_high = 0
     options = NO_OPTIONS
-    opts = 0
     n = len(data)
     an, ns, ar = counts
     additional = an + ns  # the index of the first additional record
@@ -287,6 +284,8 @@ def read_sections(  # noqa: C901, PLR0912 (the hot record walker: one pass, no c
         for k in range(additional + ar):
             if pos < n and not data[pos]:
                 pos += 1  # the root (an OPT record's owner): spared a call
+            elif 12 < pos < n - 1 and data[pos] == 0xC0 and data[pos + 1] == 12:
+                pos += 2  # the question's name, most answers' owner: read before
             else:
                 pos = skip_name(data, pos)
             if pos + 10 > n:

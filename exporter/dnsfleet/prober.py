@@ -22,40 +22,16 @@ from dnsfleet.nativehist import NativeHistogram, Snapshots
 from dnsfleet.proberecord import LATENCY, FailureCounter, ProbeRecord, TargetSnapshot
 from dnsfleet.probes import Exchange, ProbeResult, Reason, failed, judge, probe, query_for
 from dnsfleet.probes.ede import code_label
-from dnsfleet.probes.udpbatch import exchange_many
+from dnsfleet.probes.result import NOT_STARTED, evident
+from dnsfleet.probes.udpbatch import Item, exchange_many
 from dnsfleet.restarts import ResolverWatch, canary_families
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Prepared", "ProbeRecord", "Prober", "TargetSnapshot", "TargetState"]
+__all__ = ["Prepared", "ProbeRecord", "Prober", "TargetSnapshot", "TargetState", "evident"]
 
-_NOT_STARTED = failed(Reason.TIMEOUT, 0.0, "scrape deadline reached before the probe could start")
-
+_NOT_STARTED = NOT_STARTED  # a probe its cycle's deadline left no time to start
 TargetKey = tuple[str, str]  # (address, module)
-
-
-# A timeout is evidence about a resolver when its probe waited at least this long, or its
-# module's whole timeout if that is shorter: no DNS client waits less for an answer.
-MIN_EVIDENT_WAIT = 1.0
-
-
-def evident(result: ProbeResult, module: Module, *, budget: float, lead: bool) -> bool:
-    """Whether a probe's outcome is evidence about its target, for the attempts and
-    failures counters that the SLO rules and every scraper read. Not evidence: a probe
-    that could not start before its cycle's deadline (the exporter's capacity), an
-    exception of dnsfleet's own (``internal``, counted in
-    dnsfleet_probe_internal_errors_total), and a timeout that a requester's shorter
-    deadline caused. A timeout counts when the probe waited its module's whole timeout,
-    or when its cycle is the lead requester's (``lead``: the largest budget asked for
-    lately, the Prometheus server; see app.py) and gave it at least
-    min(module timeout, MIN_EVIDENT_WAIT): then a module timeout at or above the scrape
-    budget still counts, and a client with a short deadline never counts failures
-    against a healthy resolver. An answer, a refusal or a SERVFAIL is always evidence."""
-    if result is _NOT_STARTED or result.reason is Reason.INTERNAL:
-        return False
-    if result.reason is not Reason.TIMEOUT or result.duration >= module.timeout - 0.001:
-        return True
-    return lead and budget >= min(module.timeout, MIN_EVIDENT_WAIT)
 
 
 @dataclass(slots=True)
@@ -129,12 +105,19 @@ class Prepared:
     states: dict[TargetKey, TargetState]
 
 
+# What Prober._plan_for worked out for (config, states, queries): the batched targets,
+# their keys, modules and items, and the targets probed by a task each.
+_States = list[TargetState]
+_Plan = tuple[tuple[object, ...], _States, list[TargetKey], list[Module], list[Item], _States]
+
+
 class Prober:
     def __init__(self) -> None:
         self.states: dict[TargetKey, TargetState] = {}
         self.queries: dict[str, Query] = {}
         self.probes_total = 0
         self.internal_errors = 0  # probes that ended in an exception of ours (_internal)
+        self._plan: _Plan | None = None
         # Canary TTLs and backend identities (restart detection), queried in the same probe round.
         self.watch = ResolverWatch()
 
@@ -196,11 +179,11 @@ class Prober:
             return results
         self.probes_total += len(states)
         limit = concurrency or cfg.limits.max_concurrent_probes
-        batch = [st for st in states if self._batchable(cfg.modules[st.target.module])]
-        each = [st for st in states if not self._batchable(cfg.modules[st.target.module])]
+        plan = self._plan_for(cfg)
+        batch, each = plan[1], plan[5]
         batch_limit = max(1, limit * len(batch) // len(states))
         await asyncio.gather(
-            self._probe_batch(cfg, batch, deadline, batch_limit, results, cycle=(budget, lead)),
+            self._probe_batch(plan, deadline, batch_limit, results, cycle=(budget, lead)),
             self._probe_each(
                 cfg, each, deadline, max(1, limit - batch_limit), results, cycle=(budget, lead)
             ),
@@ -264,19 +247,36 @@ class Prober:
             and module.name not in self.watch.identity_queries
         )
 
+    def _plan_for(self, cfg: Config) -> _Plan:
+        """The split of the targets and the batch's items, kept across cycles while the
+        config, states and queries are the same objects (a reload replaces all three)."""
+        key, plan = (cfg, self.states, self.queries), self._plan
+        if plan is not None and all(a is b for a, b in zip(plan[0], key, strict=True)):
+            return plan
+        plain = {name: self._batchable(m) for name, m in cfg.modules.items()}
+        keys = [k for k, st in self.states.items() if plain[st.target.module]]
+        batch = [self.states[k] for k in keys]
+        modules = [cfg.modules[st.target.module] for st in batch]
+        items = [
+            (st.sockaddr, st.family, self.queries[st.target.module], m.timeout)
+            for st, m in zip(batch, modules, strict=True)
+        ]
+        each = [st for st in self.states.values() if not plain[st.target.module]]
+        self._plan = (key, batch, keys, modules, items, each)
+        return self._plan
+
     async def _probe_batch(
         self,
-        cfg: Config,
-        states: list[TargetState],
+        plan: _Plan,
         deadline: float,
         concurrency: int,
         out: dict[TargetKey, ProbeResult],
         *,
         cycle: tuple[float, bool],
     ) -> None:
+        _, states, keys, modules, items, _ = plan
         if not states:
             return
-        modules = [cfg.modules[st.target.module] for st in states]
 
         def on_result(i: int, ex: Exchange | None) -> None:
             # Recorded at once, as the per-task path does: the previous result is freed as
@@ -287,7 +287,7 @@ class Prober:
                 result = _NOT_STARTED if ex is None else judge(ex, modules[i])
             except Exception as e:
                 result = self._internal(st.target, e, ex.duration if ex else 0.0)
-            out[(st.target.address, st.target.module)] = result
+            out[keys[i]] = result  # the state's own key: no tuple a probe
             self._record(st, result, modules[i], cycle)
             if result is not _NOT_STARTED:
                 try:
@@ -297,15 +297,7 @@ class Prober:
                     # The probe's own result stands; the watch's bookkeeping is what failed.
                     self._internal(st.target, e, 0.0)
 
-        await exchange_many(
-            [
-                (st.sockaddr, st.family, self.queries[st.target.module], m.timeout)
-                for st, m in zip(states, modules, strict=True)
-            ],
-            deadline=deadline,
-            concurrency=concurrency,
-            on_result=on_result,
-        )
+        await exchange_many(items, deadline=deadline, concurrency=concurrency, on_result=on_result)
 
     async def _probe_each(
         self,

@@ -7,7 +7,7 @@ from functools import lru_cache
 from typing import Any
 
 from dnsfleet.config import Module
-from dnsfleet.dnswire import Malformed, Response, answer_texts, rcode_text
+from dnsfleet.dnswire import FLAG_TC, Malformed, Response, answer_texts, rcode_text
 from dnsfleet.probes.dnssec import dnssec_verdict
 from dnsfleet.probes.reasons import Reason
 
@@ -89,22 +89,15 @@ def judge(ex: Exchange, module: Module) -> ProbeResult:
         # probe that timed out after its handshake asked for DNSSEC only if its module did.
         res = failed(ex.error or Reason.NETWORK_ERROR, ex.duration, ex.detail)
         return replace(res, dnssec=dnssec, tls=ex.tls)
-    reason, detail = _verdict(r, module)
+    reason, detail = _verdict(r, module, dnssec=dnssec)
+    # Positional, in field order: the hot path of every answered probe.
     return ProbeResult(
-        dnssec=dnssec,
-        tls=ex.tls,
-        success=reason is None,
-        reason=reason,
-        duration=ex.duration,
-        rcode=r.rcode,
-        answer_rrs=r.answer_rrs,
-        detail=detail,
-        response=r,
+        reason is None, reason, ex.duration, r.rcode, r.answer_rrs, detail, r, dnssec, ex.tls
     )
 
 
-def _verdict(r: Response, module: Module) -> tuple[Reason | None, str]:
-    if r.truncated:
+def _verdict(r: Response, module: Module, *, dnssec: bool) -> tuple[Reason | None, str]:
+    if r.flags & FLAG_TC:  # r.truncated, without the property's call
         # Over TCP nothing is ever too large: a TC answer there is a broken server.
         return (
             Reason.TRUNCATED,
@@ -112,9 +105,9 @@ def _verdict(r: Response, module: Module) -> tuple[Reason | None, str]:
             if module.transport == "udp"
             else "TC bit set on a TCP answer",
         )
-    dnssec = dnssec_verdict(r, module)
-    if dnssec is not None:
-        return dnssec
+    said = dnssec_verdict(r, module) if dnssec else None
+    if said is not None:
+        return said
     if r.rcode not in module.valid_rcode_numbers:
         return Reason.RCODE, f"rcode {rcode_text(r.rcode)} not in {', '.join(module.valid_rcodes)}"
     if r.matching_answers < module.min_answers:
@@ -141,3 +134,30 @@ def _text_checks(r: Response, module: Module) -> tuple[Reason | None, str]:
         if hit is not None:
             return Reason.ANSWER_MISMATCH, f"answer {hit!r} matches {pat!r}"
     return None, "ok"
+
+
+# A cycle's probe that its deadline left no time to start: the prober's own verdict.
+NOT_STARTED = failed(Reason.TIMEOUT, 0.0, "scrape deadline reached before the probe could start")
+
+# A timeout is evidence about a resolver when its probe waited at least this long, or its
+# module's whole timeout if that is shorter: no DNS client waits less for an answer.
+MIN_EVIDENT_WAIT = 1.0
+
+
+def evident(result: ProbeResult, module: Module, *, budget: float, lead: bool) -> bool:
+    """Whether a probe's outcome is evidence about its target, for the attempts and
+    failures counters that the SLO rules and every scraper read. Not evidence: a probe
+    that could not start before its cycle's deadline (the exporter's capacity), an
+    exception of dnsfleet's own (``internal``, counted in
+    dnsfleet_probe_internal_errors_total), and a timeout that a requester's shorter
+    deadline caused. A timeout counts when the probe waited its module's whole timeout,
+    or when its cycle is the lead requester's (``lead``: the largest budget asked for
+    lately, the Prometheus server; see app.py) and gave it at least
+    min(module timeout, MIN_EVIDENT_WAIT): then a module timeout at or above the scrape
+    budget still counts, and a client with a short deadline never counts failures
+    against a healthy resolver. An answer, a refusal or a SERVFAIL is always evidence."""
+    if result is NOT_STARTED or result.reason is Reason.INTERNAL:
+        return False
+    if result.reason is not Reason.TIMEOUT or result.duration >= module.timeout - 0.001:
+        return True
+    return lead and budget >= min(module.timeout, MIN_EVIDENT_WAIT)
