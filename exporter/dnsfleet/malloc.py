@@ -10,15 +10,18 @@ scrape, and the response written without an extra copy, bench/bench_soak.py (200
 47.6 MiB. Not glibc: both calls are no-ops.
 
 The same scrapes make tens of thousands of container objects that live one cycle;
-:func:`tune_gc` keeps CPython's cyclic collector from walking them over and over.
+:func:`tune_gc` keeps CPython's cyclic collector from walking them over and over, and
+:func:`collector_paused` keeps it out of a scrape's cycle altogether.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
 import gc
+from collections.abc import Iterator
 
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 128 * 1024  # glibc's initial value, pinned
@@ -54,6 +57,32 @@ def tune_gc() -> None:
     generations keep their default ratios."""
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
+
+
+class _Pauses:
+    cycles = 0  # under way that paused the collector (cycles of two scrapers overlap)
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic collector off while a scrape's cycle runs, on again when the last cycle
+    under way ends. A cycle makes its objects (probes, answers, results, the record's rows)
+    faster than any threshold keeps up with, and nearly all of them live on to the next
+    cycle: the young collections that ran during a 10,000-target cycle freed nothing. Paused,
+    a 10,000-target scrape cost 1.4-4.8 % less CPU (four rounds, paused and not in turn). Refcounting frees the cycle's garbage as before; garbage
+    cycles wait for the first collection after it, which is bounded by the cycle's deadline.
+    A collector already off (``gc.disable`` by someone else) is left off."""
+    if _Pauses.cycles == 0 and not gc.isenabled():
+        yield
+        return
+    _Pauses.cycles += 1
+    gc.disable()
+    try:
+        yield
+    finally:
+        _Pauses.cycles -= 1
+        if _Pauses.cycles == 0:
+            gc.enable()
 
 
 def trim() -> None:
