@@ -160,17 +160,25 @@ class TextFamily:
     """A family whose sample lines are already rendered. The per-target probe families of a
     1,000-target scrape use it: building 35,000 sample tuples first doubled peak memory.
     Its lines are written by one producer from typed records (proberecord.py), so its name
-    is that producer's alone (see :func:`merge`)."""
+    is that producer's alone (see :func:`merge`). The producer may give what writes them
+    instead: they are written when first read, so a protobuf scrape, which reads the
+    family's ``proto`` writer alone, never writes text it does not send."""
 
     name: str
     help: str
     type: MetricType
-    lines: str  # complete sample lines, each ending in a newline
+    # complete sample lines, each ending in a newline, or what returns them (:attr:`lines`)
+    source: str | Callable[[], str]
     # A histogram's native buckets by series label text (only protobuf carries them).
     native: Mapping[str, NativeSnapshot] | None = None
     # The family's Metric messages as protobuf, written by its producer from its typed
     # records (expoproto.py encodes the lines otherwise, parsing them back).
     proto: Callable[[], bytes] | None = None
+
+    @property
+    def lines(self) -> str:
+        source = self.source
+        return source if isinstance(source, str) else source()
 
     @property
     def samples(self) -> str:
