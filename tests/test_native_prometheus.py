@@ -88,6 +88,33 @@ def test_protobuf_scrape_has_every_family_and_native_latency(exporter: ExporterP
     assert probe.startswith(b"# HELP ")  # /probe stays text
 
 
+def test_protobuf_and_text_scrapes_in_turn(exporter: ExporterProcess) -> None:
+    """One exporter scraped in protobuf and in text by turns, gzipped or not: each scrape a
+    cycle of its own, written in its format alone (a protobuf scrape writes no text), and
+    each says that cycle's counts: one more probe of each target every scrape."""
+    attempts = "dnsfleet_probe_attempts_total"
+    seen = []
+    for i in range(6):
+        coding = {"Accept-Encoding": "gzip"} if i % 3 else {}
+        if i % 2:
+            headers, body = fetch(exporter.base + "/metrics", coding)
+            text = gzip.decompress(body) if coding else body
+            lines = text.decode().splitlines()
+            (line,) = [ln for ln in lines if ln.startswith(attempts) and 'module="www"' in ln]
+            seen.append(float(line.rsplit(" ", 1)[1]))
+        else:
+            headers, body = fetch(exporter.base + "/metrics", {"Accept": ACCEPT, **coding})
+            assert headers["Content-Type"] == PROTOBUF
+            fams = {f.name: f for f in decode(gzip.decompress(body) if coding else body)}
+            (value,) = [
+                m.counter.value
+                for m in fams[attempts].metric
+                if {lp.name: lp.value for lp in m.label}.get("module") == "www"
+            ]
+            seen.append(value)
+    assert seen == [seen[0] + i for i in range(6)], seen
+
+
 @dataclass
 class NativePrometheus(Prometheus):
     """Prometheus 2.x with native histograms on (3.x: ``scrape_native_histograms``)."""

@@ -207,6 +207,14 @@ def test_installs_and_runs_from_the_package(runs: dict[str, Run], release: str, 
     # dnstap works with Debian's python3-protobuf, which the package recommends.
     assert read(out, f"{rnd}.dnstap-check").startswith("configuration valid: ")
     assert read(out, f"{rnd}.dnstap-decode").strip() == "6"  # CLIENT_RESPONSE
+    # /metrics gzip on ISA-L where the release has python3-isal (the Recommends: Debian 13),
+    # on zlib where it has none (Debian 12, where apt passes over it): one gzip member.
+    missing = read(out, "recommends-missing").splitlines()
+    assert missing == (["python3-isal (>= 1.7.2)"] if release == "bookworm" else []), missing
+    deflater = read(out, f"{rnd}.deflater").strip()
+    assert deflater == ("_zlib_gzip" if release == "bookworm" else "_isal_gzip"), deflater
+    gzipped = read(out, f"{rnd}.gzip-scrape").split()
+    assert gzipped[:2] == ["gzip", "True"] and int(gzipped[2]) >= 1, gzipped
     # Run as its user against the chroot's unbound, with basic auth (bcrypt).
     assert read(out, f"{rnd}.user").strip() == "dnsfleet"
     scrape = read(out, f"{rnd}.scrape")

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from dnsfleet import recordproto
+from dnsfleet import proberecord, recordproto
 from dnsfleet.dnswire import Response
 from dnsfleet.expoproto import encode
 from dnsfleet.exposition import Family, Labels, TextFamily, le_text, render
@@ -217,3 +217,29 @@ def test_target_labels_are_encoded_once_across_scrapes() -> None:
         others = [(Labels({"target": f"127.1.{n}.{i}"}), *first.rows[0][1:]) for i in range(50)]
         encode(ProbeRecord(rows=others, canary=[]).families())
     assert len(recordproto._TARGETS) <= 2 * 50 + 64
+
+
+def test_a_protobuf_scrape_writes_no_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cycle's families write their text when a text scrape first reads it, all at once:
+    a protobuf scrape reads their writers alone and writes none. Requests of either
+    format share a cycle, in any order, and each gets what the cycle says."""
+    written: list[int] = []
+    counter_texts = proberecord._counter_texts
+
+    def counting(rows: list[RecordRow]) -> tuple[str, str, str, str, str]:
+        written.append(len(rows))
+        return counter_texts(rows)
+
+    monkeypatch.setattr(proberecord, "_counter_texts", counting)
+    record = every_kind()
+    fams = record.families()
+    data = encode(fams)
+    assert written == []
+    text = render(fams)
+    assert written == [len(record.rows)]
+    assert encode(fams) == data and render(fams) == text and len(written) == 1
+    assert from_protobuf(data) == from_text(fams)
+    # Another scrape of the same record (a kept cycle) writes its text afresh, the same.
+    again = record.families()
+    assert encode(again) == data and len(written) == 1
+    assert render(again) == text and len(written) == 2

@@ -382,12 +382,13 @@ def encode(families: Iterable[Family | TextFamily]) -> bytes:
     labels = _Labels()
     out: list[bytes] = []
     for fam in families:
-        if not fam.samples:
-            continue
         write = fam.proto if isinstance(fam, TextFamily) else None
+        if write is None and not fam.samples:
+            continue
         if write is not None:
-            try:
-                out.append(metric_family(fam.name, fam.help, fam.type, [write()]))
+            try:  # empty when the family has no series: its text is not read (nor written)
+                if metrics := write():
+                    out.append(metric_family(fam.name, fam.help, fam.type, [metrics]))
             except (ValueError, OverflowError) as e:
                 log.error("protobuf exposition: family %s left out: %s", fam.name, e)
             continue

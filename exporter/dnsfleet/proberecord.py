@@ -8,11 +8,11 @@ text. The state it copies lives in prober.py (``TargetState``); its failures cou
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from dnsfleet.config import Target
-from dnsfleet.exposition import Family, TextFamily, compile_template
+from dnsfleet.exposition import Family, MetricType, TextFamily, compile_template
 from dnsfleet.histograms import LATENCY_BUCKETS, HistogramWriter
 from dnsfleet.nativehist import NativeSnapshot
 from dnsfleet.probes import REASONS, ProbeResult, Reason
@@ -45,61 +45,19 @@ class ProbeRecord:
     def families(self) -> list[TextFamily | Family]:
         """The per-target families, each rendered with one format call per target from a
         template shared by all targets (a 1,000-target cycle wrote 36,000 lines one
-        f-string at a time). Each carries its protobuf writer (recordproto.py), which
-        writes the same series from the rows."""
-        rows = self.rows
-        proto = RecordProto(rows, self.native).writers()
-        fams = probe_result_families([(row[0].text, row[1]) for row in rows])
-        failures, attempts, bogus, hist, ede = _counter_texts(rows)
-        texts = [
-            *fams,
-            # A series only for the reasons the target has failed with, born at zero: it
-            # appears with 0 in the cycle of its first failure and counts from the next
-            # (FailureCounter), so rate() sees the first failure too.
-            TextFamily(
-                _FAILURES_NAME,
-                "Failed probes per target by reason since the exporter started; a reason's "
-                "series appears at 0 in the scrape of its first failure, then counts.",
-                "counter",
-                failures,
+        f-string at a time), when the first of them is read: a protobuf scrape reads none
+        (_Texts). Each carries its protobuf writer (recordproto.py), which writes the same
+        series from the rows."""
+        proto = RecordProto(self.rows, self.native).writers()
+        texts = _Texts(self.rows)
+        native = {_LATENCY_NAME: self.native}
+        return [
+            *(
+                TextFamily(name, help_, kind, texts.reader(name), native.get(name), proto[name])
+                for name, help_, kind in _HEADS
             ),
-            # The denominator of the failure ratio: a share of failed probes needs the
-            # probes, and counting them here stays right when two Prometheus servers scrape
-            # one exporter (each scrape is a probe; a sample count per server is not).
-            TextFamily(
-                _ATTEMPTS_NAME,
-                "Probes sent to this target on /metrics since the exporter "
-                "started, answered or not.",
-                "counter",
-                attempts,
-            ),
-            # Every probe of an expect_bogus check is a SERVFAIL in a validating resolver's
-            # own counters and dnstap stream: the SLO rules subtract these. Every query
-            # sent counts, one cut short by a scrape's own deadline too (unlike the
-            # attempts): the resolver still answers it, and counts its SERVFAIL.
-            TextFamily(
-                _BOGUS_NAME,
-                "Probes of a dnssec expect_bogus module sent on /metrics: each one a "
-                "deliberate SERVFAIL in a validating resolver's own counts.",
-                "counter",
-                bogus,
-            ),
-            TextFamily(
-                _LATENCY_NAME,
-                "Latency of probes that got an answer (any rcode).",
-                "histogram",
-                hist,
-                native=self.native,
-            ),
-            TextFamily(
-                _EDE_TOTAL_NAME,
-                "Answers carrying each Extended DNS Error code (RFC 8914; other: "
-                "unregistered) since the exporter started.",
-                "counter",
-                ede,
-            ),
+            *self.canary,
         ]
-        return [*(replace(f, proto=proto.get(f.name)) for f in texts), *self.canary]
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +122,30 @@ def _counter_texts(rows: list[RecordRow]) -> tuple[str, str, str, str, str]:
     return failures, attempts, bogus, hist, ede
 
 
+class _Texts:
+    """A record's per-target families as text, all written when the first is read (and
+    never for a scrape that reads none)."""
+
+    __slots__ = ("_got", "_rows")
+
+    def __init__(self, rows: list[RecordRow]) -> None:
+        self._rows = rows
+        self._got: dict[str, str] | None = None
+
+    def reader(self, name: str) -> Callable[[], str]:
+        return lambda: self.all()[name]
+
+    def all(self) -> dict[str, str]:
+        got = self._got
+        if got is None:
+            rows = self._rows
+            results = probe_result_families([(row[0].text, row[1]) for row in rows])
+            got = {f.name: f.lines for f in results}
+            got.update(zip(_COUNTER_NAMES, _counter_texts(rows), strict=True))
+            self._got = got
+        return got
+
+
 # Each block's {p} is the labels ahead of one more label (Labels.prefix); doubled braces
 # are the exposition's own.
 _FAILURES_NAME = "dnsfleet_probe_failures_total"
@@ -171,6 +153,46 @@ _ATTEMPTS_NAME = "dnsfleet_probe_attempts_total"
 _LATENCY_NAME = "dnsfleet_probe_latency_seconds"
 _EDE_TOTAL_NAME = "dnsfleet_probe_extended_errors_total"
 _BOGUS_NAME = "dnsfleet_probe_bogus_queries_total"
+_COUNTER_NAMES = (_FAILURES_NAME, _ATTEMPTS_NAME, _BOGUS_NAME, _LATENCY_NAME, _EDE_TOTAL_NAME)
+# Each per-target family's name, help and type, in exposition order: the probe results'
+# (probes/families.py), then the counters' and the latency histogram.
+_HEADS: list[tuple[str, str, MetricType]] = [
+    *((f.name, f.help, f.type) for f in probe_result_families([])),
+    # A series only for the reasons the target has failed with, born at zero: it appears
+    # with 0 in the cycle of its first failure and counts from the next (FailureCounter),
+    # so rate() sees the first failure too.
+    (
+        _FAILURES_NAME,
+        "Failed probes per target by reason since the exporter started; a reason's "
+        "series appears at 0 in the scrape of its first failure, then counts.",
+        "counter",
+    ),
+    # The denominator of the failure ratio: a share of failed probes needs the probes, and
+    # counting them here stays right when two Prometheus servers scrape one exporter (each
+    # scrape is a probe; a sample count per server is not).
+    (
+        _ATTEMPTS_NAME,
+        "Probes sent to this target on /metrics since the exporter started, answered or not.",
+        "counter",
+    ),
+    # Every probe of an expect_bogus check is a SERVFAIL in a validating resolver's own
+    # counters and dnstap stream: the SLO rules subtract these. Every query sent counts,
+    # one cut short by a scrape's own deadline too (unlike the attempts): the resolver
+    # still answers it, and counts its SERVFAIL.
+    (
+        _BOGUS_NAME,
+        "Probes of a dnssec expect_bogus module sent on /metrics: each one a deliberate "
+        "SERVFAIL in a validating resolver's own counts.",
+        "counter",
+    ),
+    (_LATENCY_NAME, "Latency of probes that got an answer (any rcode).", "histogram"),
+    (
+        _EDE_TOTAL_NAME,
+        "Answers carrying each Extended DNS Error code (RFC 8914; other: unregistered) "
+        "since the exporter started.",
+        "counter",
+    ),
+]
 _ATTEMPTS = _ATTEMPTS_NAME + "{{{}}} {}\n"
 _BOGUS = _BOGUS_NAME + "{{{}}} {}\n"
 _FAILURE_LINE = [

@@ -25,9 +25,14 @@ snapshot() {
 }
 
 # The dependencies first (apt resolves the package's own Depends, and its Recommends, which
-# apt installs with it by default), and what the run needs.
-$apt satisfy "$(dpkg-deb -f "$new" Depends), $(dpkg-deb -f "$new" Recommends)" \
-    > "$out/deps.log" 2>&1
+# apt installs with it by default), and what the run needs. A Recommends the release does
+# not have (Debian 12 has no python3-isal) apt passes over: so does this, and says which.
+$apt satisfy "$(dpkg-deb -f "$new" Depends)" > "$out/deps.log" 2>&1
+: > "$out/recommends-missing"
+dpkg-deb -f "$new" Recommends | tr ',' '\n' | while read -r rec; do
+    [ -n "$rec" ] || continue
+    $apt satisfy "$rec" >> "$out/deps.log" 2>&1 || echo "$rec" >> "$out/recommends-missing"
+done
 $apt install unbound > "$out/unbound-install.log" 2>&1
 snapshot files-before
 
@@ -146,6 +151,9 @@ d.message.type = 6
 d.message.response_message = bytes(12)
 print(parse_frame(d.SerializeToString()).message.type)
 PY
+    # /metrics gzip: ISA-L's deflater where python3-isal is installed, zlib elsewhere.
+    python3 -c 'from dnsfleet import exposition; print(exposition.gzip_compressor.__name__)' \
+        > "$out/$r.deflater" 2>&1 || echo "rc=$?" >> "$out/$r.deflater"
     unit=$(dpkg -L dnsfleet | grep '/dnsfleet-exporter.service$')
     echo "$unit" > "$out/$r.unit-path"
     systemd-analyze verify "$unit" > "$out/$r.verify" 2>&1 || echo "rc=$?" >> "$out/$r.verify"
@@ -197,6 +205,19 @@ PY
         exporter=
         echo "attempt $attempt failed" >> "$out/$r.exporter-attempts"
     done
+    python3 - "$port" > "$out/$r.gzip-scrape" 2>&1 <<'PY' || echo "rc=$?" >> "$out/$r.gzip-scrape"
+import base64, sys, urllib.request, zlib
+auth = "Basic " + base64.b64encode(b"prom:s3cret").decode()
+req = urllib.request.Request(
+    f"http://127.0.0.1:{sys.argv[1]}/metrics",
+    headers={"Authorization": auth, "Accept-Encoding": "gzip"},
+)
+with urllib.request.urlopen(req, timeout=30) as resp:
+    print(resp.headers["Content-Encoding"])
+    d = zlib.decompressobj(31)
+    body = d.decompress(resp.read())
+print(d.eof and not d.unused_data, body.count(b"\ndnsfleet_probe_success{"))
+PY
     ps -o user= -p "$pid" > "$out/$r.user" || true
     kill "$pid"
     wait "$pid" || true

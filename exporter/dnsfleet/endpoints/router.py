@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gzip
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -16,6 +15,7 @@ from dnsfleet.exposition import (
     OPENMETRICS_TYPE,
     Family,
     TextFamily,
+    gzip_bytes,
     gzip_parts,
     openmetrics_parts,
     render_bytes,
@@ -236,7 +236,7 @@ async def _render(fams: list[Family | TextFamily], kind: str, gz: bool) -> bytes
     serving, and text is compressed a slice at a time, never built whole."""
     if kind == expoproto.CONTENT_TYPE:
         body = expoproto.encode(fams)
-        return await asyncio.to_thread(gzip.compress, body, 1) if gz else body
+        return await asyncio.to_thread(gzip_bytes, body) if gz else body
     om = kind == OPENMETRICS_TYPE
     if gz:
         return await asyncio.to_thread(
