@@ -68,9 +68,10 @@ def collector_paused() -> Iterator[None]:
     """The cyclic collector off while a scrape's cycle runs, on again when the last cycle
     under way ends. A cycle makes its objects (probes, answers, results, the record's rows)
     faster than any threshold keeps up with, and nearly all of them live on to the next
-    cycle: the young collections that ran during a 10,000-target cycle freed nothing. Paused,
-    a 10,000-target scrape cost 1.4-4.8 % less CPU (four rounds, paused and not in turn). Refcounting frees the cycle's garbage as before; garbage
-    cycles wait for the first collection after it, which is bounded by the cycle's deadline.
+    cycle: the young collections that ran during a 10,000-target cycle freed nothing.
+    Paused, a 10,000-target scrape cost 1.4-4.8 % less CPU (four rounds, paused and not in
+    turn). Refcounting frees the cycle's garbage as before; garbage cycles wait for the
+    first collection after it, which is bounded by the cycle's deadline.
     A collector already off (``gc.disable`` by someone else) is left off."""
     if _Pauses.cycles == 0 and not gc.isenabled():
         yield
