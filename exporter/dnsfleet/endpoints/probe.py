@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import ipaddress
+import socket
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ import dns.exception
 from dnsfleet.config import Config, Module, Target, parse_address
 from dnsfleet.dnswire import Query
 from dnsfleet.probes import Exchange, ProbeResult, judge, query_for, udpshared
-from dnsfleet.probes.sharedsock import shareable
+from dnsfleet.probes.sharedsock import Sockaddr, shareable
 
 
 class ProbeService(Protocol):
@@ -93,7 +94,8 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Parsed = tuple[str, int, int, IPAddress]
 EndpointKey = tuple[str, int, int]
 Ready = tuple[Target, Module]
-Fast = tuple[Target, Module, Query]  # a Ready the callback path can serve, and its query
+# A Ready the callback path can serve, with its query, sockaddr and address family.
+Fast = tuple[Target, Module, Query, Sockaddr, socket.AddressFamily]
 
 
 class ProbeHandler:
@@ -114,6 +116,9 @@ class ProbeHandler:
         self._ready: OrderedDict[tuple[str, str], Ready] = OrderedDict()
         # The same for the callback path (start): None where it cannot serve the pair.
         self._fast: OrderedDict[tuple[str, str], Fast | None] = OrderedDict()
+        # The loop the callback path last ran on: asyncio.get_running_loop() makes a
+        # getpid(2) call each time, a system call per request.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def _parse(self, raw_target: str) -> Parsed:
         """``parse_address`` and the address it reaches; ValueError for a bad target."""
@@ -196,12 +201,15 @@ class ProbeHandler:
             fast = self._fast_for(cfg, asked)
         if fast is None or self.in_flight >= exp.max_concurrent_probes(cfg):
             return None
-        target, module, query = fast
+        target, module, query, sockaddr, family = fast
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            loop = self._loop = asyncio.get_running_loop()
         probe = FastProbe(self, target, module, respond)
         pending = udpshared.start(
-            asyncio.get_running_loop(),
-            sockaddr=target.sockaddr,
-            family=target.family,
+            loop,
+            sockaddr=sockaddr,
+            family=family,
             query=query,
             timeout=min(module.timeout, exp.scrape_budget(header_timeout)),
             done=probe.done,
@@ -217,8 +225,9 @@ class ProbeHandler:
         fast = None
         if not isinstance(resolved, Refused):
             target, module = resolved
-            if module.transport == "udp" and shareable(target.sockaddr, target.family):
-                fast = (target, module, query_for(module))
+            sockaddr, family = target.sockaddr, target.family
+            if module.transport == "udp" and shareable(sockaddr, family):
+                fast = (target, module, query_for(module), sockaddr, family)
         if len(self._fast) >= ADDRESS_CACHE_SIZE:
             self._fast.popitem(last=False)
         self._fast[asked] = fast
