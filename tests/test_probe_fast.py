@@ -20,6 +20,8 @@ import pytest
 
 from dnsfleet import probes
 from dnsfleet.app import Exporter
+from dnsfleet.endpoints import probe as endpoints_probe
+from dnsfleet.endpoints import router as endpoints_router
 from dnsfleet.endpoints.probe import ProbeHandler
 from dnsfleet.endpoints.router import make_router
 from dnsfleet.hostfs import HostFS
@@ -316,3 +318,24 @@ def test_a_client_that_leaves_before_its_answer(tmp_path: Path, blackhole: Black
         return at_once, half, reason(await c.probe(blackhole.address, "short"))
 
     assert run(tmp_path, main) == (1, 1, "timeout")
+
+
+def test_a_failure_of_ours_is_the_targets_or_a_500(
+    tmp_path: Path, unbound: Unbound, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As on the general path: an exception while judging is the target's ``internal``
+    failure, counted; one while rendering the answer is a 500 that closes the connection."""
+
+    def broken(*a: Any) -> Any:
+        raise RuntimeError("a corner no check foresaw")
+
+    async def main(c: Client) -> tuple[str | None, int, int, str | None]:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(endpoints_probe, "judge", broken)
+            judged = reason(await c.probe(unbound.address))
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(endpoints_router, "probe_exposition", broken)
+            status, _ = await c.get(f"/probe?target={unbound.address}&module=local")
+        return judged, c.exp.prober.internal_errors, status, reason(await c.probe(unbound.address))
+
+    assert run(tmp_path, main) == ("internal", 1, 500, None)

@@ -215,7 +215,13 @@ class Handlers:
             return None
 
         def answer(result: ProbeResult) -> None:
-            respond(Response(body=probe_exposition(result).encode(), content_type=CONTENT_TYPE))
+            try:
+                body = probe_exposition(result).encode()
+            except Exception:  # as the router answers a handler that failed
+                log.exception("handler for GET /probe failed")
+                respond(Response(500, b"internal error\n", close=True))
+                return
+            respond(Response(body=body, content_type=CONTENT_TYPE))
 
         fast = self.probe_handler.start(request.query, header_timeout, answer)
         return None if fast is None else fast.cancel
