@@ -207,7 +207,8 @@ class _Socket:
 
     def close(self) -> None:
         if self.fd >= 0:
-            self.pool.loop.remove_reader(self.fd)
+            if not self.pool.loop.is_closed():
+                self.pool.loop.remove_reader(self.fd)
             self.sock.close()
             self.fd = -1
 
@@ -268,7 +269,7 @@ def _pool(loop: asyncio.AbstractEventLoop) -> _Pool:
     pool = _POOLS.get(loop)
     if pool is None or pool.loop.is_closed():
         for old in [lp for lp in _POOLS if lp.is_closed()]:
-            del _POOLS[old]
+            _POOLS.pop(old).close()  # a loop that has ended: its sockets go with it
         pool = _POOLS[loop] = _Pool(loop)
     return pool
 
