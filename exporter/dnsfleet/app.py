@@ -389,3 +389,6 @@ class Exporter:
         qtype: str | None = None,
     ) -> ProbeResult:
         return await self.prober.probe_one(target, module, timeout, qname=qname, qtype=qtype)
+
+    def probe_failed(self, target: Target, e: Exception, duration: float) -> ProbeResult:
+        return self.prober._internal(target, e, duration)

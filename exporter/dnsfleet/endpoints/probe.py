@@ -14,21 +14,33 @@ depends only on layers below ``app`` (docs/design.md, Code layout).
 - ``name``/``type`` override the query only for a module with ``allow_query_override``.
 - At most ``limits.max_concurrent_probes`` probes are in flight (fewer if the open-file
   limit is low): each holds a socket.
+
+The common request (a configured or allowed target, a plain UDP module, no override, room
+under the cap) is served by callbacks (:meth:`ProbeHandler.start`): the query goes out from
+the request's own callback through probes/udpshared.py's sockets and the answer is judged
+and handed back from the socket's, with no task or future between (a task's steps and the
+loop's turns for them were the larger part of a /probe's CPU). Everything else, and any
+request the fast path is unsure of, takes the general path (:meth:`ProbeHandler.handle`),
+which gives every refusal.
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import ipaddress
+import socket
 from collections import OrderedDict
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 import dns.exception
 
 from dnsfleet.config import Config, Module, Target, parse_address
-from dnsfleet.probes import ProbeResult
+from dnsfleet.dnswire import Query
+from dnsfleet.probes import Exchange, ProbeResult, judge, query_for, udpshared
+from dnsfleet.probes.sharedsock import Sockaddr, shareable
 
 
 class ProbeService(Protocol):
@@ -50,6 +62,11 @@ class ProbeService(Protocol):
         qname: str | None = None,
         qtype: str | None = None,
     ) -> ProbeResult: ...
+
+    def probe_failed(self, target: Target, e: Exception, duration: float) -> ProbeResult:
+        """The target's ``internal`` failure for an exception of ours, counted and logged
+        as probe_one's barrier does."""
+        ...
 
 
 class Refusal(enum.Enum):
@@ -77,6 +94,8 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Parsed = tuple[str, int, int, IPAddress]
 EndpointKey = tuple[str, int, int]
 Ready = tuple[Target, Module]
+# A Ready the callback path can serve, with its query, sockaddr and address family.
+Fast = tuple[Target, Module, Query, Sockaddr, socket.AddressFamily]
 
 
 class ProbeHandler:
@@ -95,6 +114,11 @@ class ProbeHandler:
         # (ipaddress's ``in`` is Python code, a microsecond per network). Least recently
         # used first out, as _parsed.
         self._ready: OrderedDict[tuple[str, str], Ready] = OrderedDict()
+        # The same for the callback path (start): None where it cannot serve the pair.
+        self._fast: OrderedDict[tuple[str, str], Fast | None] = OrderedDict()
+        # The loop the callback path last ran on: asyncio.get_running_loop() makes a
+        # getpid(2) call each time, a system call per request.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def _parse(self, raw_target: str) -> Parsed:
         """``parse_address`` and the address it reaches; ValueError for a bad target."""
@@ -122,6 +146,7 @@ class ProbeHandler:
                 index.setdefault((t.host, t.port, t.scope_id), []).append(t)
             self._index, self._index_of = index, cfg
             self._ready.clear()
+            self._fast.clear()
         return self._index.get(key, [])
 
     @staticmethod
@@ -153,6 +178,60 @@ class ProbeHandler:
                 f"target {raw_target} is neither configured nor inside probe_allowlist",
             )
         return self._target(raw_target, (host, port, scope), module_name, configured), module
+
+    def start(
+        self,
+        params: Mapping[str, str],
+        header_timeout: float | None,
+        respond: Callable[[ProbeResult], None],
+    ) -> FastProbe | None:
+        """Start the common /probe by callbacks: ``respond(result)`` is called once, from a
+        later callback of the loop, unless the probe returned is cancelled first. None,
+        having started nothing, for any request :meth:`handle` must answer (a refusal, an
+        override, another transport, a target a shared socket cannot serve, a full cap)."""
+        if "name" in params or "type" in params:
+            return None
+        exp = self.exp
+        cfg = exp.config
+        asked = (params.get("target", ""), params.get("module", ""))
+        if self._index_of is cfg and asked in self._fast:
+            self._fast.move_to_end(asked)
+            fast = self._fast[asked]
+        else:
+            fast = self._fast_for(cfg, asked)
+        if fast is None or self.in_flight >= exp.max_concurrent_probes(cfg):
+            return None
+        target, module, query, sockaddr, family = fast
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            loop = self._loop = asyncio.get_running_loop()
+        probe = FastProbe(self, target, module, respond)
+        pending = udpshared.start(
+            loop,
+            sockaddr=sockaddr,
+            family=family,
+            query=query,
+            timeout=min(module.timeout, exp.scrape_budget(header_timeout)),
+            done=probe.done,
+        )
+        if pending is None:
+            return None
+        self.in_flight += 1
+        probe.pending = pending
+        return probe
+
+    def _fast_for(self, cfg: Config, asked: tuple[str, str]) -> Fast | None:
+        resolved = self._resolve(cfg, *asked)
+        fast = None
+        if not isinstance(resolved, Refused):
+            target, module = resolved
+            sockaddr, family = target.sockaddr, target.family
+            if module.transport == "udp" and shareable(sockaddr, family):
+                fast = (target, module, query_for(module), sockaddr, family)
+        if len(self._fast) >= ADDRESS_CACHE_SIZE:
+            self._fast.popitem(last=False)
+        self._fast[asked] = fast
+        return fast
 
     async def handle(
         self,
@@ -203,3 +282,40 @@ class ProbeHandler:
             return Refused(Refusal.INVALID, f"invalid query: {e}")
         finally:
             self.in_flight -= 1
+
+
+class FastProbe:
+    """One /probe on the callback path (:meth:`ProbeHandler.start`): judged as
+    ``probes.probe`` judges, behind the same barrier as ``probe_one``."""
+
+    __slots__ = ("handler", "module", "pending", "respond", "target")
+
+    def __init__(
+        self,
+        handler: ProbeHandler,
+        target: Target,
+        module: Module,
+        respond: Callable[[ProbeResult], None],
+    ) -> None:
+        self.handler = handler
+        self.target = target
+        self.module = module
+        self.respond = respond
+        self.pending: udpshared.Pending | None = None
+
+    def done(self, ex: Exchange) -> None:
+        self.pending = None
+        handler = self.handler
+        handler.in_flight -= 1
+        try:
+            result = judge(ex, self.module)
+        except Exception as e:
+            result = handler.exp.probe_failed(self.target, e, ex.duration)
+        self.respond(result)
+
+    def cancel(self) -> None:
+        """The client is gone: the query ends unanswered and frees its place under the cap."""
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            self.handler.in_flight -= 1
+            pending.cancel()

@@ -22,9 +22,10 @@ from dnsfleet.exposition import (
     render_openmetrics_bytes,
     text_parts,
 )
+from dnsfleet.probes import ProbeResult
 from dnsfleet.probes.families import probe_exposition
 from dnsfleet.status import page as statuspage
-from dnsfleet.web.routes import Request, Response, Router
+from dnsfleet.web.routes import Cancel, Request, Respond, Response, Router
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +204,28 @@ class Handlers:
             return _bad(REFUSAL_STATUS[outcome.kind], outcome.reason)
         return Response(body=probe_exposition(outcome).encode(), content_type=CONTENT_TYPE)
 
+    def probe_now(self, request: Request, respond: Respond) -> Cancel | None:
+        """/probe by callbacks (ProbeHandler.start) for the common request; None, having
+        done nothing, to leave it to :meth:`probe`."""
+        if request.repeated:
+            return None
+        try:
+            header_timeout = scrape_timeout_header(request)
+        except BadTimeout:
+            return None
+
+        def answer(result: ProbeResult) -> None:
+            try:
+                body = probe_exposition(result).encode()
+            except Exception:  # as the router answers a handler that failed
+                log.exception("handler for GET /probe failed")
+                respond(Response(500, b"internal error\n", close=True))
+                return
+            respond(Response(body=body, content_type=CONTENT_TYPE))
+
+        fast = self.probe_handler.start(request.query, header_timeout, answer)
+        return None if fast is None else fast.cancel
+
     async def healthy(self, request: Request) -> Response:
         return Response.text(200, "OK\n")
 
@@ -278,4 +301,5 @@ def make_router(
         routes.append(("GET", "/", h.index))
     for method, path, handler in routes:
         router.add(method, path, handler)
+    router.add_fast("/probe", h.probe_now)
     return router

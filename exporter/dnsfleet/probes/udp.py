@@ -7,12 +7,12 @@ error only to a connected socket (``__udp4_lib_err`` in net/ipv4/udp.c). The ker
 datagrams from any other address or port, as a stub resolver would ignore them.
 
 Built on raw non-blocking sockets and shared timers (a batch's heap; expiry.py for single
-exchanges): the hot path of a 1,000-target scrape and of /probe. A socket per probe is kept
-on purpose: its random source port is half of what makes an answer unguessable to an
-off-path spoofer (the random ID is the other). In-flight probes share one epoll of their
-own (:class:`_Mux`), watched by the loop as one fd (``add_reader`` per socket cost more than
-the sendto, ~20 µs a probe). A probe makes six system calls: socket, connect, send,
-epoll_ctl, recv, close.
+exchanges). The common probes share sockets instead (udpbatch.py for a /metrics batch,
+udpshared.py for /probe): these are for what those cannot serve. A probe's own port
+is half of what makes an answer unguessable to an off-path spoofer (the ID the other).
+In-flight probes share one epoll of their own (:class:`_Mux`), watched by the loop as one
+fd (``add_reader`` per socket cost more than the sendto, ~20 µs a probe). A probe makes
+six system calls: socket, connect, send, epoll_ctl, recv, close.
 """
 
 from __future__ import annotations

@@ -7,6 +7,13 @@ port, the head's end and size, its syntax (:func:`parse_head`), the body's frami
 (Content-Length only; chunked is refused), ``Expect``, and the target's form.
 :func:`split_target` decodes the path and query once the body is in; :func:`keeps_alive`
 reads ``Connection`` as HTTP/1.0 and 1.1 each mean it.
+
+As strict as RFC 9112 asks of a server and as h11 and Go's net/http are: lines end in CRLF
+(a bare LF is a 400 at once, not a wait for a CRLF that never comes), header names are
+tokens, values carry no control bytes, HTTP/1.1 needs exactly one Host, only HTTP/1.0 and
+1.1 are spoken, one Content-Length at most, ``Expect: 100-continue`` is answered (by the
+server), the absolute form of the request target is accepted (RFC 9112 §3.2.2), and a TLS
+ClientHello on a plain port gets a 400 at once.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ and the :class:`TLSSource` of each new connection's context. The connection itse
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import ssl
@@ -16,6 +17,9 @@ from typing import Any, Protocol
 
 # The server's logger: a failing handler is logged where it always was.
 log = logging.getLogger("dnsfleet.web.server")
+
+# Bodies up to this size go out with their head in one write (one send(), one TCP segment).
+SMALL_BODY = 64 * 1024
 
 
 class Request:
@@ -92,6 +96,21 @@ class Response:
             head += "".join(f"{k}: {v}\r\n" for k, v in self.headers)
         return (head + "\r\n").encode("latin-1")
 
+    def write(self, transport: asyncio.WriteTransport, keep_alive: bool, head_only: bool) -> int:
+        """Write the response to ``transport``; the bytes written."""
+        data = self.head(keep_alive=keep_alive)
+        body = b"" if head_only else self.body
+        if not body:
+            transport.write(data)
+        elif len(body) <= SMALL_BODY:
+            transport.write(data + body)
+        else:
+            # Two writes, not one joined buffer: joining would copy a multi-megabyte
+            # exposition once more.
+            transport.write(data)
+            transport.write(body)
+        return len(data) + len(body)
+
 
 def failure(status: int, reason: str) -> bytes:
     """A whole plain-text answer that closes the connection, without extra headers (they
@@ -115,6 +134,12 @@ _REASONS = {s.value: s.phrase for s in HTTPStatus}
 
 
 Handler = Callable[[Request], Awaitable[Response]]
+Respond = Callable[[Response], None]
+Cancel = Callable[[], None]
+# A handler served by callbacks (no task): takes the request and a ``respond`` it calls once,
+# from a later callback of the loop, and returns what abandons it if the client goes; or
+# returns None, having done nothing, to leave the request to the route's Handler.
+FastHandler = Callable[[Request, Respond], Cancel | None]
 # Runs before routing; returns a response to answer instead (e.g. 401), or None to go on.
 # May be a coroutine (basic auth verifies bcrypt hashes off the event loop).
 Guard = Callable[[Request], Awaitable[Response | None] | Response | None]
@@ -126,11 +151,34 @@ class Router:
         self.guards: list[Guard] = []
         # Added to every response, refusals included (--web.config.file headers).
         self.extra_headers: list[tuple[str, str]] = []
+        self.fast: dict[str, FastHandler] = {}
 
     def add(self, method: str, path: str, handler: Handler) -> None:
         self.routes.setdefault(path, {})[method] = handler
         if method == "GET":
             self.routes[path].setdefault("HEAD", handler)
+
+    def add_fast(self, path: str, handler: FastHandler) -> None:
+        """Serve GET ``path`` by ``handler`` where it takes the request (no guard set: a
+        guard may need to wait, so a guarded request always takes the general path)."""
+        self.fast[path] = handler
+
+    def start(self, req: Request, respond: Respond) -> Cancel | None:
+        """Start ``req`` on its fast handler: what cancels it, or None to dispatch it."""
+        if self.guards or req.method != "GET":
+            return None
+        fast = self.fast.get(req.path)
+        if fast is None:
+            return None
+        extra = self.extra_headers
+        if not extra:
+            return fast(req, respond)
+
+        def with_headers(resp: Response) -> None:
+            resp.headers.extend(extra)
+            respond(resp)
+
+        return fast(req, with_headers)
 
     async def dispatch(self, req: Request) -> Response:
         # One coroutine, not one around another: a request's path runs through few enough

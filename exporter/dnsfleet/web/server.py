@@ -10,15 +10,10 @@ at most 80 KiB of them is buffered (then reading pauses), and none is started wh
 connection's output is above its high-water mark. A connection whose queued output makes no
 progress for 15 s is aborted (not closed: a close would wait for the peer to read).
 
-Parsing (web/request.py, apart from this protocol class, as h11 and aiohttp keep theirs) is
-as strict as RFC 9112 asks of a server and as h11 and Go's net/http are: lines end in CRLF
-(a bare LF is a 400 at once, not a wait for a CRLF that never comes), header names are
-tokens, values carry no control bytes, HTTP/1.1 needs exactly one Host, only HTTP/1.0 and
-1.1 are spoken, one Content-Length at most, ``Expect: 100-continue`` is answered, the
-absolute form of the request target is accepted (RFC 9112 §3.2.2), and a TLS ClientHello on
-a plain port gets a 400 at once. Any exception while answering ends in a 500 and a closed
-connection, never a hung one. What a handler sees, and how a response is written out:
-web/routes.py.
+Parsing: web/request.py, as strict as RFC 9112 asks of a server. A request runs in a task,
+or on callbacks where a fast handler of the router takes it (Router.start). Any exception
+while answering ends in a 500 and a closed connection, never a hung one. What a handler
+sees, and how a response is written out: web/routes.py.
 
 TLS: the listening socket is plain and each accepted connection is upgraded with
 ``loop.start_tls`` using the context its :class:`TLSSource` gives at that moment, so a
@@ -34,7 +29,7 @@ import logging
 import socket
 import ssl
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from dnsfleet.web.request import MAX_BODY, MAX_HEAD, BadRequest, frame, keeps_alive, split_target
@@ -49,8 +44,6 @@ IDLE_TIMEOUT = 75.0
 WRITE_TIMEOUT = 15.0  # queued output must make progress within this
 # asyncio's own default: above it the transport asks us to stop producing (pause_writing).
 WRITE_HIGH_WATER = 64 * 1024
-# Bodies up to this size go out with their head in one write (one send(), one TCP segment).
-SMALL_BODY = 64 * 1024
 
 
 _LINGER_RESET = struct.pack("ii", 1, 0)  # struct linger {l_onoff = 1, l_linger = 0}
@@ -86,6 +79,8 @@ class HTTPProtocol(asyncio.Protocol):
         self.write_paused = False  # output above the high-water mark
         self.keep_alive = True
         self.task: asyncio.Task[None] | None = None
+        self.request: Request | None = None  # the one being handled
+        self.cancel: Callable[[], None] | None = None  # of a fast handler's request
         self.timer: asyncio.TimerHandle | None = None
         self.timer_at = 0.0
         self.deadline = 0.0
@@ -165,6 +160,8 @@ class HTTPProtocol(asyncio.Protocol):
             self.timer = None
         if self.task and not self.task.done() and not self.handshaking:
             self.task.cancel()
+        if self.cancel is not None:
+            self.cancel()
         self.transport = None
 
     def pause_writing(self) -> None:
@@ -299,24 +296,37 @@ class HTTPProtocol(asyncio.Protocol):
             tls_context=self.tls_context,
         )
         self.busy = True
-        self.task = self.loop.create_task(self._handle(req))
+        self.request = req
+        try:
+            self.cancel = self.router.start(req, self._answer)
+        except Exception as e:
+            self._failed(req, e)
+            return
+        if self.cancel is None:
+            self.task = self.loop.create_task(self._handle(req))
 
     async def _handle(self, req: Request) -> None:
         try:
             resp = await self.router.dispatch(req)
-            if self.transport is None:
-                return
+        except Exception as e:
+            self._failed(req, e)
+            return
+        self._answer(resp)
+
+    def _answer(self, resp: Response) -> None:
+        """Write the response: from the task, or from a fast handler's last callback."""
+        self.cancel = None
+        req = self.request
+        if self.transport is None or req is None:
+            return
+        try:
             if resp.drop:
                 self._abort(self.transport)
                 return
             self.keep_alive = self.keep_alive and not resp.close
-            self._write(resp, head_only=req.method == "HEAD")
-        except Exception:
-            # A guard, a handler outside the router's net, or writing itself (a header
-            # that is not latin-1) failed: answer 500 and close, never leave the client
-            # hanging on a connection nobody reads.
-            log.exception("answering %s %s failed", req.method, req.path)
-            self._fail(500, "internal error")
+            self.written += resp.write(self.transport, self.keep_alive, req.method == "HEAD")
+        except Exception as e:
+            self._failed(req, e)
             return
         self.busy = False
         if not self.keep_alive:
@@ -339,20 +349,12 @@ class HTTPProtocol(asyncio.Protocol):
         if self.buf:
             self._next()
 
-    def _write(self, resp: Response, *, head_only: bool = False) -> None:
-        assert self.transport is not None
-        data = resp.head(keep_alive=self.keep_alive)
-        body = b"" if head_only else resp.body
-        self.written += len(data) + len(body)
-        if not body:
-            self.transport.write(data)
-        elif len(body) <= SMALL_BODY:
-            self.transport.write(data + body)
-        else:
-            # Two writes, not one joined buffer: joining would copy a multi-megabyte
-            # exposition once more.
-            self.transport.write(data)
-            self.transport.write(body)
+    def _failed(self, req: Request, e: Exception) -> None:
+        # A guard, a handler outside the router's net, or writing itself (a header that is
+        # not latin-1) failed: answer 500 and close, never leave the client hanging on a
+        # connection nobody reads.
+        log.error("answering %s %s failed", req.method, req.path, exc_info=e)
+        self._fail(500, "internal error")
 
     def _fail(self, status: int, reason: str) -> None:
         """Answer and close, without the router's extra headers (they may be what failed)."""
