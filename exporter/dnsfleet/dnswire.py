@@ -1,21 +1,19 @@
 """DNS messages on the wire: build a query once, read responses fast and defensively.
 
-The query is built once per module and only its ID is patched per probe. A
-response is read by a small bounds-checked walker rather than ``dns.message.from_wire``:
-probing needs the header, the question, counts, answer TTLs and the EDNS OPT record (NSID,
-extended rcode, Extended DNS Errors), and the walker does that in a fraction of the time.
-A compression pointer ends a name; its target is checked as dnspython checks it: it must
-point backwards (so a chain of pointers strictly decreases and cannot loop), inside the
-message and past the header, to a well-formed name of at most 255 octets. A message with
-two OPT records, like one with a bad pointer, is malformed (RFC 6891 6.1.1).
-The same walker reads the question and the EDE codes of the dnstap messages
-(``dnstap.message.peek``), and the rcode and type numbers and names are dnspython's
-(``dns.rcode``, ``dns.rdatatype``: small modules, ~150 KB of RSS in the dnstap ingest
-process, which loads no other part of dnspython).
-Full decoding with dnspython happens only for modules that match answer text, and
-dnspython's message and name modules are imported only then: with their idna and
-importlib.metadata dependencies they cost ~6 MB of RSS (tests check the hand-built query
-byte for byte against dnspython's).
+The query is built once per module and only its ID is patched per probe. A response is read
+by a small bounds-checked walker rather than ``dns.message.from_wire``: probing needs the
+header, the question, counts, answer TTLs and the EDNS OPT record (NSID, extended rcode,
+Extended DNS Errors), and the walker does that in a fraction of the time. A compression
+pointer ends a name; its target is checked as dnspython checks it: it must point backwards
+(so a chain of pointers strictly decreases and cannot loop), inside the message and past the
+header, to a well-formed name of at most 255 octets. A message with two OPT records, like
+one with a bad pointer, is malformed (RFC 6891 6.1.1). The same walker reads the question
+and the EDE codes of the dnstap messages (``dnstap.message.peek``), and the rcode and type
+numbers and names are dnspython's (``dns.rcode``, ``dns.rdatatype``: small modules, ~150 KB
+of RSS in the dnstap ingest process, which loads no other part of dnspython). Full decoding
+with dnspython happens only for modules that match answer text, and dnspython's message and
+name modules are imported only then: with their idna and importlib.metadata dependencies
+they cost ~6 MB of RSS (tests check the hand-built query byte for byte against dnspython's).
 """
 
 from __future__ import annotations
@@ -27,6 +25,8 @@ from typing import TYPE_CHECKING
 import dns.rcode
 from dns.rcode import FORMERR, NOTIMP, REFUSED, SERVFAIL
 from dns.rdatatype import OPT as _OPT
+
+from dnsfleet.valueclass import value
 
 if TYPE_CHECKING:
     import dns.message
@@ -134,7 +134,7 @@ def build_query(
     )
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Response:
     id: int
     flags: int

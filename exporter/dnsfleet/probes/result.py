@@ -10,6 +10,7 @@ from dnsfleet.config import Module
 from dnsfleet.dnswire import FLAG_TC, Malformed, Response, answer_texts, rcode_text
 from dnsfleet.probes.dnssec import dnssec_verdict
 from dnsfleet.probes.reasons import Reason
+from dnsfleet.valueclass import value
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +23,7 @@ class TlsInfo:
     alpn: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Exchange:
     """The network's side: a response, or the reason there was none."""
 
@@ -45,7 +46,7 @@ def unanswered(ignored: int, timeout: float, duration: float) -> Exchange:
     return Exchange(None, Reason.TIMEOUT, duration, f"no answer within {timeout:.3g}s")
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class ProbeResult:
     success: bool
     reason: Reason | None
