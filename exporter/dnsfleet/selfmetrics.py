@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from dnsfleet import __version__
 from dnsfleet.exposition import Family
+from dnsfleet.hostfs import held_files_cap
 
 SELF = "/proc/self"  # the exporter's own process; host facts go through HostFS
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -147,7 +148,8 @@ def probe_concurrency(configured: int, soft_limit: int, in_use: int) -> int:
     cycles of different budgets and /probe requests (each capped at this) fit in the
     open-file limit beside what is open already and FD_HEADROOM: with ``ulimit -n 256``
     and 1,024, 755 of 1,000 healthy targets failed with EMFILE as network_error."""
-    spare = soft_limit - in_use - FD_HEADROOM
+    # Host collectors keep up to held_files_cap descriptors open between scrapes.
+    spare = soft_limit - in_use - FD_HEADROOM - held_files_cap(soft_limit)
     return max(1, min(configured, spare // (CONCURRENT_CYCLES + 1)))
 
 
