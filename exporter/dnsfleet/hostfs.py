@@ -208,6 +208,9 @@ class HeldFiles:
         self._fds: dict[str, int] = {}
         self._lock = threading.Lock()
         self._closing = False
+        # The last paths read when every one was held, and their descriptors in order: the
+        # same paths next scrape are one pread each, without a lookup.
+        self._run: tuple[Sequence[str], list[int]] | None = None
 
     def __len__(self) -> int:
         return len(self._fds)
@@ -216,27 +219,42 @@ class HeldFiles:
         if not self._lock.acquire(blocking=False):
             return [_read_fresh(p, None) for p in paths]
         try:
-            fds = self._fds
-            pread = os.pread
-            out: list[bytes | None] = []
-            for path in paths:
-                fd = fds.get(path)
-                if fd is not None:
-                    try:
-                        data = pread(fd, _ATTR_READ, 0)
-                    except OSError:
-                        data = b"\0" * _ATTR_READ  # read the path afresh below
-                    if len(data) < _ATTR_READ:
-                        out.append(data)
-                        continue
-                    del fds[path]
-                    os.close(fd)
-                out.append(_read_fresh(path, fds if len(fds) < self.cap else None))
+            if self._run is not None and self._run[0] is paths:
+                try:
+                    data = [os.pread(fd, _ATTR_READ, 0) for fd in self._run[1]]
+                except OSError:
+                    pass
+                else:
+                    if not data or max(map(len, data)) < _ATTR_READ:
+                        return list(data)
+            self._run = None
+            out = self._read(paths)
+            if len(self._fds) >= len(paths) and all(p in self._fds for p in paths):
+                self._run = (paths, [self._fds[p] for p in paths])
             return out
         finally:
             if self._closing:
                 self._close_fds()
             self._lock.release()
+
+    def _read(self, paths: Sequence[str]) -> list[bytes | None]:
+        fds = self._fds
+        pread = os.pread
+        out: list[bytes | None] = []
+        for path in paths:
+            fd = fds.get(path)
+            if fd is not None:
+                try:
+                    data = pread(fd, _ATTR_READ, 0)
+                except OSError:
+                    data = b"\0" * _ATTR_READ  # read the path afresh below
+                if len(data) < _ATTR_READ:
+                    out.append(data)
+                    continue
+                del fds[path]
+                os.close(fd)
+            out.append(_read_fresh(path, fds if len(fds) < self.cap else None))
+        return out
 
     def close(self) -> None:
         """Close every held descriptor; now, or when the thread reading is done."""
@@ -248,6 +266,7 @@ class HeldFiles:
                 self._lock.release()
 
     def _close_fds(self) -> None:
+        self._run = None
         fds, self._fds = self._fds, {}
         for fd in fds.values():
             os.close(fd)
