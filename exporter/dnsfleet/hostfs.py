@@ -130,10 +130,12 @@ class HostFS:
             os.close(dfd)
         return out
 
-    def read_held(self, held: HeldFiles, paths: Sequence[str]) -> list[bytes | None]:
+    def read_held(
+        self, held: HeldFiles, paths: Sequence[str], *, prune: bool = False
+    ) -> list[bytes | None]:
         """The files at ``paths`` (under this object's roots) through ``held``: see
         :class:`HeldFiles`. None for a file that does not exist."""
-        return held.read(paths)
+        return held.read(paths, prune=prune)
 
     def read_text(self, path: StrPath, *, limit: int = MAX_READ_BYTES) -> str:
         return self.read_bytes(path, limit=limit).decode("utf-8", errors="replace")
@@ -194,8 +196,10 @@ class HeldFiles:
     one replaced by another file under the same name is not seen through the old
     descriptor, which sysfs never does to an attribute.
 
-    Bounded: at most ``cap`` descriptors (:func:`held_files_cap` of the soft limit when not
-    given); the paths beyond it are opened and read each time, as :meth:`HostFS.read_bytes`.
+    Bounded: at most ``cap`` descriptors over every HeldFiles of the process
+    (:func:`held_files_cap` of the soft limit when not given); the paths beyond it are
+    opened and read each time, as :meth:`HostFS.read_bytes`. ``prune``: close what this
+    read did not ask for (the set of paths changes: IRQs come and go).
     One thread at a time: a reader that finds another (the host lane's retired, stuck
     thread) still reading opens its files afresh, so no descriptor is used or closed by two
     threads at once."""
@@ -215,9 +219,9 @@ class HeldFiles:
     def __len__(self) -> int:
         return len(self._fds)
 
-    def read(self, paths: Sequence[str]) -> list[bytes | None]:
+    def read(self, paths: Sequence[str], *, prune: bool = False) -> list[bytes | None]:
         if not self._lock.acquire(blocking=False):
-            return [_read_fresh(p, None) for p in paths]
+            return [_read_fresh(p, None, 0) for p in paths]
         try:
             if self._run is not None and self._run[0] is paths:
                 try:
@@ -229,6 +233,10 @@ class HeldFiles:
                         return list(data)
             self._run = None
             out = self._read(paths)
+            if prune and len(self._fds) > len(paths):
+                asked = set(paths)
+                for path in [p for p in self._fds if p not in asked]:
+                    _close_held(self._fds.pop(path))
             if len(self._fds) >= len(paths) and all(p in self._fds for p in paths):
                 self._run = (paths, [self._fds[p] for p in paths])
             return out
@@ -252,8 +260,8 @@ class HeldFiles:
                     out.append(data)
                     continue
                 del fds[path]
-                os.close(fd)
-            out.append(_read_fresh(path, fds if len(fds) < self.cap else None))
+                _close_held(fd)
+            out.append(_read_fresh(path, fds, self.cap))
         return out
 
     def close(self) -> None:
@@ -269,12 +277,25 @@ class HeldFiles:
         self._run = None
         fds, self._fds = self._fds, {}
         for fd in fds.values():
-            os.close(fd)
+            _close_held(fd)
 
 
-def _read_fresh(path: str, keep: dict[str, int] | None) -> bytes | None:
+class _Held:
+    """Descriptors held by every HeldFiles of the process (the cap is the process's)."""
+
+    open = 0
+    lock = threading.Lock()
+
+
+def _close_held(fd: int) -> None:
+    with _Held.lock:
+        _Held.open -= 1
+    os.close(fd)
+
+
+def _read_fresh(path: str, keep: dict[str, int] | None, cap: int) -> bytes | None:
     """The file at ``path`` opened and read (None: it does not exist); its descriptor is
-    kept in ``keep`` when given and the file fits one small read."""
+    kept in ``keep`` when the file fits one small read and fewer than ``cap`` are held."""
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except FileNotFoundError:
@@ -290,9 +311,13 @@ def _read_fresh(path: str, keep: dict[str, int] | None) -> bytes | None:
         os.close(fd)
         raise HostReadError(f"{path}: larger than {MAX_READ_BYTES} bytes")
     if keep is not None and len(data) < _ATTR_READ:
-        keep[path] = fd
-    else:
-        os.close(fd)
+        with _Held.lock:
+            held = _Held.open < cap
+            _Held.open += held
+        if held:
+            keep[path] = fd
+            return data
+    os.close(fd)
     return data
 
 
