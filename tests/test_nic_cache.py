@@ -15,7 +15,7 @@ import pytest
 from dnsfleet.collectors import nic
 from dnsfleet.config import parse
 from dnsfleet.exposition import Family
-from dnsfleet.hostfs import MAX_READ_BYTES, HostFS, StrPath
+from dnsfleet.hostfs import MAX_READ_BYTES, HeldFiles, HostFS, StrPath
 from tests.harness import metrics
 from tests.harness.hosttree import TREES
 from tests.harness.metrics import of
@@ -47,6 +47,12 @@ class RecordingFS(HostFS):
         return super().read_many(
             base, names, limit=limit, unreadable_as_missing=unreadable_as_missing
         )
+
+    def read_held(
+        self, held: HeldFiles, paths: Sequence[str], *, prune: bool = False
+    ) -> list[bytes | None]:
+        self.seen.extend(paths)
+        return super().read_held(held, paths, prune=prune)
 
 
 def tree(tmp_path: Path) -> tuple[Path, RecordingFS]:
