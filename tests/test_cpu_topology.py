@@ -45,9 +45,11 @@ class CountingFS(HostFS):
             base, names, limit=limit, unreadable_as_missing=unreadable_as_missing
         )
 
-    def read_held(self, held: HeldFiles, paths: Sequence[str]) -> list[bytes | None]:
+    def read_held(
+        self, held: HeldFiles, paths: Sequence[str], *, prune: bool = False
+    ) -> list[bytes | None]:
         self.seen.extend(paths)
-        return super().read_held(held, paths)
+        return super().read_held(held, paths, prune=prune)
 
     def listdir(self, path: StrPath) -> list[str]:
         self.seen.append(str(path) + "/")
