@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dnsfleet import hostfs
+from dnsfleet import hostfs, selfmetrics
 from dnsfleet.hostfs import HELD_FILES_MAX, HeldFiles, HostFS, HostReadError, held_files_cap
 
 pytestmark = pytest.mark.unit
@@ -141,3 +141,12 @@ def test_prune_closes_what_was_not_asked_for(tmp_path: Path) -> None:
     assert len(held) == 2 and open_fds() == before + 2
     held.close()
     assert open_fds() == before
+
+
+def test_process_open_fds_counts_held_files(tmp_path: Path) -> None:
+    held = HeldFiles(cap=room(64))
+    before = selfmetrics.open_fds()
+    held.read(files(tmp_path, 50))
+    assert selfmetrics.open_fds() == before + 50
+    held.close()
+    assert selfmetrics.open_fds() == before

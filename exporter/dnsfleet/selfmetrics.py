@@ -136,10 +136,18 @@ def descriptor_budget() -> tuple[int, int]:
     if soft == resource.RLIM_INFINITY:
         soft = 2**31
     try:
-        in_use = len(os.listdir(f"{SELF}/fd"))
+        in_use = open_fds()
     except OSError:
         in_use = 0
     return soft, in_use
+
+
+def open_fds() -> int:
+    """Descriptors open in this process. Linux 6.2 and later give the count as the size of
+    /proc/self/fd (fs/proc/fd.c, proc_fd_getattr); listing it cost 2 ms a scrape once the
+    host collectors held ~2,000 files open. Older kernels say 0: the entries are counted
+    (that count includes the listing's own descriptor)."""
+    return os.stat(f"{SELF}/fd").st_size or len(os.listdir(f"{SELF}/fd"))
 
 
 def probe_concurrency(configured: int, soft_limit: int, in_use: int) -> int:
@@ -209,11 +217,7 @@ def process_families() -> list[Family]:
                     "Start time of the process since unix epoch in seconds.",
                 ).add(_BOOT + start_ticks / TICKS)
             )
-        fams.append(
-            Family("process_open_fds", "Number of open file descriptors.").add(
-                len(os.listdir(f"{SELF}/fd"))
-            )
-        )
+        fams.append(Family("process_open_fds", "Number of open file descriptors.").add(open_fds()))
     except (OSError, ValueError, IndexError):
         pass  # not Linux, or /proc not mounted: CPU and limits only
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
