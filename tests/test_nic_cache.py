@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dnsfleet.collectors import nic
+from dnsfleet.collectors import nic, niclocality
 from dnsfleet.config import parse
 from dnsfleet.exposition import Family
 from dnsfleet.hostfs import MAX_READ_BYTES, HeldFiles, HostFS, StrPath
@@ -100,3 +100,14 @@ def test_affinity_is_read_every_scrape(tmp_path: Path) -> None:
             eff.write_text(f"{k % 8}\n")
     irqs = metrics.value(of(nic.collect(fs, CONFIG)), "dnsfleet_nic_irq_cpus", device="eth1")
     assert irqs is not None and irqs > 1
+
+
+def test_every_nics_affinity_lists_stay_held_between_scrapes(tmp_path: Path) -> None:
+    """One read of all NICs' lists a scrape: a read per NIC let go of the NIC before's."""
+    _, fs = tree(tmp_path)
+    nic.collect(fs, CONFIG)
+    fs.seen.clear()
+    nic.collect(fs, CONFIG)
+    lists = [p for p in fs.seen if p.endswith("affinity_list")]
+    assert len({p.split("/")[-2] for p in lists}) > 4
+    assert len(niclocality._HELD[fs]) == len([p for p in lists if Path(p).exists()])

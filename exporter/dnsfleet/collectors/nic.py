@@ -29,7 +29,7 @@ from dnsfleet.collectors.niclocality import (
 from dnsfleet.config import Config
 from dnsfleet.exposition import Family
 from dnsfleet.hostfs import HostFS, HostReadError
-from dnsfleet.parsers.interrupts import parse_interrupts, parse_softirqs
+from dnsfleet.parsers.interrupts import IrqLine, parse_interrupts, parse_softirqs
 from dnsfleet.parsers.nic import is_queue_vector, matches_interface, vector_name
 
 
@@ -112,6 +112,7 @@ def nic_irqs(fs: HostFS, nics: list[Nic]) -> tuple[list[NicIrqs], list[int]]:
     ints = parse_interrupts(fs.read_text(fs.proc("interrupts")), counts_for=wanted)
     lines = ints.by_irq()
     out = []
+    per_nic: list[tuple[Nic, list[IrqLine]]] = []
     for nic in nics:
         if nic.msi_irqs:
             candidates = [lines[i] for i in sorted(nic.msi_irqs, key=int) if i in lines]
@@ -122,19 +123,21 @@ def nic_irqs(fs: HostFS, nics: list[Nic]) -> tuple[list[NicIrqs], list[int]]:
                 if ln.irq.isdigit()
                 and matches_interface(ln.actions, ifname=nic.name, pci_slot=nic.pci_slot)
             ]
+        per_nic.append((nic, [ln for ln in candidates if is_queue_vector(ln.actions, nic.name)]))
+    # The affinities are settings (irqbalance rewrites them): read every scrape, all NICs'
+    # at once (a read holds what it asks for and lets go of the rest).
+    lists = iter(irq_affinities(fs, [ln.irq for _, queue_lines in per_nic for ln in queue_lines]))
+    for nic, queue_lines in per_nic:
         result = NicIrqs(nic)
         seen: set[str] = set()
         counts: list[tuple[int, ...]] = []
-        queue_lines = [ln for ln in candidates if is_queue_vector(ln.actions, nic.name)]
-        # The affinities are settings (irqbalance rewrites them): read every scrape.
-        lists = irq_affinities(fs, [ln.irq for ln in queue_lines])
-        for k, ln in enumerate(queue_lines):
+        for ln in queue_lines:
             label = vector_name(ln.actions)
             if label in seen:
                 label = f"{label}#{ln.irq}"
             seen.add(label)
-            affinity = cpu_list(lists[2 * k])
-            effective = cpu_list(lists[2 * k + 1])
+            affinity = cpu_list(next(lists))
+            effective = cpu_list(next(lists))
             result.queues.append(
                 Queue(
                     irq=ln.irq,
