@@ -12,7 +12,7 @@ import pytest
 
 from dnsfleet.collectors import CollectorError, cpu
 from dnsfleet.exposition import Family
-from dnsfleet.hostfs import MAX_READ_BYTES, HostFS, StrPath
+from dnsfleet.hostfs import MAX_READ_BYTES, HeldFiles, HostFS, StrPath
 from tests.harness import metrics
 from tests.harness.hosttree import TreeWriter, add_cpu, pm_qos
 from tests.harness.metrics import of
@@ -45,6 +45,12 @@ class CountingFS(HostFS):
             base, names, limit=limit, unreadable_as_missing=unreadable_as_missing
         )
 
+    def read_held(
+        self, held: HeldFiles, paths: Sequence[str], *, prune: bool = False
+    ) -> list[bytes | None]:
+        self.seen.extend(paths)
+        return super().read_held(held, paths, prune=prune)
+
     def listdir(self, path: StrPath) -> list[str]:
         self.seen.append(str(path) + "/")
         return super().listdir(path)
@@ -75,7 +81,13 @@ def test_static_files_are_read_once_and_counters_every_scrape(tmp_path: Path) ->
     usage.write_text("25\n")
     fams = cpu.collect(fs, None)  # type: ignore[arg-type]
     again = list(fs.seen)
-    assert not [p for p in again if p.endswith(("/name", "/latency", "/"))], again
+    # The driver's table is checked on the first CPU only (acpi_idle rewrites it in place).
+    static = [p for p in again if p.endswith(("/name", "/latency", "/"))]
+    assert sorted(static) == sorted(
+        f"{tmp_path}/sys/devices/system/cpu/cpu0/cpuidle/state{k}/{f}"
+        for k in range(len(STATES))
+        for f in ("name", "latency")
+    ), static
     assert len(again) < len(first)
     # Every CPU's disable, time and usage of every state, its resume latency and governor.
     per_cpu = [p for p in again if "/cpu2/" in p]
@@ -135,15 +147,50 @@ def test_a_bad_per_cpu_file_fails_the_collector_naming_it(
     tmp_path: Path, rel: str, content: str | None, message: str
 ) -> None:
     fs = build(tmp_path, 4)
-    cpu.collect(fs, None)  # type: ignore[arg-type]
     path = tmp_path / "sys/devices/system/cpu" / rel
     if content is None:
+        # Before the first scrape: a file held open from an earlier scrape is the file read
+        # (sysfs never puts another file under an attribute's name; its removal fails the
+        # held descriptor, test_hostfs).
         path.unlink()
         path.mkdir()
     else:
+        cpu.collect(fs, None)  # type: ignore[arg-type]
         path.write_text(content)
     with pytest.raises(CollectorError) as e:
         cpu.collect(fs, None)  # type: ignore[arg-type]
     assert message in str(e.value)
     if "resume" not in rel:  # parse_resume_latency's message names its file only
         assert str(e.value).startswith(f"{path}: "), str(e.value)
+
+
+def test_a_driver_table_rewritten_in_place_is_seen(tmp_path: Path) -> None:
+    """acpi_idle rewrites its states (names, exit latencies) on a _CST change notification
+    without a change of driver: the first CPU's table is read every scrape."""
+    fs = build(tmp_path, 3)
+    assert value(cpu.collect(fs, None), "dnsfleet_cpu_wakeup_latency_seconds") == 133e-6  # type: ignore[arg-type]
+    for c in range(3):
+        d = tmp_path / f"sys/devices/system/cpu/cpu{c}/cpuidle/state2"
+        (d / "latency").write_text("59\n")
+        (d / "name").write_text("C3\n")
+    fams = cpu.collect(fs, None)  # type: ignore[arg-type]
+    assert value(fams, "dnsfleet_cpu_wakeup_latency_seconds") == 59e-6
+    assert value(fams, "dnsfleet_cpuidle_state_enabled_cpus", state="C3") == 3
+    assert value(fams, "dnsfleet_cpuidle_state_enabled_cpus", state="C6") is None
+
+
+def test_a_cpu_taken_offline_and_back(tmp_path: Path) -> None:
+    fs = build(tmp_path, 4)
+    fams = cpu.collect(fs, None)  # type: ignore[arg-type]
+    assert value(fams, "dnsfleet_cpuidle_state_entries_total", state="C1") == 40
+    online = tmp_path / "sys/devices/system/cpu/online"
+    online.write_text("0,2-3\n")
+    (tmp_path / "sys/devices/system/cpu/cpu1/cpuidle/state1/usage").write_text("1000\n")
+    fams = cpu.collect(fs, None)  # type: ignore[arg-type]
+    assert value(fams, "dnsfleet_cpuidle_state_entries_total", state="C1") == 30
+    online.write_text("0-3\n")
+    fams = cpu.collect(fs, None)  # type: ignore[arg-type]
+    assert value(fams, "dnsfleet_cpuidle_state_entries_total", state="C1") == 1030
+    (tmp_path / "sys/devices/system/cpu/cpu1/cpuidle/state1/usage").write_text("1001\n")
+    fams = cpu.collect(fs, None)  # type: ignore[arg-type]
+    assert value(fams, "dnsfleet_cpuidle_state_entries_total", state="C1") == 1031

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from dnsfleet.collectors import nic
+from dnsfleet.collectors import nic, niclocality
 from dnsfleet.config import parse
 from dnsfleet.exposition import Family
-from dnsfleet.hostfs import MAX_READ_BYTES, HostFS, StrPath
+from dnsfleet.hostfs import MAX_READ_BYTES, HeldFiles, HostFS, StrPath
 from tests.harness import metrics
 from tests.harness.hosttree import TREES
 from tests.harness.metrics import of
@@ -47,6 +47,12 @@ class RecordingFS(HostFS):
         return super().read_many(
             base, names, limit=limit, unreadable_as_missing=unreadable_as_missing
         )
+
+    def read_held(
+        self, held: HeldFiles, paths: Sequence[str], *, prune: bool = False
+    ) -> list[bytes | None]:
+        self.seen.extend(paths)
+        return super().read_held(held, paths, prune=prune)
 
 
 def tree(tmp_path: Path) -> tuple[Path, RecordingFS]:
@@ -94,3 +100,14 @@ def test_affinity_is_read_every_scrape(tmp_path: Path) -> None:
             eff.write_text(f"{k % 8}\n")
     irqs = metrics.value(of(nic.collect(fs, CONFIG)), "dnsfleet_nic_irq_cpus", device="eth1")
     assert irqs is not None and irqs > 1
+
+
+def test_every_nics_affinity_lists_stay_held_between_scrapes(tmp_path: Path) -> None:
+    """One read of all NICs' lists a scrape: a read per NIC let go of the NIC before's."""
+    _, fs = tree(tmp_path)
+    nic.collect(fs, CONFIG)
+    fs.seen.clear()
+    nic.collect(fs, CONFIG)
+    lists = [p for p in fs.seen if p.endswith("affinity_list")]
+    assert len({p.split("/")[-2] for p in lists}) > 4
+    assert len(niclocality._HELD[fs]) == len([p for p in lists if Path(p).exists()])

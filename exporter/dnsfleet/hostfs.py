@@ -9,6 +9,8 @@ No other module names a literal host path.
 from __future__ import annotations
 
 import os
+import resource
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,9 @@ _SHORT_READ = 4096
 # The first read of a file read_many opens: a sysfs attribute of one number or CPU list.
 _ATTR_READ = 256
 _OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
+# Files a HeldFiles keeps open: at most this many, and an eighth of the soft open-file limit
+# (the probes' socket budget leaves that much aside, selfmetrics.probe_concurrency).
+HELD_FILES_MAX = 4096
 
 
 # Hot loops (thousands of per-CPU sysfs files) build string paths under a root given by
@@ -125,6 +130,13 @@ class HostFS:
             os.close(dfd)
         return out
 
+    def read_held(
+        self, held: HeldFiles, paths: Sequence[str], *, prune: bool = False
+    ) -> list[bytes | None]:
+        """The files at ``paths`` (under this object's roots) through ``held``: see
+        :class:`HeldFiles`. None for a file that does not exist."""
+        return held.read(paths, prune=prune)
+
     def read_text(self, path: StrPath, *, limit: int = MAX_READ_BYTES) -> str:
         return self.read_bytes(path, limit=limit).decode("utf-8", errors="replace")
 
@@ -162,6 +174,151 @@ class HostFS:
         for name in self.listdir(self.procfs):
             if name.isdigit():
                 yield int(name)
+
+
+def held_files_cap(soft_limit: int) -> int:
+    """Pure: how many files HeldFiles may keep open under a soft RLIMIT_NOFILE."""
+    return max(0, min(HELD_FILES_MAX, soft_limit // 8))
+
+
+class HeldFiles:
+    """Sysfs attributes read every scrape, kept open and read again with pread at offset 0.
+
+    A 128-CPU host has ~1,800 per-CPU attributes that change at run time (cpuidle
+    ``usage``, ``time``, ``disable``, ``pm_qos_resume_latency_us``, the governor): opening
+    each afresh was most of the host scrape (about 8 us a file on sysfs here against under
+    1 us for a pread). Re-reading an open attribute is exact: "If userspace seeks back to
+    zero or does a pread(2) with an offset of '0' the show() method will be called again"
+    (Documentation/filesystems/sysfs.rst); seq_file files under /proc do the same. An
+    attribute whose kobject goes (CPU hotplug, a cpuidle driver unregistered) fails the held
+    descriptor's read (kernfs: ENODEV), and the path is opened afresh: a file that no longer
+    exists reads as None. A regular file (a fixture tree) rewritten in place is read anew;
+    one replaced by another file under the same name is not seen through the old
+    descriptor, which sysfs never does to an attribute.
+
+    Bounded: at most ``cap`` descriptors over every HeldFiles of the process
+    (:func:`held_files_cap` of the soft limit when not given); the paths beyond it are
+    opened and read each time, as :meth:`HostFS.read_bytes`. ``prune``: close what this
+    read did not ask for (the set of paths changes: IRQs come and go).
+    One thread at a time: a reader that finds another (the host lane's retired, stuck
+    thread) still reading opens its files afresh, so no descriptor is used or closed by two
+    threads at once."""
+
+    def __init__(self, cap: int | None = None) -> None:
+        if cap is None:
+            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+            cap = held_files_cap(2**31 if soft == resource.RLIM_INFINITY else soft)
+        self.cap = cap
+        self._fds: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._closing = False
+        # The last paths read when every one was held, and their descriptors in order: the
+        # same paths next scrape are one pread each, without a lookup.
+        self._run: tuple[Sequence[str], list[int]] | None = None
+
+    def __len__(self) -> int:
+        return len(self._fds)
+
+    def read(self, paths: Sequence[str], *, prune: bool = False) -> list[bytes | None]:
+        if not self._lock.acquire(blocking=False):
+            return [_read_fresh(p, None, 0) for p in paths]
+        try:
+            if self._run is not None and self._run[0] is paths:
+                try:
+                    data = [os.pread(fd, _ATTR_READ, 0) for fd in self._run[1]]
+                except OSError:
+                    pass
+                else:
+                    if not data or max(map(len, data)) < _ATTR_READ:
+                        return list(data)
+            self._run = None
+            out = self._read(paths)
+            if prune and len(self._fds) > len(paths):
+                asked = set(paths)
+                for path in [p for p in self._fds if p not in asked]:
+                    _close_held(self._fds.pop(path))
+            if len(self._fds) >= len(paths) and all(p in self._fds for p in paths):
+                self._run = (paths, [self._fds[p] for p in paths])
+            return out
+        finally:
+            if self._closing:
+                self._close_fds()
+            self._lock.release()
+
+    def _read(self, paths: Sequence[str]) -> list[bytes | None]:
+        fds = self._fds
+        pread = os.pread
+        out: list[bytes | None] = []
+        for path in paths:
+            fd = fds.get(path)
+            if fd is not None:
+                try:
+                    data = pread(fd, _ATTR_READ, 0)
+                except OSError:
+                    data = b"\0" * _ATTR_READ  # read the path afresh below
+                if len(data) < _ATTR_READ:
+                    out.append(data)
+                    continue
+                del fds[path]
+                _close_held(fd)
+            out.append(_read_fresh(path, fds, self.cap))
+        return out
+
+    def close(self) -> None:
+        """Close every held descriptor; now, or when the thread reading is done."""
+        self._closing = True
+        if self._lock.acquire(blocking=False):
+            try:
+                self._close_fds()
+            finally:
+                self._lock.release()
+
+    def _close_fds(self) -> None:
+        self._run = None
+        fds, self._fds = self._fds, {}
+        for fd in fds.values():
+            _close_held(fd)
+
+
+class _Held:
+    """Descriptors held by every HeldFiles of the process (the cap is the process's)."""
+
+    open = 0
+    lock = threading.Lock()
+
+
+def _close_held(fd: int) -> None:
+    with _Held.lock:
+        _Held.open -= 1
+    os.close(fd)
+
+
+def _read_fresh(path: str, keep: dict[str, int] | None, cap: int) -> bytes | None:
+    """The file at ``path`` opened and read (None: it does not exist); its descriptor is
+    kept in ``keep`` when the file fits one small read and fewer than ``cap`` are held."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise HostReadError(f"{path}: {e.strerror or e}") from e
+    try:
+        data = _read_fd(fd, _ATTR_READ, MAX_READ_BYTES)
+    except OSError as e:
+        os.close(fd)
+        raise HostReadError(f"{path}: {e.strerror or e}") from e
+    if len(data) > MAX_READ_BYTES:
+        os.close(fd)
+        raise HostReadError(f"{path}: larger than {MAX_READ_BYTES} bytes")
+    if keep is not None and len(data) < _ATTR_READ:
+        with _Held.lock:
+            held = _Held.open < cap
+            _Held.open += held
+        if held:
+            keep[path] = fd
+            return data
+    os.close(fd)
+    return data
 
 
 def _read_at(dfd: int, name: str, limit: int) -> bytes:

@@ -21,32 +21,25 @@ collector still succeeds.
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
 from typing import cast
 
 from dnsfleet.collectors.base import CollectorError, host_collector
+from dnsfleet.collectors.cputopology import SETTINGS, Topology, per_cpu_files, state_order
 from dnsfleet.config import Config
 from dnsfleet.exposition import Family
 from dnsfleet.hostfs import HostFS, HostReadError
 from dnsfleet.parsers.cpuidle import (
-    PER_CPU_STATE_FILES,
     STATE_FILES,
-    STATIC_STATE_FILES,
     allowed,
     parse_cpu_dma_latency,
     parse_cpuidle_state,
     parse_resume_latency,
     parse_state_counters,
-    parse_state_static,
 )
-from dnsfleet.parsers.interrupts import parse_cpu_list
 
 log = logging.getLogger(__name__)
-_CPU_DIR = re.compile(r"^cpu(\d+)$")
 US = 1_000_000  # µs per second
-# Per-CPU settings read with the idle states, relative to cpuN; read_cpus takes them last.
-SETTINGS = ("power/pm_qos_resume_latency_us", "cpufreq/scaling_governor")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,95 +56,9 @@ class CpuIdle:
     resume_limit_us: int | None  # per-CPU PM QoS; None = no constraint
 
 
-def online_cpus(fs: HostFS) -> list[int]:
-    base = fs.sys("devices", "system", "cpu")
-    present = sorted(int(m.group(1)) for n in fs.listdir(base) if (m := _CPU_DIR.match(n)))
-    online = fs.read_optional(base / "online")
-    if online is None:
-        return present
-    on = parse_cpu_list(online)
-    return [c for c in present if c in on]
-
-
-def _state_order(name: str) -> int:
-    return int(name[5:]) if name[5:].isdigit() else 1 << 30
-
-
-@dataclass(frozen=True, slots=True)
-class Topology:
-    """What stays put between scrapes: the online CPUs, the single cpuidle driver's states
-    (directories, names, exit latencies) and the files each CPU reads every scrape
-    (``per_cpu``, under ``cpuN``: the states' counters, then SETTINGS). ``shared`` is None
-    where CPUs may differ (CONFIG_CPU_IDLE_MULTIPLE_DRIVERS): each CPU is read whole."""
-
-    key: tuple[object, ...]
-    cpus: tuple[int, ...]
-    driver: str | None  # cpuidle/current_driver
-    shared: tuple[str, ...] | None
-    names: tuple[str, ...] = ()
-    latency_us: tuple[int, ...] = ()
-    per_cpu: tuple[str, ...] = SETTINGS
-
-
-# The layout read last. One entry: a collector reads one host tree; the host lane runs one
-# collector at a time, and a reader that finds no entry reads the layout again.
-_TOPOLOGY: dict[HostFS, Topology] = {}
-
-
-def topology(fs: HostFS) -> Topology:
-    """The CPUs' layout, read again only when a cheap file that changes with it does: CPU
-    hotplug rewrites ``online`` and ``present`` (a CPU directory appears or goes with
-    ``present``), and loading or switching the cpuidle driver (its states and their exit
-    latencies) changes ``current_driver``. On a 128-CPU host the directory listings and the
-    driver's state files were read on every scrape."""
-    base = fs.sys("devices", "system", "cpu")
-    driver = fs.read_optional(base / "cpuidle" / "current_driver")
-    key = (
-        fs,
-        fs.read_optional(base / "online"),
-        fs.read_optional(base / "present"),
-        fs.read_optional(base / "possible"),
-        driver,
-    )
-    cached = _TOPOLOGY.get(fs)
-    if cached is not None and cached.key == key:
-        return cached
-    cpus = online_cpus(fs)
-    topo = Topology(key=key, cpus=tuple(cpus), driver=driver, shared=None)
-    for cpu in cpus:
-        d = f"{base}/cpu{cpu}/cpuidle"
-        dirs = sorted((n for n in fs.listdir(d) if n.startswith("state")), key=_state_order)
-        if not dirs:
-            continue
-        if fs.exists(f"{d}/driver"):
-            break  # one driver per CPU: nothing shared to keep
-        static = [
-            parse_state_static(
-                {
-                    f: text
-                    for f in STATIC_STATE_FILES
-                    if (text := fs.read_optional(f"{d}/{n}/{f}")) is not None
-                },
-                what=f"{d}/{n}",
-            )
-            for n in dirs
-        ]
-        topo = Topology(
-            key=key,
-            cpus=tuple(cpus),
-            driver=driver,
-            shared=tuple(dirs),
-            names=tuple(name for name, _ in static),
-            latency_us=tuple(latency for _, latency in static),
-            per_cpu=(*(f"cpuidle/{n}/{f}" for n in dirs for f in PER_CPU_STATE_FILES), *SETTINGS),
-        )
-        break
-    _TOPOLOGY.clear()
-    _TOPOLOGY[fs] = topo
-    return topo
-
-
-def read_cpus(fs: HostFS, topo: Topology) -> tuple[list[CpuIdle], dict[str, int]]:
+def read_cpus(
+    fs: HostFS, topo: Topology, raw: list[bytes | None]
+) -> tuple[list[CpuIdle], dict[str, int]]:
     """The idle states of every CPU that has them, and how many CPUs use each cpufreq
     governor.
 
@@ -159,18 +66,20 @@ def read_cpus(fs: HostFS, topo: Topology) -> tuple[list[CpuIdle], dict[str, int]
     with CONFIG_CPU_IDLE_MULTIPLE_DRIVERS), every CPU has that driver's states, and their
     names and exit latencies come from ``drv->states[]`` (``drivers/cpuidle/sysfs.c``): they
     are kept in ``topo``. Per-CPU files (disable, time, usage, the resume latency and the
-    governor) are read for every CPU each scrape, in one batch per CPU: counters and
-    settings, not layout (a state an administrator disables shows on the next scrape)."""
+    governor: ``raw``, each CPU's ``topo.per_cpu`` in turn) are read for every CPU each
+    scrape: counters and settings, not layout (a state an administrator disables shows on
+    the next scrape)."""
     base = str(fs.sys("devices", "system", "cpu"))
     out: list[CpuIdle] = []
     governors: dict[str, int] = {}
-    for cpu in topo.cpus:
+    w = len(topo.per_cpu)
+    for k, cpu in enumerate(topo.cpus):
         d = f"{base}/cpu{cpu}"
-        raw = fs.read_many(d, topo.per_cpu)
-        resume, governor = raw[-2], raw[-1]
+        mine = raw[w * k : w * k + w]
+        resume, governor = mine[-2], mine[-1]
         if governor is not None and (g := governor.decode("utf-8", errors="replace").strip()):
             governors[g] = governors.get(g, 0) + 1
-        states = _cpu_states(fs, d) if topo.shared is None else _shared_states(topo, raw, d)
+        states = _cpu_states(fs, d) if topo.shared is None else _shared_states(topo, mine, d)
         if states is None:
             continue
         limit = resume.decode("utf-8", errors="replace") if resume else ""
@@ -194,7 +103,7 @@ def _shared_states(topo: Topology, raw: list[bytes | None], d: str) -> _States |
 def _cpu_states(fs: HostFS, d: str) -> _States | None:
     """One CPU's states read whole, its driver's own (one driver per CPU)."""
     idle = f"{d}/cpuidle"
-    dirs = sorted((n for n in fs.listdir(idle) if n.startswith("state")), key=_state_order)
+    dirs = sorted((n for n in fs.listdir(idle) if n.startswith("state")), key=state_order)
     if not dirs:
         return None
     raw = fs.read_many(idle, [f"{n}/{f}" for n in dirs for f in STATE_FILES])
@@ -247,8 +156,8 @@ def collect(fs: HostFS, config: Config) -> list[Family]:
 
 
 def _collect(fs: HostFS) -> list[Family]:
-    topo = topology(fs)
-    idle, governors = read_cpus(fs, topo)
+    topo, raw = per_cpu_files(fs)
+    idle, governors = read_cpus(fs, topo, raw)
     pm_qos = _pm_qos_families(fs, idle)
     driver = topo.driver
     return [

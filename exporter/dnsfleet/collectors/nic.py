@@ -15,18 +15,22 @@ CPUs that effectively serve each NIC's queue interrupts, and whether they share 
 
 from __future__ import annotations
 
-import functools
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from dnsfleet.collectors.base import CollectorError, host_collector
+from dnsfleet.collectors.niclocality import (
+    cache_domains,
+    cpu_list,
+    irq_affinities,
+    process_pids,
+    thread_cpus,
+)
 from dnsfleet.config import Config
 from dnsfleet.exposition import Family
 from dnsfleet.hostfs import HostFS, HostReadError
-from dnsfleet.parsers.interrupts import parse_cpu_list, parse_interrupts, parse_softirqs
+from dnsfleet.parsers.interrupts import IrqLine, parse_interrupts, parse_softirqs
 from dnsfleet.parsers.nic import is_queue_vector, matches_interface, vector_name
-from dnsfleet.parsers.procstat import parse_stat_processor
 
 
 @dataclass(frozen=True)
@@ -101,29 +105,14 @@ def find_nics(fs: HostFS, config: Config) -> list[Nic]:
     return nics
 
 
-# Under /proc/irq/<irq>: where the IRQ may go, and where it goes (4.13 and later).
-AFFINITY = ("smp_affinity_list", "effective_affinity_list")
-# Under cpuN/cache/indexK.
-CACHE_FILES = ("type", "level", "shared_cpu_list")
-
-
-def _cpu_list(data: bytes | None) -> frozenset[int] | None:
-    return None if data is None else _parse_cpu_list(data.decode("utf-8", errors="replace"))
-
-
-# A large host's IRQs and caches repeat a few CPU lists ("0-127", one CPU each): parsed
-# once per distinct text (the parser is pure and its sets are frozen).
-_parse_cpu_list = functools.lru_cache(maxsize=1024)(parse_cpu_list)
-
-
 def nic_irqs(fs: HostFS, nics: list[Nic]) -> tuple[list[NicIrqs], list[int]]:
     """Each NIC's queue IRQs with counts and affinities, and the online CPUs."""
     by_msi = all(n.msi_irqs for n in nics)
     wanted = frozenset().union(*(n.msi_irqs for n in nics)) if by_msi else None
     ints = parse_interrupts(fs.read_text(fs.proc("interrupts")), counts_for=wanted)
     lines = ints.by_irq()
-    irq_root = str(fs.proc("irq"))
     out = []
+    per_nic: list[tuple[Nic, list[IrqLine]]] = []
     for nic in nics:
         if nic.msi_irqs:
             candidates = [lines[i] for i in sorted(nic.msi_irqs, key=int) if i in lines]
@@ -134,20 +123,21 @@ def nic_irqs(fs: HostFS, nics: list[Nic]) -> tuple[list[NicIrqs], list[int]]:
                 if ln.irq.isdigit()
                 and matches_interface(ln.actions, ifname=nic.name, pci_slot=nic.pci_slot)
             ]
+        per_nic.append((nic, [ln for ln in candidates if is_queue_vector(ln.actions, nic.name)]))
+    # The affinities are settings (irqbalance rewrites them): read every scrape, all NICs'
+    # at once (a read holds what it asks for and lets go of the rest).
+    lists = iter(irq_affinities(fs, [ln.irq for _, queue_lines in per_nic for ln in queue_lines]))
+    for nic, queue_lines in per_nic:
         result = NicIrqs(nic)
         seen: set[str] = set()
         counts: list[tuple[int, ...]] = []
-        queue_lines = [ln for ln in candidates if is_queue_vector(ln.actions, nic.name)]
-        # The affinities are settings (irqbalance rewrites them): read every scrape, in
-        # one batch under /proc/irq.
-        lists = fs.read_many(irq_root, [f"{ln.irq}/{f}" for ln in queue_lines for f in AFFINITY])
-        for k, ln in enumerate(queue_lines):
+        for ln in queue_lines:
             label = vector_name(ln.actions)
             if label in seen:
                 label = f"{label}#{ln.irq}"
             seen.add(label)
-            affinity = _cpu_list(lists[2 * k])
-            effective = _cpu_list(lists[2 * k + 1])
+            affinity = cpu_list(next(lists))
+            effective = cpu_list(next(lists))
             result.queues.append(
                 Queue(
                     irq=ln.irq,
@@ -166,73 +156,6 @@ def nic_irqs(fs: HostFS, nics: list[Nic]) -> tuple[list[NicIrqs], list[int]]:
                     result.per_cpu[cpu] = total
             out.append(result)
     return out, list(ints.cpus)
-
-
-def process_pids(fs: HostFS, names: Iterable[str]) -> dict[str, list[int]]:
-    """PIDs by comm for the given process names, in one pass over /proc."""
-    want = set(names)
-    found: dict[str, list[int]] = {n: [] for n in want}
-    pids = list(fs.pids())
-    # A process that exited between listing and reading (ESRCH) reads as missing.
-    comms = fs.read_many(fs.procfs, [f"{pid}/comm" for pid in pids], unreadable_as_missing=True)
-    for pid, comm in zip(pids, comms, strict=True):
-        if comm is not None and (c := comm.decode("utf-8", errors="replace").rstrip("\n")) in want:
-            found[c].append(pid)
-    return found
-
-
-def thread_cpus(fs: HostFS, pids: list[int]) -> list[int]:
-    """The CPU each thread of the processes last ran on."""
-    cpus = []
-    proc = str(fs.proc())
-    for pid in pids:
-        task = f"{proc}/{pid}/task"
-        tids = fs.listdir(task)
-        # A thread that exited between listing and reading reads as missing.
-        for stat in fs.read_many(task, [f"{t}/stat" for t in tids], unreadable_as_missing=True):
-            if stat is not None:
-                cpus.append(parse_stat_processor(stat.decode("utf-8", errors="replace")))
-    return cpus
-
-
-# CPU -> cache level -> CPUs sharing it, for the host tree read last, while its CPUs stand:
-# the kernel rewrites shared_cpu_list only when a CPU comes or goes (cacheinfo's hotplug
-# callbacks), which rewrites ``online`` too. Read each scrape, they were ~200 files.
-_CACHES: dict[HostFS, tuple[object, dict[int, dict[str, frozenset[int]]]]] = {}
-
-
-def cache_domains(fs: HostFS, cpus: Iterable[int]) -> dict[int, dict[str, frozenset[int]]]:
-    """CPU -> cache level -> the CPUs sharing that level's data or unified cache with it.
-    Sharing is symmetric, so reading the resolver's few CPUs answers "does this thread share
-    a cache with an interrupt CPU" without reading the topology of every CPU."""
-    base = str(fs.sys("devices", "system", "cpu"))
-    key = (fs.read_optional(f"{base}/online"), fs.read_optional(f"{base}/present"))
-    entry = _CACHES.get(fs)
-    if entry is None or entry[0] != key:
-        entry = (key, {})
-        _CACHES.clear()
-        _CACHES[fs] = entry
-    known = entry[1]
-    out: dict[int, dict[str, frozenset[int]]] = {}
-    for cpu in cpus:
-        if cpu not in known:
-            known[cpu] = _cache_levels(fs, f"{base}/cpu{cpu}/cache")
-        out[cpu] = known[cpu]
-    return out
-
-
-def _cache_levels(fs: HostFS, cache: str) -> dict[str, frozenset[int]]:
-    levels: dict[str, set[int]] = {}
-    indexes = [i for i in fs.listdir(cache) if i.startswith("index")]
-    files = fs.read_many(cache, [f"{i}/{f}" for i in indexes for f in CACHE_FILES])
-    for k in range(0, len(files), len(CACHE_FILES)):
-        typ, level, shared = files[k : k + len(CACHE_FILES)]
-        lvl = (level or b"").strip().decode("ascii", errors="replace")
-        if (typ or b"").strip() == b"Instruction" or not lvl.isdigit():
-            continue
-        if (cpus := _cpu_list(shared)) is not None:
-            levels.setdefault(lvl, set()).update(cpus)
-    return {k: frozenset(v) for k, v in sorted(levels.items())}
 
 
 def collect(fs: HostFS, config: Config) -> list[Family]:

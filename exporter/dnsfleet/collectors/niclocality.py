@@ -1,0 +1,114 @@
+"""What the nic collector reads of the host besides /proc/interrupts: the IRQs' affinity
+lists (held open between scrapes), the processes and threads of the resolver, and the CPUs'
+cache sharing (kept while the CPUs stand)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+
+from dnsfleet.hostfs import HeldFiles, HostFS
+from dnsfleet.parsers.interrupts import parse_cpu_list
+from dnsfleet.parsers.procstat import parse_stat_processor
+
+# Under /proc/irq/<irq>: where the IRQ may go, and where it goes (4.13 and later).
+AFFINITY = ("smp_affinity_list", "effective_affinity_list")
+
+# Under cpuN/cache/indexK.
+CACHE_FILES = ("type", "level", "shared_cpu_list")
+
+
+def cpu_list(data: bytes | None) -> frozenset[int] | None:
+    return None if data is None else _parse_cpu_list(data.decode("utf-8", errors="replace"))
+
+
+# A large host's IRQs and caches repeat a few CPU lists ("0-127", one CPU each): parsed
+# once per distinct text (the parser is pure and its sets are frozen).
+_parse_cpu_list = functools.lru_cache(maxsize=1024)(parse_cpu_list)
+
+
+def process_pids(fs: HostFS, names: Iterable[str]) -> dict[str, list[int]]:
+    """PIDs by comm for the given process names, in one pass over /proc."""
+    want = set(names)
+    found: dict[str, list[int]] = {n: [] for n in want}
+    pids = list(fs.pids())
+    # A process that exited between listing and reading (ESRCH) reads as missing.
+    comms = fs.read_many(fs.procfs, [f"{pid}/comm" for pid in pids], unreadable_as_missing=True)
+    for pid, comm in zip(pids, comms, strict=True):
+        if comm is not None and (c := comm.decode("utf-8", errors="replace").rstrip("\n")) in want:
+            found[c].append(pid)
+    return found
+
+
+def thread_cpus(fs: HostFS, pids: list[int]) -> list[int]:
+    """The CPU each thread of the processes last ran on."""
+    cpus = []
+    proc = str(fs.proc())
+    for pid in pids:
+        task = f"{proc}/{pid}/task"
+        tids = fs.listdir(task)
+        # A thread that exited between listing and reading reads as missing.
+        for stat in fs.read_many(task, [f"{t}/stat" for t in tids], unreadable_as_missing=True):
+            if stat is not None:
+                cpus.append(parse_stat_processor(stat.decode("utf-8", errors="replace")))
+    return cpus
+
+
+# CPU -> cache level -> CPUs sharing it, for the host tree read last, while its CPUs stand:
+# the kernel rewrites shared_cpu_list only when a CPU comes or goes (cacheinfo's hotplug
+# callbacks), which rewrites ``online`` too. Read each scrape, they were ~200 files.
+_CACHES: dict[HostFS, tuple[object, dict[int, dict[str, frozenset[int]]]]] = {}
+
+
+def cache_domains(fs: HostFS, cpus: Iterable[int]) -> dict[int, dict[str, frozenset[int]]]:
+    """CPU -> cache level -> the CPUs sharing that level's data or unified cache with it.
+    Sharing is symmetric, so reading the resolver's few CPUs answers "does this thread share
+    a cache with an interrupt CPU" without reading the topology of every CPU."""
+    base = str(fs.sys("devices", "system", "cpu"))
+    key = (fs.read_optional(f"{base}/online"), fs.read_optional(f"{base}/present"))
+    entry = _CACHES.get(fs)
+    if entry is None or entry[0] != key:
+        entry = (key, {})
+        _CACHES.clear()
+        _CACHES[fs] = entry
+    known = entry[1]
+    out: dict[int, dict[str, frozenset[int]]] = {}
+    for cpu in cpus:
+        if cpu not in known:
+            known[cpu] = _cache_levels(fs, f"{base}/cpu{cpu}/cache")
+        out[cpu] = known[cpu]
+    return out
+
+
+def _cache_levels(fs: HostFS, cache: str) -> dict[str, frozenset[int]]:
+    levels: dict[str, set[int]] = {}
+    indexes = [i for i in fs.listdir(cache) if i.startswith("index")]
+    files = fs.read_many(cache, [f"{i}/{f}" for i in indexes for f in CACHE_FILES])
+    for k in range(0, len(files), len(CACHE_FILES)):
+        typ, level, shared = files[k : k + len(CACHE_FILES)]
+        lvl = (level or b"").strip().decode("ascii", errors="replace")
+        if (typ or b"").strip() == b"Instruction" or not lvl.isdigit():
+            continue
+        if (cpus := cpu_list(shared)) is not None:
+            levels.setdefault(lvl, set()).update(cpus)
+    return {k: frozenset(v) for k, v in sorted(levels.items())}
+
+
+# The affinity lists of the host tree read last, held open (hostfs.HeldFiles): irqbalance
+# rewrites them at any time, so they are read every scrape, but /proc/irq/<irq>/*_list are
+# seq_file files that show again when read at offset 0 (fs/seq_file.c), and an IRQ freed
+# (its /proc/irq/<irq> removed) fails a held descriptor's read, then its path is read
+# afresh. One entry: one host tree at a time.
+_HELD: dict[HostFS, HeldFiles] = {}
+
+
+def irq_affinities(fs: HostFS, irqs: Sequence[str]) -> list[bytes | None]:
+    """Each IRQ's AFFINITY files in turn, as read now (None: missing)."""
+    held = _HELD.get(fs)
+    if held is None:
+        for old in _HELD.values():
+            old.close()
+        _HELD.clear()
+        held = _HELD[fs] = HeldFiles()
+    root = str(fs.proc("irq"))
+    return fs.read_held(held, [f"{root}/{irq}/{f}" for irq in irqs for f in AFFINITY], prune=True)
