@@ -23,7 +23,15 @@ if sys.dont_write_bytecode and not os.environ.get("DNSFLEET_NO_PYCACHE"):
     sys.pycache_prefix = str(ROOT / ".pytest_cache" / "pycache")
     sys.dont_write_bytecode = False
 
+from hypothesis import HealthCheck, settings  # noqa: E402
+
 from tests.harness import needs  # noqa: E402
+
+# Hypothesis' per-example deadline (200 ms) and its too_slow health check are timing
+# thresholds: on a shared 2-core machine running three workers they failed tests whose
+# subject is bytes, not time. Every property test runs without them.
+settings.register_profile("dnsfleet", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("dnsfleet")
 from tests.harness.servers import Blackhole, Named, Unbound  # noqa: E402
 
 # example.test: authoritative on BIND; unbound reaches it through a stub-zone.
