@@ -30,7 +30,7 @@ import socket
 import ssl
 import struct
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from dnsfleet.web.request import MAX_BODY, MAX_HEAD, BadRequest, frame, keeps_alive, split_target
 from dnsfleet.web.routes import Request, Response, Router, StaticTLS, TLSSource, failure
@@ -94,7 +94,8 @@ class HTTPProtocol(asyncio.Protocol):
 
     # -- connection lifecycle
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # uvloop's transports are not asyncio.Transport subclasses: the type says what it is.
+        transport = cast(asyncio.Transport, transport)
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else ""
