@@ -116,6 +116,13 @@ def exporter_parser() -> argparse.ArgumentParser:  # long: one add_argument per 
         choices=logs.FORMATS,
         help="logfmt or json, one line per message on stderr (default logfmt)",
     )
+    run_args(p)
+    p.add_argument("--version", action="version", version=f"dnsfleet-exporter {__version__}")
+    return p
+
+
+def run_args(p: argparse.ArgumentParser) -> None:
+    """How the exporter runs: on which event loop, and once or as a daemon."""
     p.add_argument(
         "--event-loop",
         dest="event_loop",
@@ -128,8 +135,6 @@ def exporter_parser() -> argparse.ArgumentParser:  # long: one add_argument per 
         action="store_true",
         help="run one probe-and-collect cycle, print the exposition, exit",
     )
-    p.add_argument("--version", action="version", version=f"dnsfleet-exporter {__version__}")
-    return p
 
 
 def raise_fd_limit() -> None:
