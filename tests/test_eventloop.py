@@ -70,10 +70,17 @@ def test_an_unknown_value_is_refused_and_asyncio_run_keeps_asyncios_loop() -> No
     assert eventloop.running_kind() == "auto"
 
 
-def _startup_line(tmp_path: Path, *argv: str, code: str | None = None) -> str:
-    """The exporter's startup line, or what it wrote before it exited."""
+def _startup_line(
+    tmp_path: Path,
+    *argv: str,
+    code: str | None = None,
+    config: str = CONFIG,
+    children: list[str] | None = None,
+) -> str:
+    """The exporter's startup line, or what it wrote before it exited; the command lines of
+    the processes it runs then into ``children``."""
     conf = tmp_path / "dnsfleet.yml"
-    conf.write_text(CONFIG)
+    conf.write_text(config)
     args = ["--config.file", str(conf), f"--web.listen-address=127.0.0.1:{free_port()}", *argv]
     cmd = (
         [sys.executable, "-c", code, *args]
@@ -91,6 +98,11 @@ def _startup_line(tmp_path: Path, *argv: str, code: str | None = None) -> str:
                 break
             seen.append(line)
             if "listening on" in line:
+                if children is not None:
+                    task = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+                    for pid in task.read_text().split():
+                        words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                        children.append(" ".join(w.decode() for w in words))
                 return line
         return "".join(seen) + f"rc={proc.wait(timeout=10)}"
     finally:
@@ -121,6 +133,31 @@ def test_auto_without_uvloop_runs_asyncios_loop_and_uvloop_is_refused(tmp_path: 
     assert m and m.group(1) == "asyncio", line
     out = _startup_line(tmp_path, "--event-loop=uvloop", code=NO_UVLOOP)
     assert "uvloop does not import" in out and out.endswith("rc=1"), out
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("asked", ["asyncio", "uvloop"])
+def test_the_dnstap_ingest_runs_on_the_exporters_loop(tmp_path: Path, asked: str) -> None:
+    """The ingest process is started with the exporter, before its loop runs."""
+    config = CONFIG + f"dnstap: {{socket: {tmp_path / 'dnstap.sock'}}}\n"
+    children: list[str] = []
+    line = _startup_line(tmp_path, f"--event-loop={asked}", config=config, children=children)
+    assert LISTENING.search(line), line
+    (ingest,) = [c for c in children if "dnsfleet.dnstap.ingest" in c]
+    assert f"--event-loop {asked} " in ingest, ingest
+
+
+@pytest.mark.unit
+def test_a_child_is_told_the_running_or_chosen_loop() -> None:
+    eventloop.choose("asyncio")
+    assert eventloop.for_child() == "asyncio"
+
+    async def main() -> str:
+        return eventloop.for_child()
+
+    assert eventloop.run(main(), eventloop.choose("uvloop")) == "uvloop"
+    assert eventloop.for_child() == "uvloop"
+    assert asyncio.run(main()) == "asyncio"
 
 
 @pytest.mark.integration

@@ -161,6 +161,10 @@ def exporter_main(argv: Sequence[str] | None = None) -> int:
     # Before anything is measured against it (the exporter sizes probe concurrency by it).
     raise_fd_limit()
     fs = HostFS.from_flags(procfs=args.procfs, sysfs=args.sysfs, rootfs=args.rootfs)
+    try:  # before the exporter starts what runs beside it (dnstap's ingest, on the same loop)
+        loop = eventloop.choose(args.event_loop)
+    except eventloop.Unavailable as e:
+        return _invalid(args, f"--event-loop={args.event_loop}: {e}")
     try:
         exp = Exporter(fs=fs, config_file=args.config_file, background=not args.config_check)
     except ConfigError as e:
@@ -177,10 +181,6 @@ def exporter_main(argv: Sequence[str] | None = None) -> int:
             f"{len(cfg.targets)} targets"
         )
         return 0
-    try:
-        loop = eventloop.choose(args.event_loop)
-    except eventloop.Unavailable as e:
-        return _invalid(args, f"--event-loop={args.event_loop}: {e}")
     malloc.tune()
     malloc.tune_gc()
     if args.once:

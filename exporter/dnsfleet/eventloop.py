@@ -17,6 +17,9 @@ from typing import Any, TypeVar
 CHOICES = ("auto", "uvloop", "asyncio")
 
 T = TypeVar("T")
+# The loop this process chose last, for the processes it starts (the dnstap ingest's is
+# started with the exporter, before its loop runs).
+_chosen: list[str] = []
 
 
 class Unavailable(Exception):
@@ -48,7 +51,9 @@ def choose(asked: str) -> Loop:
             if asked == "uvloop":
                 raise Unavailable(f"uvloop does not import: {e}") from None
         else:
+            _chosen[:] = ["uvloop"]
             return Loop("uvloop", str(getattr(uvloop, "__version__", "")), uvloop.new_event_loop)
+    _chosen[:] = ["asyncio"]
     return Loop("asyncio", platform.python_version(), None)
 
 
@@ -66,3 +71,10 @@ def running_kind() -> str:
     except RuntimeError:
         return "auto"
     return "uvloop" if module.partition(".")[0] == "uvloop" else "asyncio"
+
+
+def for_child() -> str:
+    """``--event-loop`` for a process started from this one: the kind of the loop running
+    now, else of the one this process chose, else ``auto``."""
+    kind = running_kind()
+    return _chosen[-1] if kind == "auto" and _chosen else kind

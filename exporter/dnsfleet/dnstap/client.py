@@ -86,7 +86,7 @@ class Ingest:
                     *log_arguments(),
                     # On the exporter's kind of loop: --event-loop=asyncio holds for both.
                     "--event-loop",
-                    eventloop.running_kind(),
+                    eventloop.for_child(),
                     self.settings.encode(),
                 ],
                 pass_fds=(theirs.fileno(),),
