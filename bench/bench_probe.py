@@ -250,6 +250,9 @@ def main() -> int:
         default=str(Path(".venv-bench/bin/dns_exporter")),
         help="dns_exporter binary (make bench installs it in .venv-bench)",
     )
+    ap.add_argument(
+        "--event-loop", default="auto", help="dnsfleet's --event-loop (default auto: uvloop)"
+    )
     args = ap.parse_args()
     for tool in ("wrk", "dnsperf"):
         if not shutil.which(tool):
@@ -259,7 +262,7 @@ def main() -> int:
     if not 0 < min(*sizes, args.distinct) <= max(*sizes, args.distinct) <= MAX_TARGETS:
         ap.error(f"targets from 1 to {MAX_TARGETS:,} (127.0.1.1 to 127.0.255.250)")
     work = Path(tempfile.mkdtemp(prefix="dnsfleet-bench-"))
-    lab = Lab(work, sizes, args.distinct)
+    lab = Lab(work, sizes, args.distinct, event_loop=args.event_loop)
     rounds = Rounds()
     started = time.monotonic()
     try:

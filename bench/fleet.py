@@ -75,6 +75,7 @@ class Lab:
     peers: dict[str, Peer] = field(default_factory=dict)  # the /probe exporters
     fleets: dict[int, Peer] = field(default_factory=dict)  # size -> its /metrics dnsfleet
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    event_loop: str = "auto"  # each dnsfleet's --event-loop
 
     @property
     def port(self) -> int:
@@ -138,6 +139,7 @@ class Lab:
         port = free_port()
         base = f"http://127.0.0.1:{port}"
         cmd = [sys.executable, "-m", "dnsfleet", "--log.level=warn", f"--config.file={config}"]
+        cmd.append(f"--event-loop={self.event_loop}")
         proc = self._spawn(
             name, [*cmd, f"--web.listen-address=127.0.0.1:{port}"], base + "/-/healthy"
         )

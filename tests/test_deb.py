@@ -70,6 +70,9 @@ def test_architecture_all_on_debians_python_packages(deb: Path) -> None:
     assert recommends.get("python3-isal") == "python3-isal (>= 1.7.2)", recommends
     assert "python3-isal" not in depends
     assert '"isal>=1.7.2,' in pyproject
+    # The event loop on uvloop: recommended, asyncio's own loop without it.
+    assert recommends.get("python3-uvloop") == "python3-uvloop (>= 0.17)", recommends
+    assert '"uvloop>=0.17,' in pyproject
 
 
 def test_contents(deb: Path) -> None:

@@ -213,6 +213,10 @@ def test_installs_and_runs_from_the_package(runs: dict[str, Run], release: str, 
     assert missing == (["python3-isal (>= 1.7.2)"] if release == "bookworm" else []), missing
     deflater = read(out, f"{rnd}.deflater").strip()
     assert deflater == ("_zlib_gzip" if release == "bookworm" else "_isal_gzip"), deflater
+    # The event loop, as the exporter's startup line names it: uvloop from python3-uvloop
+    # (the Recommends: 0.17 in Debian 12, 0.21 in Debian 13).
+    loop = re.search(r"event loop: (\w+) ", read(out, f"{rnd}.exporter.log"))
+    assert loop and loop.group(1) == "uvloop", read(out, f"{rnd}.exporter.log")[-2000:]
     gzipped = read(out, f"{rnd}.gzip-scrape").split()
     assert gzipped[:2] == ["gzip", "True"] and int(gzipped[2]) >= 1, gzipped
     # Run as its user against the chroot's unbound, with basic auth (bcrypt).

@@ -27,6 +27,8 @@ from dnsfleet.endpoints.router import make_router
 from dnsfleet.hostfs import HostFS
 from dnsfleet.probes import udpshared
 from dnsfleet.web.server import serve
+from tests.harness.loops import both
+from tests.harness.loops import run as run_on
 from tests.harness.servers import Blackhole, Unbound, answer, scripted
 from tests.harness.tools import free_port
 from tests.wildcard import WildcardUnbound
@@ -69,7 +71,7 @@ class Client:
         return body
 
 
-def run(tmp_path: Path, main: Callable[[Client], Awaitable[T]]) -> T:
+def run(tmp_path: Path, main: Callable[[Client], Awaitable[T]], loop_kind: str = "asyncio") -> T:
     """``main`` against a fresh exporter whose general /probe path would fail the test: a
     request that should take the callback path and does not ends with reason internal."""
     conf = tmp_path / "dnsfleet.yml"
@@ -93,7 +95,7 @@ def run(tmp_path: Path, main: Callable[[Client], Awaitable[T]]) -> T:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(probes.PROBES, "udp", forbidden)
-        return asyncio.run(go())
+        return run_on(go(), loop_kind)
 
 
 def reason(body: str) -> str | None:
@@ -151,8 +153,13 @@ def delayed() -> Iterator[Delayed]:
     d.close()
 
 
+@both
 def test_every_verdict_as_the_socket_per_probe_gave_it(
-    tmp_path: Path, unbound: Unbound, blackhole: Blackhole, monkeypatch: pytest.MonkeyPatch
+    loop_kind: str,
+    tmp_path: Path,
+    unbound: Unbound,
+    blackhole: Blackhole,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """All at once on one shared socket, so an ICMP error, a stranger's datagram or a
     wrong ID can only reach its own target's probe."""
@@ -186,11 +193,12 @@ def test_every_verdict_as_the_socket_per_probe_gave_it(
             bodies = await asyncio.gather(*(c.probe(t) for t in targets))
             return {t: reason(b) for t, b in zip(targets, bodies, strict=True)}
 
-        got = run(tmp_path, main)
+        got = run(tmp_path, main, loop_kind)
     assert got == cases
 
 
-def test_answers_from_another_port_are_not_taken(tmp_path: Path) -> None:
+@both
+def test_answers_from_another_port_are_not_taken(loop_kind: str, tmp_path: Path) -> None:
     """The right ID and question from another port of the target's host: a stranger's
     datagram, dropped as the connected socket's kernel dropped it; the probe times out."""
     other = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -210,7 +218,7 @@ def test_answers_from_another_port_are_not_taken(tmp_path: Path) -> None:
         return await c.probe(f"127.0.0.1:{target.getsockname()[1]}", "short")
 
     try:
-        body = run(tmp_path, main)
+        body = run(tmp_path, main, loop_kind)
     finally:
         thread.join(timeout=5)
         other.close()
@@ -251,8 +259,9 @@ def test_hundreds_of_distinct_targets_at_once(tmp_path: Path) -> None:
     assert reasons == [None] * 400
 
 
+@both
 def test_a_socket_rotated_with_queries_in_flight_keeps_them(
-    tmp_path: Path, delayed: Delayed, monkeypatch: pytest.MonkeyPatch
+    loop_kind: str, tmp_path: Path, delayed: Delayed, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two queries a socket: eight requests at once retire three sockets while their
     answers are on the way; each still gets its answer, from the socket it was sent from,
@@ -271,7 +280,7 @@ def test_a_socket_rotated_with_queries_in_flight_keeps_them(
     async def main(c: Client) -> list[str]:
         return await asyncio.gather(*(c.probe(delayed.address) for _ in range(8)))
 
-    bodies = run(tmp_path, main)
+    bodies = run(tmp_path, main, loop_kind)
     assert [reason(b) for b in bodies] == [None] * 8
     assert len(made) == 4 and len(set(delayed.ports)) == 4
     # Every socket was closed: the retired ones after their last answer, the live one with
@@ -279,7 +288,10 @@ def test_a_socket_rotated_with_queries_in_flight_keeps_them(
     assert all(s.fd == -1 for s in made)
 
 
-def test_a_client_that_leaves_before_its_answer(tmp_path: Path, blackhole: Blackhole) -> None:
+@both
+def test_a_client_that_leaves_before_its_answer(
+    loop_kind: str, tmp_path: Path, blackhole: Blackhole
+) -> None:
     """A client that resets its connection before the answer: the probe is abandoned at
     once (its place under the cap, its socket's count and its timer freed). One that only
     closes its side (a FIN may be a half-close: the server keeps its own half open for the
@@ -318,7 +330,7 @@ def test_a_client_that_leaves_before_its_answer(tmp_path: Path, blackhole: Black
         half = await leave(c, reset=False, module="short")
         return at_once, half, reason(await c.probe(blackhole.address, "short"))
 
-    assert run(tmp_path, main) == (True, True, "timeout")
+    assert run(tmp_path, main, loop_kind) == (True, True, "timeout")
 
 
 def test_a_failure_of_ours_is_the_targets_or_a_500(

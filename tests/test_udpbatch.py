@@ -24,6 +24,8 @@ import pytest
 from dnsfleet.config import Module, parse_address
 from dnsfleet.probes import Reason, query_for, sharedsock, udp, udpbatch
 from dnsfleet.probes.result import Exchange
+from tests.harness.loops import both
+from tests.harness.loops import run as run_on
 from tests.harness.servers import Blackhole, Unbound, answer, scripted
 from tests.harness.tools import free_port
 
@@ -43,7 +45,11 @@ def item(address: str, module: Module = A, timeout: float | None = None) -> udp.
 
 
 def run_batch(
-    items: list[udp.BatchItem], *, concurrency: int = 8, tick: Callable[[float], None] | None = None
+    items: list[udp.BatchItem],
+    *,
+    concurrency: int = 8,
+    tick: Callable[[float], None] | None = None,
+    loop_kind: str = "asyncio",
 ) -> list[Exchange]:
     """The shared-socket batch's result per item; ``tick(loop time)`` every 10 ms meanwhile."""
     got: list[Exchange | None] = [None] * len(items)
@@ -72,18 +78,18 @@ def run_batch(
             for h in handles:
                 h.cancel()
 
-    asyncio.run(main())
+    run_on(main(), loop_kind)
     assert all(ex is not None for ex in got)
     return [ex for ex in got if ex is not None]
 
 
-def run_single(items: list[udp.BatchItem]) -> list[Exchange]:
+def run_single(items: list[udp.BatchItem], loop_kind: str = "asyncio") -> list[Exchange]:
     async def main() -> list[Exchange]:
         return [
             await udp.exchange(sockaddr=s, family=f, query=q, timeout=t) for s, f, q, t in items
         ]
 
-    return asyncio.run(main())
+    return run_on(main(), loop_kind)
 
 
 class Peer:
@@ -142,8 +148,9 @@ def has_ipv6_loopback() -> bool:
 
 
 @pytest.mark.integration
+@both
 def test_every_reason_as_a_socket_of_its_own_gives_it(
-    unbound: Unbound, blackhole: Blackhole, spoofer: Peer
+    loop_kind: str, unbound: Unbound, blackhole: Blackhole, spoofer: Peer
 ) -> None:
     def wrong_then_right(q: bytes) -> list[bytes]:
         good = answer(q, "www.example.test. 60 IN A 192.0.2.1")
@@ -173,8 +180,8 @@ def test_every_reason_as_a_socket_of_its_own_gives_it(
         if has_ipv6_loopback():
             items.append(item(f"[::1]:{free_port()}"))
             expected.append(Reason.REFUSED)
-        batch = run_batch(items, concurrency=4)
-        single = run_single(items)
+        batch = run_batch(items, concurrency=4, loop_kind=loop_kind)
+        single = run_single(items, loop_kind)
     assert [ex.error for ex in batch] == expected, [ex.detail for ex in batch]
     assert [ex.error for ex in single] == expected, [ex.detail for ex in single]
     assert [ex.detail for ex in batch] == [ex.detail for ex in single]

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
-from dnsfleet import __version__, failover, logs, malloc
+from dnsfleet import __version__, eventloop, failover, logs, malloc
 from dnsfleet.app import Exporter
 from dnsfleet.capacity.runs import MIN_CLIENT_CPU_SHARE
 from dnsfleet.config import DEFAULT_CAPACITY_FILE, ConfigError, parse_address
@@ -116,13 +116,25 @@ def exporter_parser() -> argparse.ArgumentParser:  # long: one add_argument per 
         choices=logs.FORMATS,
         help="logfmt or json, one line per message on stderr (default logfmt)",
     )
+    run_args(p)
+    p.add_argument("--version", action="version", version=f"dnsfleet-exporter {__version__}")
+    return p
+
+
+def run_args(p: argparse.ArgumentParser) -> None:
+    """How the exporter runs: on which event loop, and once or as a daemon."""
+    p.add_argument(
+        "--event-loop",
+        dest="event_loop",
+        default="auto",
+        choices=eventloop.CHOICES,
+        help="uvloop, asyncio's own, or auto: uvloop where it is installed (default auto)",
+    )
     p.add_argument(
         "--once",
         action="store_true",
         help="run one probe-and-collect cycle, print the exposition, exit",
     )
-    p.add_argument("--version", action="version", version=f"dnsfleet-exporter {__version__}")
-    return p
 
 
 def raise_fd_limit() -> None:
@@ -149,6 +161,10 @@ def exporter_main(argv: Sequence[str] | None = None) -> int:
     # Before anything is measured against it (the exporter sizes probe concurrency by it).
     raise_fd_limit()
     fs = HostFS.from_flags(procfs=args.procfs, sysfs=args.sysfs, rootfs=args.rootfs)
+    try:  # before the exporter starts what runs beside it (dnstap's ingest, on the same loop)
+        loop = eventloop.choose(args.event_loop)
+    except eventloop.Unavailable as e:
+        return _invalid(args, f"--event-loop={args.event_loop}: {e}")
     try:
         exp = Exporter(fs=fs, config_file=args.config_file, background=not args.config_check)
     except ConfigError as e:
@@ -168,9 +184,10 @@ def exporter_main(argv: Sequence[str] | None = None) -> int:
     malloc.tune()
     malloc.tune_gc()
     if args.once:
-        sys.stdout.buffer.write(asyncio.run(exp.scrape()))
+        sys.stdout.buffer.write(eventloop.run(exp.scrape(), loop))
         return 0
-    return asyncio.run(serve(exp, args))
+    args.loop = loop
+    return eventloop.run(serve(exp, args), loop)
 
 
 async def serve(exp: Exporter, args: argparse.Namespace) -> int:
@@ -202,7 +219,7 @@ async def serve(exp: Exporter, args: argparse.Namespace) -> int:
     # The port bound, not the one asked for: with port 0 the kernel picks it.
     bound = server.sockets[0].getsockname()[1] if server.sockets else port
     log.info(
-        "dnsfleet-exporter %s listening on %s://%s:%d%s (config: %s, %d targets)",
+        "dnsfleet-exporter %s listening on %s://%s:%d%s (config: %s, %d targets, event loop: %s)",
         __version__,
         "https" if tls else "http",
         host or "*",
@@ -210,6 +227,7 @@ async def serve(exp: Exporter, args: argparse.Namespace) -> int:
         args.telemetry_path,
         exp.config.source,
         len(exp.config.targets),
+        getattr(args, "loop", eventloop.running_kind()),
     )
     await stop.wait()
     log.info("shutting down")

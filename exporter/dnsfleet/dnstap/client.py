@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from dnsfleet import logs
+from dnsfleet import eventloop, logs
 from dnsfleet.dnstap.protocol import (
     ChannelError,
     IngestSettings,
@@ -84,6 +84,9 @@ class Ingest:
                     "--control-fd",
                     str(theirs.fileno()),
                     *log_arguments(),
+                    # On the exporter's kind of loop: --event-loop=asyncio holds for both.
+                    "--event-loop",
+                    eventloop.for_child(),
                     self.settings.encode(),
                 ],
                 pass_fds=(theirs.fileno(),),

@@ -21,7 +21,7 @@ import socket
 import stat
 import sys
 
-from dnsfleet import logs, malloc
+from dnsfleet import eventloop, logs, malloc
 from dnsfleet.dnstap.aggregate import Aggregator
 from dnsfleet.dnstap.leaks import Classifier
 from dnsfleet.dnstap.protocol import (
@@ -167,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--control-fd", type=int, required=True)
     ap.add_argument("--log.format", dest="log_format", choices=logs.FORMATS, default="logfmt")
     ap.add_argument("--log.level", dest="log_level", choices=list(logs.LEVELS), default="info")
+    ap.add_argument("--event-loop", dest="event_loop", choices=eventloop.CHOICES, default="auto")
     ap.add_argument("settings", help="IngestSettings as JSON (dnsfleet.dnstap.protocol)")
     args = ap.parse_args(argv)
     logs.setup(level=args.log_level, fmt=args.log_format)
@@ -175,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     malloc.tune()
     control = socket.socket(fileno=args.control_fd)
     try:
-        return asyncio.run(serve(control, IngestSettings.decode(args.settings)))
+        loop = eventloop.choose(args.event_loop)
+        return eventloop.run(serve(control, IngestSettings.decode(args.settings)), loop)
     except KeyboardInterrupt:  # Ctrl-C reaches the whole process group: the exporter says it
         return 130
     except Exception:

@@ -14,6 +14,7 @@ while writers that are all busy are never churned by one more.
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 
 from dnsfleet.dnstap.aggregate import Aggregator
 from dnsfleet.dnstap.framestreams import ProtocolError, Receiver, State
@@ -70,7 +71,8 @@ class Stream(asyncio.Protocol):
         self.carried = False  # a data frame came on this stream
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # uvloop's transports are not asyncio.Transport subclasses: the type says what it is.
+        transport = cast(asyncio.Transport, transport)
         self.transport = transport
         self.last_active = asyncio.get_running_loop().time()
         if not self.slots.admit(self, self.last_active):

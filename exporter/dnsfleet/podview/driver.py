@@ -29,6 +29,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from dnsfleet.dnswire import FLAG_TC, Malformed, Query, build_query, parse_response
 from dnsfleet.parsers.resolvconf import RES_MAXRETRY, ResolvConf
@@ -275,7 +276,7 @@ async def _musl_collect(
     while any(g is None for g in got) and loop.time() < until:
         try:
             async with asyncio.timeout_at(until):
-                data, addr = await loop.sock_recvfrom(sock, 65535)
+                data, addr = await _recvfrom(loop, sock)
         except TimeoutError:
             return
         except OSError:
@@ -293,6 +294,25 @@ async def _musl_collect(
                 _sendto(sock, q.with_id(qid), server, sock.family)
             if r[0] in (Reply.ANSWER, Reply.NODATA, Reply.NXDOMAIN):
                 got[k], by[k] = r[0], server.text
+
+
+async def _recvfrom(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> tuple[bytes, Any]:
+    """``loop.sock_recvfrom``, which uvloop does not implement (NotImplementedError)."""
+    with contextlib.suppress(BlockingIOError):
+        return sock.recvfrom(65535)
+    ready: asyncio.Future[None] = loop.create_future()
+    fd = sock.fileno()
+
+    def readable() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fd, readable)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)
+    return await _recvfrom(loop, sock)
 
 
 def _same(server: Server, addr: tuple[object, ...]) -> bool:

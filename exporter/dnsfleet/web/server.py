@@ -30,10 +30,11 @@ import socket
 import ssl
 import struct
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from dnsfleet.web.request import MAX_BODY, MAX_HEAD, BadRequest, frame, keeps_alive, split_target
 from dnsfleet.web.routes import Request, Response, Router, StaticTLS, TLSSource, failure
+from dnsfleet.web.tls import hand_over
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ class HTTPProtocol(asyncio.Protocol):
 
     # -- connection lifecycle
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)  # uvloop's are not its subclasses
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else ""
@@ -113,6 +114,7 @@ class HTTPProtocol(asyncio.Protocol):
             remaining = self.deadline - self.loop.time()
             if remaining <= 0 or self.transport is None:
                 raise TimeoutError
+            self.buf = hand_over(self.loop, raw, self.buf)  # uvloop read the ClientHello
             tls = await self.loop.start_tls(
                 raw, self, ctx, server_side=True, ssl_handshake_timeout=remaining
             )

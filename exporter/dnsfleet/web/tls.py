@@ -12,6 +12,7 @@ Python cannot express; only one curve can be set.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import os
@@ -19,6 +20,7 @@ import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from dnsfleet.config import ConfigError, Node
 from dnsfleet.config.checks import Boolean, Choice, ListOf, String, read_keys
@@ -244,3 +246,32 @@ def _in_memory_file(data: bytes) -> Iterator[str]:
         yield f"/dev/fd/{fd}"
     finally:
         os.close(fd)
+
+
+def hand_over(loop: asyncio.AbstractEventLoop, raw: asyncio.Transport, early: bytes) -> bytes:
+    """Give the bytes a connection read before its TLS handshake began (the ClientHello) to
+    the TLS protocol that ``loop.start_tls`` puts on ``raw``: call this just before it.
+
+    uvloop starts reading a connection once ``connection_made`` returns, whatever that
+    paused, so the ClientHello can reach the HTTP protocol first. ``start_tls`` sets its
+    protocol on the transport before its first wait and schedules that protocol's
+    ``connection_made``; the bytes, scheduled here first, wait in its incoming buffer until
+    the handshake starts there, as bytes read early do on asyncio's loop. Returns what
+    is left for the HTTP protocol: nothing."""
+
+    def feed() -> None:
+        # asyncio's SSLProtocol and uvloop's are buffered protocols (uvloop's not by type).
+        proto = cast(asyncio.BufferedProtocol, raw.get_protocol())
+        if raw.is_closing() or not hasattr(proto, "buffer_updated"):
+            return
+        view = memoryview(early)
+        while view:
+            buf = memoryview(proto.get_buffer(len(view)))
+            n = min(len(buf), len(view))
+            buf[:n] = view[:n]
+            proto.buffer_updated(n)
+            view = view[n:]
+
+    if early:
+        loop.call_soon(feed)
+    return b""
