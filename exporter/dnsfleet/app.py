@@ -15,7 +15,7 @@ from dnsfleet.collectors import (
     CollectContext,
     Collector,
     close_collectors,
-    run_collectors,
+    run_beside,
     socket_demand,
     start_collectors,
 )
@@ -331,9 +331,10 @@ class Exporter:
             fs=self.fs, config=cfg, deadline=deadline, state=self.collector_state, sockets=zone_cap
         )
         with malloc.collector_paused():  # the cycle's objects live on: nothing to collect
-            results, collected = await asyncio.gather(
-                self.prober.probe_all(cfg, deadline, probe_cap, budget=budget, lead=lead),
-                run_collectors(ctx, self.collectors),
+            results, collected = await run_beside(
+                ctx,
+                self.collectors,
+                lambda: self.prober.probe_all(cfg, deadline, probe_cap, budget=budget, lead=lead),
             )
             self.scrapes_total += 1
             record = self.prober.record(results)

@@ -42,6 +42,7 @@ class CollectorError(Exception):
 
 
 T = TypeVar("T")
+W = TypeVar("W")
 
 
 class Findings:
@@ -102,6 +103,7 @@ class Collector:
     # Sockets its run holds at once with no limit: the cycle's open-file budget is split
     # between the probes and these (selfmetrics.share_descriptors; CollectContext.sockets).
     sockets: Callable[[Config], int] | None = None
+    host: bool = False  # runs on the host lane (host_collector)
 
 
 def start_collectors(
@@ -237,11 +239,53 @@ def host_collector(name: str, fn: HostCollectFn) -> Collector:
                 return result
             HOST_LANE.check(stall)
 
-    return Collector(name=name, run=run, enabled=lambda cfg: name in cfg.host.collectors)
+    return Collector(name=name, run=run, enabled=lambda cfg: name in cfg.host.collectors, host=True)
 
 
-async def run_collectors(ctx: CollectContext, collectors: Mapping[str, Collector]) -> list[Family]:
+# How long a cycle's probes wait for the host collectors to end before starting anyway: a
+# twentieth of what is left of the scrape, at most 0.1 s (they take 2-16 ms; a hung one is
+# retired by the lane, and the probes do not wait for that).
+HOST_FIRST_SHARE = 20
+HOST_FIRST_MAX = 0.1
+
+
+async def run_beside(
+    ctx: CollectContext,
+    collectors: Mapping[str, Collector],
+    work: Callable[[], Awaitable[W]],
+    host_first_max: float = HOST_FIRST_MAX,
+) -> tuple[W, list[Family]]:
+    """The collectors and ``work`` (a cycle's probes), ``work`` started once the host
+    collectors have ended. Run side by side, the host lane's thread and the probes' socket
+    calls each release the GIL at every system call and hand it back and forth: a
+    1,000-target scrape cost 40 ms of CPU so, and 30 ms with the host collectors first."""
+    loop = asyncio.get_running_loop()
+    host_done = asyncio.Event()
+    collecting = asyncio.ensure_future(run_collectors(ctx, collectors, host_done))
+    try:
+        wait = min(host_first_max, max(0.0, ctx.deadline - loop.time()) / HOST_FIRST_SHARE)
+        try:
+            async with asyncio.timeout(wait):
+                await host_done.wait()
+        except TimeoutError:
+            pass
+        result, fams = await asyncio.gather(work(), collecting)
+    except BaseException:
+        collecting.cancel()
+        raise
+    return result, fams
+
+
+async def run_collectors(
+    ctx: CollectContext,
+    collectors: Mapping[str, Collector],
+    host_done: asyncio.Event | None = None,
+) -> list[Family]:
+    """Every enabled collector at once; ``host_done`` is set when the host ones have ended."""
     chosen = [c for c in collectors.values() if c.enabled(ctx.config)]
+    host_left = [c.host for c in chosen].count(True)
+    if host_done is not None and not host_left:
+        host_done.set()
     success = Family(
         "dnsfleet_collector_success",
         "1 if the collector produced its data in this scrape, 0 if it failed.",
@@ -274,6 +318,11 @@ async def run_collectors(ctx: CollectContext, collectors: Mapping[str, Collector
         success.add(ok, labels)
         duration.add(took, labels)
         ctx.findings.add(CollectorRun(c.name, ok == 1.0, took))
+        if c.host and host_done is not None:
+            nonlocal host_left
+            host_left -= 1
+            if not host_left:
+                host_done.set()
         return fams if ok else []
 
     results = await asyncio.gather(*(one(c) for c in chosen))
