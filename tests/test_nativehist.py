@@ -184,3 +184,50 @@ def test_spans_and_deltas_read_back(counts: dict[int, int]) -> None:
                 got[key] = n
             key += 1
     assert got == counts and next(it, None) is None
+
+
+def reference_state(values: list[float], schema: int) -> tuple[object, ...]:
+    """What observe must leave, from bucket_key alone and the same bound on buckets."""
+    zero = count = 0
+    total = 0.0
+    sides: dict[bool, dict[int, int]] = {True: {}, False: {}}
+    for v in values:
+        count += 1
+        total += v
+        if math.isnan(v):
+            continue
+        if abs(v) <= DEFAULT_ZERO_THRESHOLD:
+            zero += 1
+            continue
+        side = sides[v > 0]
+        key = bucket_key(v, schema)
+        side[key] = side.get(key, 0) + 1
+        while len(sides[True]) + len(sides[False]) > MAX_BUCKETS and schema > -4:
+            schema -= 1
+            for k in (True, False):
+                merged: dict[int, int] = {}
+                for key, n in sides[k].items():
+                    merged[-(-key // 2)] = merged.get(-(-key // 2), 0) + n
+                sides[k] = merged
+    return schema, zero, count, total, sides[True], sides[False]
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.floats(allow_nan=True, allow_infinity=True),
+            st.floats(min_value=1e-6, max_value=10.0),  # a probe's latency: the fast path
+            st.sampled_from([0.0, -0.0, 2.0**-128, 2.0**-129, math.inf, 0.001, 1.0]),
+        ),
+        max_size=300,
+    ),
+    st.integers(-4, 8),
+)
+def test_observe_agrees_with_bucket_key(values: list[float], schema: int) -> None:
+    h = NativeHistogram(schema=schema)
+    for v in values:
+        h.observe(v)
+    got = (h.schema, h.zero_count, h.count, h.sum, h.positive, h.negative)
+    want = reference_state(values, schema)
+    assert got[:3] == want[:3] and got[4:] == want[4:]
+    assert got[3] == want[3] or (math.isnan(got[3]) and math.isnan(want[3]))  # type: ignore[arg-type]
