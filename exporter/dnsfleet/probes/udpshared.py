@@ -24,6 +24,7 @@ import struct
 import time
 from collections.abc import Callable
 
+from dnsfleet import eventloop
 from dnsfleet.dnswire import Malformed, Query, parse_response
 from dnsfleet.probes import sharedsock
 from dnsfleet.probes.expiry import Expiries
@@ -75,7 +76,7 @@ class Pending:
         if sock is not None:
             # An answer the kernel already holds counts: the timer and the datagram may
             # come due in the same turn of a busy loop.
-            sock.readable()
+            sock.readable(woken=False)
         if self.sock is not None:
             self.end(unanswered(self.ignored, timeout, time.monotonic() - self.start))
 
@@ -147,7 +148,7 @@ class _Socket:
             return None
         return None
 
-    def readable(self) -> None:
+    def readable(self, woken: bool = True) -> None:
         sock, buf = self.sock, self.pool.buf
         drain = True  # woken with nothing to read: EPOLLERR, an ICMP error on the queue
         for _ in range(READ_BURST):
@@ -160,8 +161,19 @@ class _Socket:
                 break
             drain = False
             self.datagram(addr, n)
+        else:
+            drain = True  # a burst's worth: an error may wait behind the datagrams left
         if drain and self.fd >= 0:  # level-triggered: EPOLLERR wakes until it is read
             self.drain_errors()
+            if woken and self.pool.rewatch:
+                self.pool.loop.call_soon(self.watch)
+
+    def watch(self) -> None:
+        """Read the socket again on readiness: uvloop stopped at the error it reported
+        (eventloop.drops_reader_on_error), after this socket's reader had returned."""
+        if self.fd >= 0:
+            self.pool.loop.remove_reader(self.fd)
+            self.pool.loop.add_reader(self.fd, self.readable)
 
     def datagram(self, peer: Sockaddr, n: int) -> None:
         ids = self.peers.get(peer)
@@ -229,6 +241,7 @@ class _Pool:
         self.view = memoryview(self.buf)
         self.random: list[int] = []
         self.expiries = Expiries()
+        self.rewatch = eventloop.drops_reader_on_error(loop)
 
     def draw(self) -> int:
         """A random 16-bit number from the kernel's CSPRNG (4,096 per getrandom(2))."""
