@@ -9,6 +9,7 @@ import asyncio
 import socket
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,7 @@ from tests.harness.loops import both
 from tests.harness.loops import run as run_on
 from tests.harness.servers import answer
 from tests.harness.tools import free_port
+from tests.test_probe_fast import Client, reason, run
 
 pytestmark = pytest.mark.integration
 
@@ -119,3 +121,35 @@ def test_a_batch_socket_reads_on_after_a_refusal(loop_kind: str, answering: Answ
 
     refusal = Reason.REFUSED
     assert run_on(main(), loop_kind) == [refusal, refusal, None, refusal, None]
+
+
+@both
+def test_probe_requests_beside_refusals_are_told_when_answered(
+    loop_kind: str, tmp_path: Path, answering: Answering
+) -> None:
+    """/probe from 32 keep-alive clients at once, refused and answered targets mixed: a
+    request's send can read a socket's ICMP error after uvloop's epoll_wait reported it and
+    before that socket's reader ran, which then found no error to tell it the watch had
+    stopped. Every verdict is told within 10 s of its 30 s timeout."""
+    ok = f"127.0.0.1:{answering.sockaddr[1]}"
+    targets = [
+        ok if i % 2 else f"127.0.{1 + i // 200}.{1 + i % 200}:{free_port()}" for i in range(800)
+    ]
+
+    async def client(c: Client, todo: list[str], got: list[str | None]) -> None:
+        conn = await asyncio.open_connection("127.0.0.1", c.port)
+        try:
+            while todo:
+                target = todo.pop()
+                path = f"/probe?target={target}&module=long"
+                _, body = await asyncio.wait_for(c.get(path, conn), TOLD_WITHIN)
+                got.append("success" if reason(body) is None else reason(body))
+        finally:
+            conn[1].close()
+
+    async def main(c: Client) -> dict[str | None, int]:
+        todo, got = list(targets), list[str | None]()
+        await asyncio.gather(*(client(c, todo, got) for _ in range(32)))
+        return {r: got.count(r) for r in set(got)}
+
+    assert run(tmp_path, main, loop_kind) == {"success": 400, "refused": 400}

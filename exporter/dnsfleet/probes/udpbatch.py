@@ -48,13 +48,14 @@ class _Shared:
     probe, or to its probes by ID if it has several here (a dict each: +3 MB at 10,000
     targets); an ended probe stays, so its late answer is dropped without a count."""
 
-    __slots__ = ("fd", "peers", "pending", "sock")
+    __slots__ = ("errored", "fd", "peers", "pending", "sock")
 
     def __init__(self, family: socket.AddressFamily, rcvbuf: int) -> None:
         sock = self.sock = sharedsock.open_socket(family, rcvbuf)
         self.fd = sock.fileno()
         self.peers: dict[Sockaddr, Slot | dict[int, Slot]] = {}
         self.pending: deque[tuple[Slot, Sockaddr]] = deque()
+        self.errored = False  # an error was read since the socket was last watched anew
 
 
 class SharedBatch:
@@ -182,6 +183,7 @@ class SharedBatch:
             except (BlockingIOError, InterruptedError):
                 return False
             except OSError as e:
+                shared.errored = True
                 if e.errno == errno.ENOBUFS:
                     return False
                 # With IP_RECVERR the socket's pending error (another target's ICMP error)
@@ -235,8 +237,9 @@ class SharedBatch:
             drain = True  # a burst's worth: an error may wait behind the datagrams left
         if drain:  # level-triggered, EPOLLERR would wake the loop until the queue is read
             self._drain_errors(shared)
-            if woken and self.rewatch:
-                self.loop.call_soon(self._watch, shared)
+        if woken and self.rewatch and (drain or shared.errored):  # as udpshared's
+            shared.errored = False
+            self.loop.call_soon(self._watch, shared)
 
     def _watch(self, shared: _Shared) -> None:
         """Watch the socket again: uvloop stopped at the error it reported, its reader and
@@ -282,6 +285,7 @@ class SharedBatch:
             except OSError:
                 return got
             got += 1
+            shared.errored = True
             err = sharedsock.icmp_errno(ancdata)
             ids = shared.peers.get(addr) if addr else None
             if err is None or ids is None or len(data) < 2:

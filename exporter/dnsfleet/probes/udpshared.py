@@ -92,7 +92,7 @@ class _Socket:
     query, or to its queries by ID when it has had several here (ended ones included: at
     most ROTATE_QUERIES a socket)."""
 
-    __slots__ = ("fd", "in_flight", "left", "peers", "pool", "sock", "until")
+    __slots__ = ("errored", "fd", "in_flight", "left", "peers", "pool", "sock", "until")
 
     def __init__(self, pool: _Pool, family: socket.AddressFamily) -> None:
         self.pool = pool
@@ -102,6 +102,7 @@ class _Socket:
         self.in_flight = 0
         self.left = ROTATE_QUERIES
         self.until = time.monotonic() + ROTATE_SECONDS
+        self.errored = False  # an error was read since the socket was last watched anew
         pool.loop.add_reader(self.fd, self.readable)
 
     def place(self, q: Pending) -> bool:
@@ -140,6 +141,7 @@ class _Socket:
             except (BlockingIOError, InterruptedError) as e:
                 return e  # a full send buffer on an idle loopback: not worth a queue here
             except OSError as e:
+                self.errored = True
                 # The socket's pending error (another target's ICMP report) fails this send
                 # (sock_alloc_send_pskb checks sk_err): give it to its own query, send again.
                 if attempt < _SEND_RETRIES and e.errno != errno.ENOBUFS and self.drain_errors():
@@ -165,8 +167,11 @@ class _Socket:
             drain = True  # a burst's worth: an error may wait behind the datagrams left
         if drain and self.fd >= 0:  # level-triggered: EPOLLERR wakes until it is read
             self.drain_errors()
-            if woken and self.pool.rewatch:
-                self.pool.loop.call_soon(self.watch)
+        # The EPOLLERR that uvloop stopped at may have been read before this wake: by a send
+        # between its epoll_wait and this callback, or by a timeout's read.
+        if woken and self.pool.rewatch and (drain or self.errored) and self.fd >= 0:
+            self.errored = False
+            self.pool.loop.call_soon(self.watch)
 
     def watch(self) -> None:
         """Read the socket again on readiness: uvloop stopped at the error it reported
@@ -207,6 +212,7 @@ class _Socket:
             except OSError:
                 return got
             got += 1
+            self.errored = True
             err = sharedsock.icmp_errno(ancdata)
             ids = self.peers.get(addr) if addr else None
             if err is None or ids is None or len(data) < 2:
