@@ -25,7 +25,7 @@ from dnsfleet.endpoints import router as endpoints_router
 from dnsfleet.endpoints.probe import ProbeHandler
 from dnsfleet.endpoints.router import make_router
 from dnsfleet.hostfs import HostFS
-from dnsfleet.probes import udpshared
+from dnsfleet.probes import expiry, udpshared
 from dnsfleet.web.server import serve
 from tests.harness.loops import both
 from tests.harness.loops import run as run_on
@@ -53,10 +53,10 @@ class Client:
         self.exp = exp
         self.handler = handler
 
-    async def get(self, path: str, conn: Any = None) -> tuple[int, str]:
+    async def get(self, path: str, conn: Any = None, raw: bytes = b"") -> tuple[int, str]:
         r, w = conn or await asyncio.open_connection("127.0.0.1", self.port)
         try:
-            w.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            w.write(raw or f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
             head = await asyncio.wait_for(r.readuntil(b"\r\n\r\n"), 20)
             length = int(re.search(rb"Content-Length: (\d+)", head).group(1))  # type: ignore[union-attr]
             body = await asyncio.wait_for(r.readexactly(length), 20)
@@ -331,6 +331,44 @@ def test_a_client_that_leaves_before_its_answer(
         return at_once, half, reason(await c.probe(blackhole.address, "short"))
 
     assert run(tmp_path, main, loop_kind) == (True, True, "timeout")
+
+
+@both
+def test_a_pipelined_request_started_by_a_timeout(
+    loop_kind: str, tmp_path: Path, blackhole: Blackhole
+) -> None:
+    """A timeout answers its request and the server starts the connection's next, pipelined,
+    from that answer: its probe joins the timeouts being swept. Under a new scrape timeout,
+    with the groups of others emptied (refused at once), that add drops them all, the swept
+    one too: the sweep goes on without failing and both probes time out in turn."""
+    refused = f"127.0.0.1:{free_port()}"
+
+    def request(target: str, scrape_timeout: str) -> bytes:
+        return (
+            f"GET /probe?target={target}&module=long HTTP/1.1\r\nHost: x\r\n"
+            f"X-Prometheus-Scrape-Timeout-Seconds: {scrape_timeout}\r\n\r\n"
+        ).encode()
+
+    async def main(c: Client) -> tuple[list[str | None], list[object]]:
+        failures: list[object] = []
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _, ctx: failures.append(ctx.get("exception")))
+        r, w = await asyncio.open_connection("127.0.0.1", c.port)
+        w.write(request(blackhole.address, "1.5"))
+        await w.drain()
+        for i in range(expiry.GROUPS - 1):  # each refused probe's group stays, emptied
+            _, body = await c.get("", raw=request(refused, f"10.{i:03}"))
+            assert reason(body) == "refused", body
+        w.write(request(blackhole.address, "2.5"))
+        reasons = []
+        for _ in range(2):
+            head = await asyncio.wait_for(r.readuntil(b"\r\n\r\n"), 20)
+            length = int(re.search(rb"Content-Length: (\d+)", head).group(1))  # type: ignore[union-attr]
+            reasons.append(reason((await asyncio.wait_for(r.readexactly(length), 20)).decode()))
+        w.close()
+        return reasons, failures
+
+    assert run(tmp_path, main, loop_kind) == (["timeout", "timeout"], [])
 
 
 def test_a_failure_of_ours_is_the_targets_or_a_500(

@@ -73,6 +73,14 @@ def running_kind() -> str:
     return "uvloop" if module.partition(".")[0] == "uvloop" else "asyncio"
 
 
+def drops_reader_on_error(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``loop`` stops watching a file descriptor for good once epoll reports
+    EPOLLERR on it (an ICMP error queued on a socket with IP_RECVERR), having run its reader
+    once: uvloop does (libuv ends the uv_poll with UV_EBADF and uvloop closes it), asyncio's
+    loop keeps watching. Its reader must then be added again."""
+    return type(loop).__module__.partition(".")[0] == "uvloop"
+
+
 def for_child() -> str:
     """``--event-loop`` for a process started from this one: the kind of the loop running
     now, else of the one this process chose, else ``auto``."""

@@ -65,8 +65,14 @@ class Expiries:
                     break
                 item.expire(timeout)  # ends it, which takes it out of the group
                 group.pop(item, None)
-            if not group:
+            # An expiry answers its request, and the connection's next, pipelined, is
+            # started from that callback: its add may have dropped this group and made
+            # another for the timeout, which is not this one's to delete.
+            if not group and self.waiting.get(timeout) is group:
                 del self.waiting[timeout]
-        if earliest is not None:
+        # Such an add armed the timer too when its expiry was the earliest.
+        if earliest is not None and (self.timer is None or earliest < self.timer_at):
+            if self.timer is not None:
+                self.timer.cancel()
             self.timer = loop.call_at(earliest, self._sweep, loop)
             self.timer_at = earliest

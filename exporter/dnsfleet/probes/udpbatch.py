@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from operator import itemgetter
 
+from dnsfleet import eventloop
 from dnsfleet.dnswire import Malformed, Query, parse_response
 from dnsfleet.probes import sharedsock, udp
 from dnsfleet.probes.batchslot import Slot, by_id, expired, since
@@ -47,13 +48,14 @@ class _Shared:
     probe, or to its probes by ID if it has several here (a dict each: +3 MB at 10,000
     targets); an ended probe stays, so its late answer is dropped without a count."""
 
-    __slots__ = ("fd", "peers", "pending", "sock")
+    __slots__ = ("errored", "fd", "peers", "pending", "sock")
 
     def __init__(self, family: socket.AddressFamily, rcvbuf: int) -> None:
         sock = self.sock = sharedsock.open_socket(family, rcvbuf)
         self.fd = sock.fileno()
         self.peers: dict[Sockaddr, Slot | dict[int, Slot]] = {}
         self.pending: deque[tuple[Slot, Sockaddr]] = deque()
+        self.errored = False  # an error was read since the socket was last watched anew
 
 
 class SharedBatch:
@@ -78,6 +80,7 @@ class SharedBatch:
         self.timer: asyncio.TimerHandle | None = None
         self.timer_at = 0.0
         self.in_flight = 0
+        self.rewatch = eventloop.drops_reader_on_error(loop)
         self.next_item = 0
         self.starting = False
         self.pools: dict[socket.AddressFamily, list[_Shared] | OSError] = {}
@@ -180,6 +183,7 @@ class SharedBatch:
             except (BlockingIOError, InterruptedError):
                 return False
             except OSError as e:
+                shared.errored = True
                 if e.errno == errno.ENOBUFS:
                     return False
                 # With IP_RECVERR the socket's pending error (another target's ICMP error)
@@ -216,7 +220,7 @@ class SharedBatch:
         if not was:
             self._refill()
 
-    def _readable(self, shared: _Shared) -> None:
+    def _readable(self, shared: _Shared, woken: bool = True) -> None:
         sock, buf = shared.sock, self.buf
         drain = True  # woken with nothing to read: EPOLLERR, an ICMP error on the queue
         for _ in range(READ_BURST):
@@ -229,8 +233,23 @@ class SharedBatch:
                 break
             drain = False
             self._datagram(shared, addr, n)
+        else:
+            drain = True  # a burst's worth: an error may wait behind the datagrams left
         if drain:  # level-triggered, EPOLLERR would wake the loop until the queue is read
             self._drain_errors(shared)
+        if woken and self.rewatch and (drain or shared.errored):  # as udpshared's
+            shared.errored = False
+            self.loop.call_soon(self._watch, shared)
+
+    def _watch(self, shared: _Shared) -> None:
+        """Watch the socket again: uvloop stopped at the error it reported, its reader and
+        writer each run once (eventloop.drops_reader_on_error)."""
+        if shared.sock.fileno() >= 0:
+            self.loop.remove_reader(shared.fd)
+            self.loop.add_reader(shared.fd, self._batched, self._readable, shared)
+            if shared.pending:
+                self.loop.remove_writer(shared.fd)
+                self.loop.add_writer(shared.fd, self._writable, shared)
 
     def _datagram(self, shared: _Shared, peer: Sockaddr, n: int) -> None:
         ids = shared.peers.get(peer)
@@ -266,6 +285,7 @@ class SharedBatch:
             except OSError:
                 return got
             got += 1
+            shared.errored = True
             err = sharedsock.icmp_errno(ancdata)
             ids = shared.peers.get(addr) if addr else None
             if err is None or ids is None or len(data) < 2:
@@ -309,7 +329,7 @@ class SharedBatch:
             # machine, and the timer and the datagram come due in the same round).
             for pool in self.pools.values():
                 for shared in pool if isinstance(pool, list) else ():
-                    self._readable(shared)
+                    self._readable(shared, woken=False)
         while expiries and expiries[0][0] <= now:
             _, _, slot = heapq.heappop(expiries)
             if not slot.ended:

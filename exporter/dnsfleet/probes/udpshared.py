@@ -24,6 +24,7 @@ import struct
 import time
 from collections.abc import Callable
 
+from dnsfleet import eventloop
 from dnsfleet.dnswire import Malformed, Query, parse_response
 from dnsfleet.probes import sharedsock
 from dnsfleet.probes.expiry import Expiries
@@ -75,7 +76,7 @@ class Pending:
         if sock is not None:
             # An answer the kernel already holds counts: the timer and the datagram may
             # come due in the same turn of a busy loop.
-            sock.readable()
+            sock.readable(woken=False)
         if self.sock is not None:
             self.end(unanswered(self.ignored, timeout, time.monotonic() - self.start))
 
@@ -91,7 +92,7 @@ class _Socket:
     query, or to its queries by ID when it has had several here (ended ones included: at
     most ROTATE_QUERIES a socket)."""
 
-    __slots__ = ("fd", "in_flight", "left", "peers", "pool", "sock", "until")
+    __slots__ = ("errored", "fd", "in_flight", "left", "peers", "pool", "sock", "until")
 
     def __init__(self, pool: _Pool, family: socket.AddressFamily) -> None:
         self.pool = pool
@@ -101,6 +102,7 @@ class _Socket:
         self.in_flight = 0
         self.left = ROTATE_QUERIES
         self.until = time.monotonic() + ROTATE_SECONDS
+        self.errored = False  # an error was read since the socket was last watched anew
         pool.loop.add_reader(self.fd, self.readable)
 
     def place(self, q: Pending) -> bool:
@@ -139,6 +141,7 @@ class _Socket:
             except (BlockingIOError, InterruptedError) as e:
                 return e  # a full send buffer on an idle loopback: not worth a queue here
             except OSError as e:
+                self.errored = True
                 # The socket's pending error (another target's ICMP report) fails this send
                 # (sock_alloc_send_pskb checks sk_err): give it to its own query, send again.
                 if attempt < _SEND_RETRIES and e.errno != errno.ENOBUFS and self.drain_errors():
@@ -147,7 +150,7 @@ class _Socket:
             return None
         return None
 
-    def readable(self) -> None:
+    def readable(self, woken: bool = True) -> None:
         sock, buf = self.sock, self.pool.buf
         drain = True  # woken with nothing to read: EPOLLERR, an ICMP error on the queue
         for _ in range(READ_BURST):
@@ -160,8 +163,22 @@ class _Socket:
                 break
             drain = False
             self.datagram(addr, n)
+        else:
+            drain = True  # a burst's worth: an error may wait behind the datagrams left
         if drain and self.fd >= 0:  # level-triggered: EPOLLERR wakes until it is read
             self.drain_errors()
+        # The EPOLLERR that uvloop stopped at may have been read before this wake: by a send
+        # between its epoll_wait and this callback, or by a timeout's read.
+        if woken and self.pool.rewatch and (drain or self.errored) and self.fd >= 0:
+            self.errored = False
+            self.pool.loop.call_soon(self.watch)
+
+    def watch(self) -> None:
+        """Read the socket again on readiness: uvloop stopped at the error it reported
+        (eventloop.drops_reader_on_error), after this socket's reader had returned."""
+        if self.fd >= 0:
+            self.pool.loop.remove_reader(self.fd)
+            self.pool.loop.add_reader(self.fd, self.readable)
 
     def datagram(self, peer: Sockaddr, n: int) -> None:
         ids = self.peers.get(peer)
@@ -195,6 +212,7 @@ class _Socket:
             except OSError:
                 return got
             got += 1
+            self.errored = True
             err = sharedsock.icmp_errno(ancdata)
             ids = self.peers.get(addr) if addr else None
             if err is None or ids is None or len(data) < 2:
@@ -229,6 +247,7 @@ class _Pool:
         self.view = memoryview(self.buf)
         self.random: list[int] = []
         self.expiries = Expiries()
+        self.rewatch = eventloop.drops_reader_on_error(loop)
 
     def draw(self) -> int:
         """A random 16-bit number from the kernel's CSPRNG (4,096 per getrandom(2))."""
