@@ -1,5 +1,5 @@
-"""One probe of a shared-socket batch (``udpbatch``): its slot, its answer's lookup by ID
-among a target's probes on a socket, and its end without an answer."""
+"""One probe of a shared-socket batch (``udpbatch``): its slot and its end without an
+answer."""
 
 from __future__ import annotations
 
@@ -24,12 +24,6 @@ class Slot:
         self.sent = False
         self.ended = False
         self.start = time.monotonic()
-
-
-def by_id(ids: Slot | dict[int, Slot], qid: int) -> Slot | None:
-    if isinstance(ids, Slot):
-        return ids if ids.qid == qid else None
-    return ids.get(qid)
 
 
 def since(slot: Slot) -> float:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import socket
 import struct
+from collections.abc import Iterator
+from typing import Protocol, TypeVar
 
 Sockaddr = tuple[str, int] | tuple[str, int, int, int]
 
@@ -73,3 +75,32 @@ def icmp_errno(ancdata: list[tuple[int, int, bytes]]) -> int | None:
             errno: int = _EE_ERRNO.unpack_from(data)[0]
             return errno
     return None
+
+
+class _Identified(Protocol):
+    qid: int
+
+
+Q = TypeVar("Q", bound=_Identified)
+
+
+def by_id(ids: Q | dict[int, Q], qid: int) -> Q | None:
+    """The query with ID ``qid`` among a target's queries on a socket: one, or several by ID."""
+    if isinstance(ids, dict):
+        return ids.get(qid)
+    return ids if ids.qid == qid else None
+
+
+def queued_errors(sock: socket.socket, limit: int) -> Iterator[tuple[Sockaddr, int, int] | None]:
+    """Up to ``limit`` reports read from ``sock``'s error queue: (the target's sockaddr, the
+    returned query's ID, the errno) for each that says so, None for one that does not."""
+    for _ in range(limit):
+        try:
+            data, ancdata, _, addr = sock.recvmsg(512, 512, socket.MSG_ERRQUEUE)
+        except OSError:
+            return
+        err = icmp_errno(ancdata)
+        if err is None or not addr or len(data) < 2:
+            yield None
+        else:
+            yield addr, int.from_bytes(data[:2], "big"), err

@@ -27,10 +27,10 @@ from operator import itemgetter
 from dnsfleet import eventloop
 from dnsfleet.dnswire import Malformed, Query, parse_response
 from dnsfleet.probes import sharedsock, udp
-from dnsfleet.probes.batchslot import Slot, by_id, expired, since
+from dnsfleet.probes.batchslot import Slot, expired, since
 from dnsfleet.probes.reasons import Reason, classify_oserror
 from dnsfleet.probes.result import Exchange
-from dnsfleet.probes.sharedsock import Sockaddr, shareable
+from dnsfleet.probes.sharedsock import Sockaddr, by_id, shareable
 
 Item = tuple[Sockaddr, socket.AddressFamily, Query, float]  # ..., module timeout
 
@@ -279,18 +279,14 @@ class SharedBatch:
     def _drain_errors(self, shared: _Shared) -> int:
         """Give each queued ICMP error to the probe whose query it returns; how many read."""
         got = 0
-        for _ in range(READ_BURST):
-            try:
-                data, ancdata, _, addr = shared.sock.recvmsg(512, 512, socket.MSG_ERRQUEUE)
-            except OSError:
-                return got
+        for report in sharedsock.queued_errors(shared.sock, READ_BURST):
             got += 1
             shared.errored = True
-            err = sharedsock.icmp_errno(ancdata)
-            ids = shared.peers.get(addr) if addr else None
-            if err is None or ids is None or len(data) < 2:
+            ids = None if report is None else shared.peers.get(report[0])
+            if report is None or ids is None:
                 continue
-            slot = by_id(ids, int.from_bytes(data[:2], "big"))
+            _, qid, err = report
+            slot = by_id(ids, qid)
             if slot is not None and not slot.ended:
                 reason = classify_oserror(OSError(err, os.strerror(err)))
                 self._end(slot, Exchange(None, reason, since(slot), os.strerror(err)))

@@ -30,7 +30,7 @@ from dnsfleet.probes import sharedsock
 from dnsfleet.probes.expiry import Expiries
 from dnsfleet.probes.reasons import Reason, classify_oserror
 from dnsfleet.probes.result import Exchange, unanswered
-from dnsfleet.probes.sharedsock import Sockaddr, shareable
+from dnsfleet.probes.sharedsock import Sockaddr, by_id, shareable
 
 POOL = 4  # sockets taking new queries at once, one picked at random per query
 ROTATE_QUERIES = 256  # a socket takes at most this many queries ...
@@ -185,7 +185,7 @@ class _Socket:
         if ids is None:
             return  # not from a target in flight here: the connected socket's kernel dropped it
         buf = self.pool.buf
-        q = _by_id(ids, buf[0] << 8 | buf[1]) if n >= 2 else None
+        q = by_id(ids, buf[0] << 8 | buf[1]) if n >= 2 else None
         if q is None:
             for other in (ids,) if isinstance(ids, Pending) else list(ids.values()):
                 if other.sock is not None:
@@ -206,18 +206,14 @@ class _Socket:
     def drain_errors(self) -> int:
         """Give each queued ICMP error to the query it returns; how many were read."""
         got = 0
-        for _ in range(READ_BURST):
-            try:
-                data, ancdata, _, addr = self.sock.recvmsg(512, 512, socket.MSG_ERRQUEUE)
-            except OSError:
-                return got
+        for report in sharedsock.queued_errors(self.sock, READ_BURST):
             got += 1
             self.errored = True
-            err = sharedsock.icmp_errno(ancdata)
-            ids = self.peers.get(addr) if addr else None
-            if err is None or ids is None or len(data) < 2:
+            ids = None if report is None else self.peers.get(report[0])
+            if report is None or ids is None:
                 continue
-            q = _by_id(ids, int.from_bytes(data[:2], "big"))
+            _, qid, err = report
+            q = by_id(ids, qid)
             if q is not None and q.sock is not None:
                 reason = classify_oserror(OSError(err, os.strerror(err)))
                 q.end(Exchange(None, reason, time.monotonic() - q.start, os.strerror(err)))
@@ -229,12 +225,6 @@ class _Socket:
                 self.pool.loop.remove_reader(self.fd)
             self.sock.close()
             self.fd = -1
-
-
-def _by_id(ids: Pending | dict[int, Pending], qid: int) -> Pending | None:
-    if isinstance(ids, Pending):
-        return ids if ids.qid == qid else None
-    return ids.get(qid)
 
 
 class _Pool:
