@@ -131,11 +131,17 @@ class HostFS:
         return out
 
     def read_held(
-        self, held: HeldFiles, paths: Sequence[str], *, prune: bool = False
+        self,
+        held: HeldFiles,
+        paths: Sequence[str],
+        *,
+        prune: bool = False,
+        unreadable_as_missing: bool = False,
     ) -> list[bytes | None]:
         """The files at ``paths`` (under this object's roots) through ``held``: see
-        :class:`HeldFiles`. None for a file that does not exist."""
-        return held.read(paths, prune=prune)
+        :class:`HeldFiles`. None for a file that does not exist (and, with
+        ``unreadable_as_missing``, for one that cannot be read, as :meth:`read_many`)."""
+        return held.read(paths, prune=prune, unreadable_as_missing=unreadable_as_missing)
 
     def read_text(self, path: StrPath, *, limit: int = MAX_READ_BYTES) -> str:
         return self.read_bytes(path, limit=limit).decode("utf-8", errors="replace")
@@ -200,6 +206,8 @@ class HeldFiles:
     (:func:`held_files_cap` of the soft limit when not given); the paths beyond it are
     opened and read each time, as :meth:`HostFS.read_bytes`. ``prune``: close what this
     read did not ask for (the set of paths changes: IRQs come and go).
+    ``unreadable_as_missing``: a path that cannot be opened or read is None, as
+    :meth:`HostFS.read_many` (a /proc/<pid> file of a process that exits as it is read).
     One thread at a time: a reader that finds another (the host lane's retired, stuck
     thread) still reading opens its files afresh, so no descriptor is used or closed by two
     threads at once."""
@@ -219,9 +227,11 @@ class HeldFiles:
     def __len__(self) -> int:
         return len(self._fds)
 
-    def read(self, paths: Sequence[str], *, prune: bool = False) -> list[bytes | None]:
+    def read(
+        self, paths: Sequence[str], *, prune: bool = False, unreadable_as_missing: bool = False
+    ) -> list[bytes | None]:
         if not self._lock.acquire(blocking=False):
-            return [_read_fresh(p, None, 0) for p in paths]
+            return [_read_fresh(p, None, 0, unreadable_as_missing) for p in paths]
         try:
             if self._run is not None and self._run[0] is paths:
                 try:
@@ -232,7 +242,7 @@ class HeldFiles:
                     if not data or max(map(len, data)) < _ATTR_READ:
                         return list(data)
             self._run = None
-            out = self._read(paths)
+            out = self._read(paths, unreadable_as_missing)
             if prune and len(self._fds) > len(paths):
                 asked = set(paths)
                 for path in [p for p in self._fds if p not in asked]:
@@ -245,7 +255,7 @@ class HeldFiles:
                 self._close_fds()
             self._lock.release()
 
-    def _read(self, paths: Sequence[str]) -> list[bytes | None]:
+    def _read(self, paths: Sequence[str], unreadable_as_missing: bool) -> list[bytes | None]:
         fds = self._fds
         pread = os.pread
         out: list[bytes | None] = []
@@ -261,7 +271,7 @@ class HeldFiles:
                     continue
                 del fds[path]
                 _close_held(fd)
-            out.append(_read_fresh(path, fds, self.cap))
+            out.append(_read_fresh(path, fds, self.cap, unreadable_as_missing))
         return out
 
     def close(self) -> None:
@@ -293,9 +303,21 @@ def _close_held(fd: int) -> None:
     os.close(fd)
 
 
-def _read_fresh(path: str, keep: dict[str, int] | None, cap: int) -> bytes | None:
-    """The file at ``path`` opened and read (None: it does not exist); its descriptor is
-    kept in ``keep`` when the file fits one small read and fewer than ``cap`` are held."""
+def _read_fresh(
+    path: str, keep: dict[str, int] | None, cap: int, unreadable_as_missing: bool = False
+) -> bytes | None:
+    """The file at ``path`` opened and read (None: it does not exist, or, with
+    ``unreadable_as_missing``, cannot be read); its descriptor is kept in ``keep`` when the
+    file fits one small read and fewer than ``cap`` are held."""
+    try:
+        return _open_read(path, keep, cap)
+    except OSError:
+        if unreadable_as_missing:
+            return None
+        raise
+
+
+def _open_read(path: str, keep: dict[str, int] | None, cap: int) -> bytes | None:
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except FileNotFoundError:

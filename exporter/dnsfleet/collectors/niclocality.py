@@ -27,16 +27,39 @@ def cpu_list(data: bytes | None) -> frozenset[int] | None:
 _parse_cpu_list = functools.lru_cache(maxsize=1024)(parse_cpu_list)
 
 
+# The comm files of the host tree read last, held open (hostfs.HeldFiles), with the PIDs
+# and paths they were read for. /proc/<pid>/comm shows the task's name as it is at each
+# read (comm_show in fs/proc/base.c, a single_open seq_file: a pread at offset 0 shows it
+# again), so a process that exec()s under its PID (a wrapper script that becomes the
+# resolver) shows its new name through the held descriptor at the next scrape. The
+# descriptor's inode holds the process's struct pid, not its number: once that process is
+# gone its read fails (ESRCH, also when the number went to a new process) and the path is
+# opened afresh, which finds the PID's new process or nothing. A scrape is one listing of
+# /proc (new processes) and one pread per process, where it was an open, a read and a close
+# (about a third of the cost, and of a 2,000-process host's ms). One entry: one host tree.
+_COMMS: dict[HostFS, tuple[list[int], list[str], HeldFiles]] = {}
+
+
 def process_pids(fs: HostFS, names: Iterable[str]) -> dict[str, list[int]]:
     """PIDs by comm for the given process names, in one pass over /proc."""
-    want = set(names)
-    found: dict[str, list[int]] = {n: [] for n in want}
+    want = {n.encode("utf-8"): n for n in names}
+    found: dict[str, list[int]] = {n: [] for n in want.values()}
     pids = list(fs.pids())
+    entry = _COMMS.get(fs)
+    if entry is None:
+        for _, _, old in _COMMS.values():
+            old.close()
+        _COMMS.clear()
+        entry = ([], [], HeldFiles())
+    # The same processes as last scrape: the same paths, which HeldFiles reads back with a
+    # pread each and no lookup.
+    paths = entry[1] if pids == entry[0] else [f"{fs.procfs}/{pid}/comm" for pid in pids]
+    _COMMS[fs] = (pids, paths, entry[2])
     # A process that exited between listing and reading (ESRCH) reads as missing.
-    comms = fs.read_many(fs.procfs, [f"{pid}/comm" for pid in pids], unreadable_as_missing=True)
+    comms = fs.read_held(entry[2], paths, prune=True, unreadable_as_missing=True)
     for pid, comm in zip(pids, comms, strict=True):
-        if comm is not None and (c := comm.decode("utf-8", errors="replace").rstrip("\n")) in want:
-            found[c].append(pid)
+        if comm is not None and (name := want.get(comm.rstrip(b"\n"))) is not None:
+            found[name].append(pid)
     return found
 
 
