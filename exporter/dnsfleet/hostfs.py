@@ -176,6 +176,18 @@ class HostFS:
         except OSError as e:
             raise HostReadError(f"{path}: {e.strerror or e}") from e
 
+    def entries(self, path: StrPath) -> list[tuple[str, int]]:
+        """Sorted (name, inode number) of a directory's entries, the inode number from the
+        listing itself (d_ino: no stat of each entry); [] when the directory does not
+        exist."""
+        try:
+            with os.scandir(path) as it:
+                return sorted((e.name, e.inode()) for e in it)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as e:
+            raise HostReadError(f"{path}: {e.strerror or e}") from e
+
     def pids(self) -> Iterator[int]:
         for name in self.listdir(self.procfs):
             if name.isdigit():

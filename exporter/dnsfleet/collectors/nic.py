@@ -75,33 +75,81 @@ def _uevent(text: str | None, key: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """What an interface's sysfs node says while it stands: its device directory (None: a
+    virtual interface, no interrupts of its own), the PCI function above a virtio_net
+    device, each one's PCI_SLOT_NAME, and whether it has a queues directory."""
+
+    dev: str | None
+    virtio_parent: str | None = None
+    pci_slot: str | None = None
+    parent_slot: str | None = None
+    has_queues: bool = False
+
+
+# The interfaces' layouts of the host tree read last, by (name, inode number of the
+# /sys/class/net entry). An interface's device, its uevent and its queues directory stay
+# while its sysfs node does; an interface removed and another registered under its name is
+# a new kernfs node, whose inode number kernfs allocates cyclically (never the old one's),
+# so the listing of /sys/class/net each scrape tells both apart. Read every scrape still:
+# the MSI vectors and receive queues, which ethtool -L and a driver's reset change under
+# the same node. A Kubernetes node's hundreds of veths cost a stat of ``device`` each (a
+# walk through sysfs symlinks, ~20 us) every scrape before. One entry: one host tree.
+_LAYOUTS: dict[HostFS, dict[tuple[str, int], _Layout]] = {}
+
+
+def _layout(fs: HostFS, name: str) -> _Layout:
+    dev = f"{fs.sys('class', 'net', name)}/device"
+    if not fs.exists(dev):
+        return _Layout(None)  # virtual interface (bond, bridge, veth, lo)
+    uevent = fs.read_optional(f"{dev}/uevent")
+    parent = None
+    if (_uevent(uevent, "MODALIAS") or "").startswith("virtio:"):
+        # virtio_net's device is the virtioN bus device; its vectors belong to the
+        # virtio PCI function above it.
+        parent = f"{dev}/.."
+    return _Layout(
+        dev,
+        virtio_parent=parent,
+        pci_slot=_uevent(uevent, "PCI_SLOT_NAME"),
+        parent_slot=_uevent(fs.read_optional(f"{parent}/uevent"), "PCI_SLOT_NAME")
+        if parent
+        else None,
+        has_queues=fs.exists(f"{fs.sys('class', 'net', name)}/queues"),
+    )
+
+
 def find_nics(fs: HostFS, config: Config) -> list[Nic]:
     include = re.compile(config.host.nic_include)
     exclude = re.compile(config.host.nic_exclude) if config.host.nic_exclude else None
+    known = _LAYOUTS.get(fs, {})
+    layouts: dict[tuple[str, int], _Layout] = {}
     nics = []
-    for name in fs.listdir(fs.sys("class", "net")):
+    net = str(fs.sys("class", "net"))
+    for entry in fs.entries(net):
+        name = entry[0]
         if not include.fullmatch(name) or (exclude and exclude.fullmatch(name)):
             continue
-        dev = fs.sys("class", "net", name, "device")
-        if not fs.exists(dev):
-            continue  # virtual interface (bond, bridge, veth, lo): no interrupts of its own
-        irqs = fs.listdir(dev / "msi_irqs")
-        uevent = fs.read_optional(dev / "uevent")
-        if not irqs and (_uevent(uevent, "MODALIAS") or "").startswith("virtio:"):
-            # virtio_net's device is the virtioN bus device; its vectors belong to the
-            # virtio PCI function above it.
-            irqs = fs.listdir(dev / ".." / "msi_irqs")
-            uevent = fs.read_optional(dev / ".." / "uevent")
-        qdir = fs.sys("class", "net", name, "queues")
-        rx = [q for q in fs.listdir(qdir) if q.startswith("rx-")]
+        lay = layouts[entry] = known.get(entry) or _layout(fs, name)
+        if lay.dev is None:
+            continue
+        irqs = fs.listdir(f"{lay.dev}/msi_irqs")
+        slot = lay.pci_slot
+        if not irqs and lay.virtio_parent is not None:
+            irqs = fs.listdir(f"{lay.virtio_parent}/msi_irqs")
+            slot = lay.parent_slot
+        rx = [q for q in fs.listdir(f"{net}/{name}/queues") if q.startswith("rx-")]
         nics.append(
             Nic(
                 name=name,
                 msi_irqs=frozenset(i for i in irqs if i.isdigit()),
-                pci_slot=_uevent(uevent, "PCI_SLOT_NAME"),
-                rx_queues=len(rx) if fs.exists(qdir) else None,
+                pci_slot=slot,
+                rx_queues=len(rx) if lay.has_queues else None,
             )
         )
+    _LAYOUTS.clear()
+    _LAYOUTS[fs] = layouts
     return nics
 
 
