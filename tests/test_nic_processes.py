@@ -12,7 +12,6 @@ real kernel does both in ``test_a_real_process_that_execs_and_exits``."""
 from __future__ import annotations
 
 import errno
-import os
 import shutil
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from dnsfleet.config import Config, parse
 from dnsfleet.exposition import Family
 from dnsfleet.hostfs import HostFS
 from tests.harness import metrics
-from tests.harness.hosttree import TREES, TreeWriter, add_process
+from tests.harness.hosttree import TREES, TreeWriter, add_process, held_reads_fail_once_removed
 from tests.harness.metrics import of
 
 CONFIG = parse({"targets": [], "host": {"resolver_process": "unbound"}}, source="test")
@@ -37,14 +36,7 @@ CONFIG = parse({"targets": [], "host": {"resolver_process": "unbound"}}, source=
 def procfs_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     """A held descriptor of a removed fixture file fails as procfs fails one of a gone
     process (ESRCH), instead of reading the unlinked file's old bytes."""
-    real = os.pread
-
-    def pread(fd: int, n: int, offset: int) -> bytes:
-        if os.fstat(fd).st_nlink == 0:
-            raise OSError(errno.ESRCH, os.strerror(errno.ESRCH))
-        return real(fd, n, offset)
-
-    monkeypatch.setattr(os, "pread", pread)
+    held_reads_fail_once_removed(monkeypatch, errno.ESRCH)
 
 
 def tree(tmp_path: Path) -> tuple[TreeWriter, HostFS]:

@@ -220,15 +220,18 @@ class HeldFiles:
     read did not ask for (the set of paths changes: IRQs come and go).
     ``unreadable_as_missing``: a path that cannot be opened or read is None, as
     :meth:`HostFS.read_many` (a /proc/<pid> file of a process that exits as it is read).
+    ``size``: what one pread asks for; a file that fills it is read whole afresh each time
+    and not held (a per-CPU seq_file of a larger host than the size was chosen for).
     One thread at a time: a reader that finds another (the host lane's retired, stuck
     thread) still reading opens its files afresh, so no descriptor is used or closed by two
     threads at once."""
 
-    def __init__(self, cap: int | None = None) -> None:
+    def __init__(self, cap: int | None = None, *, size: int = _ATTR_READ) -> None:
         if cap is None:
             soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
             cap = held_files_cap(2**31 if soft == resource.RLIM_INFINITY else soft)
         self.cap = cap
+        self.size = size
         self._fds: dict[str, int] = {}
         self._lock = threading.Lock()
         self._closing = False
@@ -243,15 +246,16 @@ class HeldFiles:
         self, paths: Sequence[str], *, prune: bool = False, unreadable_as_missing: bool = False
     ) -> list[bytes | None]:
         if not self._lock.acquire(blocking=False):
-            return [_read_fresh(p, None, 0, unreadable_as_missing) for p in paths]
+            return [_read_fresh(p, None, 0, unreadable_as_missing, self.size) for p in paths]
         try:
+            size = self.size
             if self._run is not None and self._run[0] is paths:
                 try:
-                    data = [os.pread(fd, _ATTR_READ, 0) for fd in self._run[1]]
+                    data = [os.pread(fd, size, 0) for fd in self._run[1]]
                 except OSError:
                     pass
                 else:
-                    if not data or max(map(len, data)) < _ATTR_READ:
+                    if not data or max(map(len, data)) < size:
                         return list(data)
             self._run = None
             out = self._read(paths, unreadable_as_missing)
@@ -270,20 +274,21 @@ class HeldFiles:
     def _read(self, paths: Sequence[str], unreadable_as_missing: bool) -> list[bytes | None]:
         fds = self._fds
         pread = os.pread
+        size = self.size
         out: list[bytes | None] = []
         for path in paths:
             fd = fds.get(path)
             if fd is not None:
                 try:
-                    data = pread(fd, _ATTR_READ, 0)
+                    data = pread(fd, size, 0)
                 except OSError:
-                    data = b"\0" * _ATTR_READ  # read the path afresh below
-                if len(data) < _ATTR_READ:
+                    data = b"\0" * size  # read the path afresh below
+                if len(data) < size:
                     out.append(data)
                     continue
                 del fds[path]
                 _close_held(fd)
-            out.append(_read_fresh(path, fds, self.cap, unreadable_as_missing))
+            out.append(_read_fresh(path, fds, self.cap, unreadable_as_missing, size))
         return out
 
     def close(self) -> None:
@@ -316,20 +321,24 @@ def _close_held(fd: int) -> None:
 
 
 def _read_fresh(
-    path: str, keep: dict[str, int] | None, cap: int, unreadable_as_missing: bool = False
+    path: str,
+    keep: dict[str, int] | None,
+    cap: int,
+    unreadable_as_missing: bool = False,
+    size: int = _ATTR_READ,
 ) -> bytes | None:
     """The file at ``path`` opened and read (None: it does not exist, or, with
     ``unreadable_as_missing``, cannot be read); its descriptor is kept in ``keep`` when the
-    file fits one small read and fewer than ``cap`` are held."""
+    file fits one read of ``size`` bytes and fewer than ``cap`` are held."""
     try:
-        return _open_read(path, keep, cap)
+        return _open_read(path, keep, cap, size)
     except OSError:
         if unreadable_as_missing:
             return None
         raise
 
 
-def _open_read(path: str, keep: dict[str, int] | None, cap: int) -> bytes | None:
+def _open_read(path: str, keep: dict[str, int] | None, cap: int, size: int) -> bytes | None:
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except FileNotFoundError:
@@ -337,14 +346,14 @@ def _open_read(path: str, keep: dict[str, int] | None, cap: int) -> bytes | None
     except OSError as e:
         raise HostReadError(f"{path}: {e.strerror or e}") from e
     try:
-        data = _read_fd(fd, _ATTR_READ, MAX_READ_BYTES)
+        data = _read_fd(fd, size, MAX_READ_BYTES)
     except OSError as e:
         os.close(fd)
         raise HostReadError(f"{path}: {e.strerror or e}") from e
     if len(data) > MAX_READ_BYTES:
         os.close(fd)
         raise HostReadError(f"{path}: larger than {MAX_READ_BYTES} bytes")
-    if keep is not None and len(data) < _ATTR_READ:
+    if keep is not None and len(data) < size:
         with _Held.lock:
             held = _Held.open < cap
             _Held.open += held
