@@ -12,16 +12,19 @@ from typing import Any
 
 import pytest
 
-from dnsfleet.collectors import base
+from dnsfleet.capacity.model import State
+from dnsfleet.collectors import COLLECTORS, base, resolver_capacity
 from dnsfleet.collectors.base import (
     CollectContext,
     HostLane,
     host_collector,
     run_collectors,
 )
-from dnsfleet.config import Config, builtin_default
+from dnsfleet.config import Config, builtin_default, parse
 from dnsfleet.exposition import Family
 from dnsfleet.hostfs import HostFS
+from tests.harness import metrics
+from tests.harness.metrics import of
 
 pytestmark = pytest.mark.unit
 
@@ -120,3 +123,33 @@ def test_a_job_out_of_time_before_it_started_never_runs(
     finally:
         release.set()
     assert not ran.wait(1.0)
+
+
+def test_the_capacity_file_is_read_on_the_lane_beside_the_host_collectors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its stat rides the host collectors' wake of the loop instead of a thread of its own."""
+    threads: list[str] = []
+    real = resolver_capacity._load
+
+    def load(ctx: CollectContext) -> State:
+        threads.append(threading.current_thread().name)
+        return real(ctx)
+
+    monkeypatch.setattr(resolver_capacity, "_load", load)
+    cfg = parse(
+        {
+            "modules": {"m": {"query_name": "example.test."}},
+            "targets": [{"address": "127.0.0.1", "module": "m", "capacity_qps": 100}],
+        },
+        source="test",
+    )
+
+    async def run() -> float | None:
+        loop = asyncio.get_running_loop()
+        ctx = CollectContext(fs=HostFS(), config=cfg, deadline=loop.time() + 30, state={})
+        fams = await run_collectors(ctx, {"resolver_capacity": COLLECTORS["resolver_capacity"]})
+        return metrics.matching(of(fams), "dnsfleet_resolver_capacity_qps", kind="declared")
+
+    assert asyncio.run(run()) == 100
+    assert threads == ["dnsfleet-host"]

@@ -260,23 +260,29 @@ class _LaneWorker:
 HOST_LANE = HostLane()
 
 
+async def on_host_lane(ctx: CollectContext, fn: Callable[[], T]) -> T:
+    """``fn``'s result, run on the host lane (a read of the host that may hang), queued with
+    this scrape's host collectors: their one wake of the loop tells its end too."""
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+    fut = HOST_LANE.submit(fn, (loop, waiter))
+    # A job is stuck after a quarter of what is left of the scrape (at most lane.stall):
+    # early enough that the collectors queued behind it still finish in time.
+    stall = min(HOST_LANE.stall, max(0.05, (ctx.deadline - loop.time()) / 4))
+    try:
+        while True:
+            await asyncio.wait({waiter}, timeout=stall / 2)
+            if fut.done():
+                result: T = fut.result()
+                return result
+            HOST_LANE.check(stall)
+    finally:
+        fut.cancel()  # out of time: a job not started yet never runs
+
+
 def host_collector(name: str, fn: HostCollectFn) -> Collector:
     async def run(ctx: CollectContext) -> list[Family]:
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[None] = loop.create_future()
-        fut = HOST_LANE.submit(lambda: fn(ctx.fs, ctx.config), (loop, waiter))
-        # A job is stuck after a quarter of what is left of the scrape (at most lane.stall):
-        # early enough that the collectors queued behind it still finish in time.
-        stall = min(HOST_LANE.stall, max(0.05, (ctx.deadline - loop.time()) / 4))
-        try:
-            while True:
-                await asyncio.wait({waiter}, timeout=stall / 2)
-                if fut.done():
-                    result: list[Family] = fut.result()
-                    return result
-                HOST_LANE.check(stall)
-        finally:
-            fut.cancel()  # out of time: a job not started yet never runs
+        return await on_host_lane(ctx, lambda: fn(ctx.fs, ctx.config))
 
     return Collector(name=name, run=run, enabled=lambda cfg: name in cfg.host.collectors, host=True)
 
