@@ -26,7 +26,13 @@ from dnsfleet.config import Config, parse
 from dnsfleet.exposition import Family
 from dnsfleet.hostfs import HostFS
 from tests.harness import metrics
-from tests.harness.hosttree import TREES, TreeWriter, add_process, held_reads_fail_once_removed
+from tests.harness.hosttree import (
+    TREES,
+    TreeWriter,
+    add_process,
+    held_reads_fail_once_removed,
+    stat_line,
+)
 from tests.harness.metrics import of
 
 CONFIG = parse({"targets": [], "host": {"resolver_process": "unbound"}}, source="test")
@@ -115,6 +121,38 @@ def test_irqbalance_started_and_stopped_shows_at_the_next_scrape(tmp_path: Path)
     assert metrics.value(of(nic.collect(fs, CONFIG)), running) == 1
     gone(t, 4000)
     assert metrics.value(of(nic.collect(fs, CONFIG)), running) == 0
+
+
+@pytest.mark.unit
+@pytest.mark.usefixtures("procfs_reads")
+def test_the_resolvers_threads_moved_started_and_ended_show_at_the_next_scrape(
+    tmp_path: Path,
+) -> None:
+    t, fs = tree(tmp_path)
+    config = parse(
+        {"targets": [], "host": {"resolver_process": "unbound", "nic_include": "eth1"}},
+        source="test",
+    )
+
+    def cpus_and_shared() -> tuple[float | None, float | None]:
+        fams = of(nic.collect(fs, config))
+        return (
+            metrics.value(fams, "dnsfleet_resolver_cpus", process="unbound"),
+            metrics.value(
+                fams, "dnsfleet_nic_resolver_shared_cpus", device="eth1", process="unbound"
+            ),
+        )
+
+    # 812's four threads ran on CPUs 0, 1, 5, 6; eth1's queue interrupts go to CPU 0.
+    assert cpus_and_shared() == (4, 1)
+    t.write("proc/812/task/812/stat", stat_line(812, "unbound", 7))  # migrated off CPU 0
+    assert cpus_and_shared() == (4, 0)
+    add_process(t, 812, "unbound", [0, 1, 5, 6, 2, 3])  # two threads started, one on CPU 0
+    assert scrape(fs) == (2, 6)
+    assert cpus_and_shared() == (6, 1)
+    shutil.rmtree(t.root / "proc/812/task/816")  # the thread on CPU 2 ended
+    assert scrape(fs) == (2, 5)
+    assert cpus_and_shared() == (5, 1)
 
 
 CHILD = """

@@ -314,7 +314,7 @@ def _process_part(fs: HostFS, resolver: str | None, nic_data: list[NicIrqs]) -> 
         # Several processes may carry the name (two instances, a helper that shares the
         # comm): their threads are not one resolver's. Take the process with the most
         # threads as the resolver and say how many there were.
-        per_pid = [thread_cpus(fs, [pid]) for pid in pids[resolver]]
+        per_pid = thread_cpus(fs, pids[resolver])
         main = max(per_pid, key=len, default=[])
         fams += process_families(resolver, processes=len(per_pid), cpus=main)
         if main:

@@ -5,6 +5,7 @@ cache sharing (kept while the CPUs stand)."""
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Iterable, Sequence
 
 from dnsfleet.hostfs import HeldFiles, HostFS
@@ -63,18 +64,45 @@ def process_pids(fs: HostFS, names: Iterable[str]) -> dict[str, list[int]]:
     return found
 
 
-def thread_cpus(fs: HostFS, pids: list[int]) -> list[int]:
-    """The CPU each thread of the processes last ran on."""
-    cpus = []
+# The stat files of the resolver's threads on the host tree read last, held open, with
+# their paths. /proc/<pid>/task/<tid>/stat is a single_open seq_file (proc_single_show): a
+# pread at offset 0 shows the thread as it is now (``processor`` moves with every
+# migration); a thread that exits fails the held read (ESRCH, its struct pid gone) and its
+# path, opened afresh, is missing. A line is ~300 bytes: THREAD_STAT_READ holds any.
+# Listed every scrape: threads come and go. One entry: one host tree.
+THREAD_STAT_READ = 2048
+_THREADS: dict[HostFS, tuple[list[str], HeldFiles]] = {}
+
+
+def thread_cpus(fs: HostFS, pids: list[int]) -> list[list[int]]:
+    """For each process in turn, the CPU each of its threads last ran on."""
     proc = str(fs.proc())
+    paths: list[str] = []
+    counts = []
     for pid in pids:
         task = f"{proc}/{pid}/task"
         tids = fs.listdir(task)
-        # A thread that exited between listing and reading reads as missing.
-        for stat in fs.read_many(task, [f"{t}/stat" for t in tids], unreadable_as_missing=True):
+        paths += [f"{task}/{t}/stat" for t in tids]
+        counts.append(len(tids))
+    entry = _THREADS.get(fs)
+    if entry is None:
+        for _, old in _THREADS.values():
+            old.close()
+        _THREADS.clear()
+        entry = ([], HeldFiles(size=THREAD_STAT_READ))
+    if paths == entry[0]:
+        paths = entry[0]  # the same object: HeldFiles reads it back without a lookup
+    _THREADS[fs] = (paths, entry[1])
+    # A thread that exited between listing and reading reads as missing.
+    stats = iter(fs.read_held(entry[1], paths, prune=True, unreadable_as_missing=True))
+    out = []
+    for n in counts:
+        cpus = []
+        for stat in itertools.islice(stats, n):
             if stat is not None:
                 cpus.append(parse_stat_processor(stat.decode("utf-8", errors="replace")))
-    return cpus
+        out.append(cpus)
+    return out
 
 
 # CPU -> cache level -> CPUs sharing it, for the host tree read last, while its CPUs stand:
