@@ -153,3 +153,29 @@ def test_the_capacity_file_is_read_on_the_lane_beside_the_host_collectors(
 
     assert asyncio.run(run()) == 100
     assert threads == ["dnsfleet-host"]
+
+
+def test_each_host_collector_times_its_own_job_not_the_whole_lane() -> None:
+    """The loop learns of both jobs at once; the first one's duration still ends where its
+    job did, before the second one's started."""
+
+    def first(fs: HostFS, cfg: Config) -> list[Family]:
+        return []
+
+    def second(fs: HostFS, cfg: Config) -> list[Family]:
+        threading.Event().wait(0.05)
+        return []
+
+    cols = collectors(first, second)
+
+    async def run() -> dict[str, float | None]:
+        loop = asyncio.get_running_loop()
+        ctx = CollectContext(
+            fs=HostFS(), config=builtin_default([]), deadline=loop.time() + 30, state={}
+        )
+        duration = (await run_collectors(ctx, cols))[1]
+        return {n: duration.value({"collector": n}) for n in cols}
+
+    took = asyncio.run(run())
+    assert took["first"] is not None and took["second"] is not None
+    assert took["first"] < took["second"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import logging
 import threading
 import time
@@ -260,12 +261,22 @@ class _LaneWorker:
 HOST_LANE = HostLane()
 
 
+# When this task's last job on the host lane ended, as the lane's thread saw it: a host
+# collector's duration ends there, not when the loop is told (after the scrape's last job).
+_LANE_END: contextvars.ContextVar[float | None] = contextvars.ContextVar("lane_end", default=None)
+
+
 async def on_host_lane(ctx: CollectContext, fn: Callable[[], T]) -> T:
     """``fn``'s result, run on the host lane (a read of the host that may hang), queued with
     this scrape's host collectors: their one wake of the loop tells its end too."""
     loop = asyncio.get_running_loop()
     waiter: asyncio.Future[None] = loop.create_future()
-    fut = HOST_LANE.submit(fn, (loop, waiter))
+
+    def timed() -> tuple[T, float]:
+        result = fn()
+        return result, time.monotonic()
+
+    fut = HOST_LANE.submit(timed, (loop, waiter))
     # A job is stuck after a quarter of what is left of the scrape (at most lane.stall):
     # early enough that the collectors queued behind it still finish in time.
     stall = min(HOST_LANE.stall, max(0.05, (ctx.deadline - loop.time()) / 4))
@@ -273,7 +284,9 @@ async def on_host_lane(ctx: CollectContext, fn: Callable[[], T]) -> T:
         while True:
             await asyncio.wait({waiter}, timeout=stall / 2)
             if fut.done():
-                result: T = fut.result()
+                result: T
+                result, ended = fut.result()
+                _LANE_END.set(ended)
                 return result
             HOST_LANE.check(stall)
     finally:
@@ -359,7 +372,8 @@ async def run_collectors(
                 exc_info=not isinstance(e, CollectorError | OSError | ValueError),
             )
         labels = {"collector": c.name}
-        took = time.monotonic() - start
+        ended = _LANE_END.get() if c.host and ok else None
+        took = (time.monotonic() if ended is None else ended) - start
         success.add(ok, labels)
         duration.add(took, labels)
         ctx.findings.add(CollectorRun(c.name, ok == 1.0, took))
