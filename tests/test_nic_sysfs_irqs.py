@@ -7,6 +7,7 @@ page, a vector without its directory)."""
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 from dnsfleet.collectors import nic
 from dnsfleet.config import parse
 from dnsfleet.exposition import render
-from dnsfleet.hostfs import HostFS
+from dnsfleet.hostfs import HostFS, StrPath
 from dnsfleet.parsers.interrupts import parse_interrupts, parse_per_cpu_count
 from tests.harness import metrics
 from tests.harness.hosttree import TREES, TreeWriter, held_reads_fail_once_removed
@@ -91,6 +92,24 @@ def test_counts_cpus_and_vectors_changed_show_at_the_next_scrape(tmp_path: Path)
     t.write("sys/devices/pci0000:00/0000:00:02.0/0000:03:00.1/msi_irqs/99", "msix")
     write_irq(t, "99", "eth1-TxRx-9", tuple(range(8)))
     assert queue_total(fs, "eth1-TxRx-9") == sum(range(8))
+
+
+def test_without_sys_kernel_irq_no_vector_file_is_tried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel before 4.17 has no /sys/kernel/irq: one look, not a failed open a file."""
+    _, fs = tree(tmp_path, "proc", sysfs=False)
+    opened: list[str] = []
+    real = os.open
+
+    def record(path: StrPath, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+        opened.append(str(path))
+        return real(path, flags, mode, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "open", record)
+    assert "dnsfleet_nic_queue_interrupts_total" in exposition(fs)
+    assert not [p for p in opened if "/kernel/irq/" in p]
+    assert [p for p in opened if p.endswith("/proc/interrupts")]
 
 
 @pytest.mark.parametrize("cut", ["short", "missing"])
