@@ -33,7 +33,7 @@ from dnsfleet.collectors.cputopology import (
     system_files,
 )
 from dnsfleet.config import Config
-from dnsfleet.exposition import Family
+from dnsfleet.exposition import Family, Labels
 from dnsfleet.hostfs import HostFS, HostReadError
 from dnsfleet.parsers.cpuidle import (
     STATE_FILES,
@@ -239,11 +239,11 @@ def _idle_state_families(idle: list[CpuIdle]) -> list[Family]:
             a[2] += t
             a[3] += usage
     for name, (lat, en, t, usage) in agg.items():
-        sl = {"state": name}
-        exit_lat.add(lat / US, sl)
-        enabled.add(en, sl)
-        residency.add(t / US, sl)
-        entries.add(usage, sl)
+        sl = Labels((("state", name),))  # one label set for the state's four series
+        exit_lat.add_raw(sl, lat / US)
+        enabled.add_raw(sl, en)
+        residency.add_raw(sl, t / US)
+        entries.add_raw(sl, usage)
     fams += [exit_lat, enabled, residency, entries]
     return fams
 
