@@ -6,6 +6,7 @@ and this machine's own /proc."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 from pathlib import Path
 
@@ -14,10 +15,10 @@ import pytest
 from dnsfleet.collectors import COLLECTORS, CollectContext, run_collectors
 from dnsfleet.config import parse
 from dnsfleet.exposition import Family, render
-from dnsfleet.hostfs import HostFS, HostReadError, StrPath
+from dnsfleet.hostfs import HostFS, StrPath
 from dnsfleet.parsers.conntrack import parse_conntrack_stat, parse_sysctl_count
 from tests.harness import metrics
-from tests.harness.hosttree import FIXTURES, host_fs
+from tests.harness.hosttree import FIXTURES, held_reads_fail_once_removed, host_fs
 from tests.harness.metrics import of, promtool_check
 
 OWN = FIXTURES / "conntrack"
@@ -163,18 +164,42 @@ def test_garbled_or_unreadable_fails_the_collector_only(tmp_path: Path, rel: str
 
 @pytest.mark.unit
 def test_permission_denied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """EACCES as a non-root exporter would see it, simulated in HostFS (we run as root)."""
+    """EACCES as a non-root exporter would see it, simulated at open (we run as root)."""
     root = fixture_tree(tmp_path)
-    real = HostFS.read_bytes
+    real = os.open
 
-    def denied(self: HostFS, path: StrPath, *, limit: int = 1 << 22) -> bytes:
+    def denied(path: StrPath, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
         if Path(path).name == "nf_conntrack":
-            raise HostReadError(f"{path}: Permission denied")
-        return real(self, path, limit=limit)
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return real(path, flags, mode, dir_fd=dir_fd)
 
-    monkeypatch.setattr(HostFS, "read_bytes", denied)
+    monkeypatch.setattr(os, "open", denied)
     fams = collect(host_fs(root))
     assert value(fams, "dnsfleet_collector_success", collector="conntrack") == 0
+
+
+@pytest.mark.unit
+def test_counts_and_the_module_unloaded_and_loaded_show_at_the_next_scrape(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The files are held open between scrapes and what they say now is what is read."""
+    root = fixture_tree(tmp_path)
+    fs = host_fs(root)
+    assert value(collect(fs), "dnsfleet_conntrack_entries") == 7994
+    (root / COUNT).write_text("8000\n")
+    (root / MAX).write_text("524288\n")
+    fams = collect(fs)
+    assert value(fams, "dnsfleet_conntrack_entries") == 8000
+    assert value(fams, "dnsfleet_conntrack_entries_limit") == 524288
+    # rmmod nf_conntrack: the entries go, and their held descriptors' reads fail.
+    held_reads_fail_once_removed(monkeypatch, errno.EIO)
+    for rel in (STAT, COUNT, MAX):
+        (root / rel).unlink()
+    fams = collect(fs)
+    assert conntrack_names(fams) == set()
+    assert value(fams, "dnsfleet_collector_success", collector="conntrack") == 1
+    fixture_tree(root)  # modprobe nf_conntrack
+    assert value(collect(fs), "dnsfleet_conntrack_entries") == 7994
 
 
 @pytest.mark.integration

@@ -4,13 +4,14 @@ change with it do: hotplug (``online``, ``present``) or another cpuidle driver."
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from dnsfleet.collectors import CollectorError, cpu
+from dnsfleet.collectors import CollectorError, cpu, cputopology
 from dnsfleet.exposition import Family
 from dnsfleet.hostfs import MAX_READ_BYTES, HeldFiles, HostFS, StrPath
 from tests.harness import metrics
@@ -46,10 +47,17 @@ class CountingFS(HostFS):
         )
 
     def read_held(
-        self, held: HeldFiles, paths: Sequence[str], *, prune: bool = False
+        self,
+        held: HeldFiles,
+        paths: Sequence[str],
+        *,
+        prune: bool = False,
+        unreadable_as_missing: bool = False,
     ) -> list[bytes | None]:
         self.seen.extend(paths)
-        return super().read_held(held, paths, prune=prune)
+        return super().read_held(
+            held, paths, prune=prune, unreadable_as_missing=unreadable_as_missing
+        )
 
     def listdir(self, path: StrPath) -> list[str]:
         self.seen.append(str(path) + "/")
@@ -194,3 +202,31 @@ def test_a_cpu_taken_offline_and_back(tmp_path: Path) -> None:
     (tmp_path / "sys/devices/system/cpu/cpu1/cpuidle/state1/usage").write_text("1001\n")
     fams = cpu.collect(fs, None)  # type: ignore[arg-type]
     assert value(fams, "dnsfleet_cpuidle_state_entries_total", state="C1") == 1031
+
+
+def test_the_cpuidle_governor_switched_shows_on_the_next_scrape(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """current_governor is read every scrape through a held descriptor, with the files the
+    layout is kept on: none of them is opened afresh by a second scrape."""
+    fs = build(tmp_path, 2)
+    governor = tmp_path / "sys/devices/system/cpu/cpuidle/current_governor"
+    governor.write_text("menu\n")
+    fams = cpu.collect(fs, None)  # type: ignore[arg-type]
+    assert value(fams, "dnsfleet_cpuidle_driver_info", driver="intel_idle", governor="menu") == 1
+    fs.seen.clear()
+    opened: list[str] = []
+    real_open = os.open
+
+    def record(path: StrPath, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+        opened.append(str(path))
+        return real_open(path, flags, mode, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "open", record)
+    governor.write_text("teo\n")
+    fams = cpu.collect(fs, None)  # type: ignore[arg-type]
+    assert value(fams, "dnsfleet_cpuidle_driver_info", driver="intel_idle", governor="teo") == 1
+    system = {f"{tmp_path}/sys/devices/system/cpu/{f}" for f in cputopology.SYSTEM_FILES}
+    missing = {p for p in system if not Path(p).exists()}  # opened (and not found) each time
+    assert system <= set(fs.seen)
+    assert not (system - missing) & set(opened), opened

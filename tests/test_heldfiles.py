@@ -150,3 +150,20 @@ def test_process_open_fds_counts_held_files(tmp_path: Path) -> None:
     assert selfmetrics.open_fds() == before + 50
     held.close()
     assert selfmetrics.open_fds() == before
+
+
+def test_a_larger_size_holds_larger_files_and_reads_beyond_it_whole(tmp_path: Path) -> None:
+    """A per-CPU seq_file (/proc/net/stat/nf_conntrack) outgrows the default first read."""
+    held = HeldFiles(cap=room(16), size=1024)
+    small, big = tmp_path / "small", tmp_path / "big"
+    small.write_bytes(b"s" * 600)
+    big.write_bytes(b"b" * 3000)
+    paths = [str(small), str(big)]
+    assert held.read(paths) == [b"s" * 600, b"b" * 3000]
+    assert len(held) == 1
+    small.write_bytes(b"t" * 1023)
+    assert held.read(paths) == [b"t" * 1023, b"b" * 3000]
+    small.write_bytes(b"u" * 1024)  # fills the read: read whole afresh, no longer held
+    assert held.read(paths) == [b"u" * 1024, b"b" * 3000]
+    assert len(held) == 0
+    held.close()

@@ -49,10 +49,17 @@ class RecordingFS(HostFS):
         )
 
     def read_held(
-        self, held: HeldFiles, paths: Sequence[str], *, prune: bool = False
+        self,
+        held: HeldFiles,
+        paths: Sequence[str],
+        *,
+        prune: bool = False,
+        unreadable_as_missing: bool = False,
     ) -> list[bytes | None]:
         self.seen.extend(paths)
-        return super().read_held(held, paths, prune=prune)
+        return super().read_held(
+            held, paths, prune=prune, unreadable_as_missing=unreadable_as_missing
+        )
 
 
 def tree(tmp_path: Path) -> tuple[Path, RecordingFS]:

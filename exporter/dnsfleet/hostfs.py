@@ -131,11 +131,17 @@ class HostFS:
         return out
 
     def read_held(
-        self, held: HeldFiles, paths: Sequence[str], *, prune: bool = False
+        self,
+        held: HeldFiles,
+        paths: Sequence[str],
+        *,
+        prune: bool = False,
+        unreadable_as_missing: bool = False,
     ) -> list[bytes | None]:
         """The files at ``paths`` (under this object's roots) through ``held``: see
-        :class:`HeldFiles`. None for a file that does not exist."""
-        return held.read(paths, prune=prune)
+        :class:`HeldFiles`. None for a file that does not exist (and, with
+        ``unreadable_as_missing``, for one that cannot be read, as :meth:`read_many`)."""
+        return held.read(paths, prune=prune, unreadable_as_missing=unreadable_as_missing)
 
     def read_text(self, path: StrPath, *, limit: int = MAX_READ_BYTES) -> str:
         return self.read_bytes(path, limit=limit).decode("utf-8", errors="replace")
@@ -170,6 +176,18 @@ class HostFS:
         except OSError as e:
             raise HostReadError(f"{path}: {e.strerror or e}") from e
 
+    def entries(self, path: StrPath) -> list[tuple[str, int]]:
+        """Sorted (name, inode number) of a directory's entries, the inode number from the
+        listing itself (d_ino: no stat of each entry); [] when the directory does not
+        exist."""
+        try:
+            with os.scandir(path) as it:
+                return sorted((e.name, e.inode()) for e in it)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as e:
+            raise HostReadError(f"{path}: {e.strerror or e}") from e
+
     def pids(self) -> Iterator[int]:
         for name in self.listdir(self.procfs):
             if name.isdigit():
@@ -200,15 +218,20 @@ class HeldFiles:
     (:func:`held_files_cap` of the soft limit when not given); the paths beyond it are
     opened and read each time, as :meth:`HostFS.read_bytes`. ``prune``: close what this
     read did not ask for (the set of paths changes: IRQs come and go).
+    ``unreadable_as_missing``: a path that cannot be opened or read is None, as
+    :meth:`HostFS.read_many` (a /proc/<pid> file of a process that exits as it is read).
+    ``size``: what one pread asks for; a file that fills it is read whole afresh each time
+    and not held (a per-CPU seq_file of a larger host than the size was chosen for).
     One thread at a time: a reader that finds another (the host lane's retired, stuck
     thread) still reading opens its files afresh, so no descriptor is used or closed by two
     threads at once."""
 
-    def __init__(self, cap: int | None = None) -> None:
+    def __init__(self, cap: int | None = None, *, size: int = _ATTR_READ) -> None:
         if cap is None:
             soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
             cap = held_files_cap(2**31 if soft == resource.RLIM_INFINITY else soft)
         self.cap = cap
+        self.size = size
         self._fds: dict[str, int] = {}
         self._lock = threading.Lock()
         self._closing = False
@@ -219,20 +242,23 @@ class HeldFiles:
     def __len__(self) -> int:
         return len(self._fds)
 
-    def read(self, paths: Sequence[str], *, prune: bool = False) -> list[bytes | None]:
+    def read(
+        self, paths: Sequence[str], *, prune: bool = False, unreadable_as_missing: bool = False
+    ) -> list[bytes | None]:
         if not self._lock.acquire(blocking=False):
-            return [_read_fresh(p, None, 0) for p in paths]
+            return [_read_fresh(p, None, 0, unreadable_as_missing, self.size) for p in paths]
         try:
+            size = self.size
             if self._run is not None and self._run[0] is paths:
                 try:
-                    data = [os.pread(fd, _ATTR_READ, 0) for fd in self._run[1]]
+                    data = [os.pread(fd, size, 0) for fd in self._run[1]]
                 except OSError:
                     pass
                 else:
-                    if not data or max(map(len, data)) < _ATTR_READ:
+                    if not data or max(map(len, data)) < size:
                         return list(data)
             self._run = None
-            out = self._read(paths)
+            out = self._read(paths, unreadable_as_missing)
             if prune and len(self._fds) > len(paths):
                 asked = set(paths)
                 for path in [p for p in self._fds if p not in asked]:
@@ -245,23 +271,24 @@ class HeldFiles:
                 self._close_fds()
             self._lock.release()
 
-    def _read(self, paths: Sequence[str]) -> list[bytes | None]:
+    def _read(self, paths: Sequence[str], unreadable_as_missing: bool) -> list[bytes | None]:
         fds = self._fds
         pread = os.pread
+        size = self.size
         out: list[bytes | None] = []
         for path in paths:
             fd = fds.get(path)
             if fd is not None:
                 try:
-                    data = pread(fd, _ATTR_READ, 0)
+                    data = pread(fd, size, 0)
                 except OSError:
-                    data = b"\0" * _ATTR_READ  # read the path afresh below
-                if len(data) < _ATTR_READ:
+                    data = b"\0" * size  # read the path afresh below
+                if len(data) < size:
                     out.append(data)
                     continue
                 del fds[path]
                 _close_held(fd)
-            out.append(_read_fresh(path, fds, self.cap))
+            out.append(_read_fresh(path, fds, self.cap, unreadable_as_missing, size))
         return out
 
     def close(self) -> None:
@@ -293,9 +320,25 @@ def _close_held(fd: int) -> None:
     os.close(fd)
 
 
-def _read_fresh(path: str, keep: dict[str, int] | None, cap: int) -> bytes | None:
-    """The file at ``path`` opened and read (None: it does not exist); its descriptor is
-    kept in ``keep`` when the file fits one small read and fewer than ``cap`` are held."""
+def _read_fresh(
+    path: str,
+    keep: dict[str, int] | None,
+    cap: int,
+    unreadable_as_missing: bool = False,
+    size: int = _ATTR_READ,
+) -> bytes | None:
+    """The file at ``path`` opened and read (None: it does not exist, or, with
+    ``unreadable_as_missing``, cannot be read); its descriptor is kept in ``keep`` when the
+    file fits one read of ``size`` bytes and fewer than ``cap`` are held."""
+    try:
+        return _open_read(path, keep, cap, size)
+    except OSError:
+        if unreadable_as_missing:
+            return None
+        raise
+
+
+def _open_read(path: str, keep: dict[str, int] | None, cap: int, size: int) -> bytes | None:
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except FileNotFoundError:
@@ -303,14 +346,14 @@ def _read_fresh(path: str, keep: dict[str, int] | None, cap: int) -> bytes | Non
     except OSError as e:
         raise HostReadError(f"{path}: {e.strerror or e}") from e
     try:
-        data = _read_fd(fd, _ATTR_READ, MAX_READ_BYTES)
+        data = _read_fd(fd, size, MAX_READ_BYTES)
     except OSError as e:
         os.close(fd)
         raise HostReadError(f"{path}: {e.strerror or e}") from e
     if len(data) > MAX_READ_BYTES:
         os.close(fd)
         raise HostReadError(f"{path}: larger than {MAX_READ_BYTES} bytes")
-    if keep is not None and len(data) < _ATTR_READ:
+    if keep is not None and len(data) < size:
         with _Held.lock:
             held = _Held.open < cap
             _Held.open += held

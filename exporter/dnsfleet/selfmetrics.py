@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from dnsfleet import __version__
 from dnsfleet.exposition import Family
-from dnsfleet.hostfs import held_files_cap
+from dnsfleet.hostfs import HeldFiles, held_files_cap
 
 SELF = "/proc/self"  # the exporter's own process; host facts go through HostFS
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -185,6 +185,41 @@ def cycle_end_family(wall: float) -> Family:
     ).add(wall)
 
 
+# What stays put for the life of a process: its start (``starttime`` in /proc/self/stat)
+# and the interpreter; and /proc/self/statm held open and read again at offset 0 (a
+# single_open seq_file). Keyed by PID: a forked child's /proc/self is its own.
+_START: dict[int, float | None] = {}
+_STATM: dict[int, HeldFiles] = {}
+_STATM_PATHS = [f"{SELF}/statm"]
+_PYTHON = {
+    "implementation": platform.python_implementation(),
+    "major": platform.python_version_tuple()[0],
+    "minor": platform.python_version_tuple()[1],
+    "patchlevel": platform.python_version_tuple()[2],
+    "version": platform.python_version(),
+}
+
+
+def _start_time() -> float | None:
+    pid = os.getpid()
+    if pid not in _START:
+        with open(f"{SELF}/stat", "rb") as f:
+            start_ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
+        _START[pid] = None if _BOOT is None else _BOOT + start_ticks / TICKS
+    return _START[pid]
+
+
+def _statm() -> bytes | None:
+    pid = os.getpid()
+    held = _STATM.get(pid)
+    if held is None:
+        for old in _STATM.values():
+            old.close()
+        _STATM.clear()
+        held = _STATM[pid] = HeldFiles()
+    return held.read(_STATM_PATHS)[0]
+
+
 def process_families() -> list[Family]:
     fams: list[Family] = []
     t = os.times()
@@ -196,8 +231,10 @@ def process_families() -> list[Family]:
         ).add(t.user + t.system)
     )
     try:
-        with open(f"{SELF}/statm", "rb") as f:
-            vm_pages, rss_pages = (int(x) for x in f.read().split()[:2])
+        statm = _statm()
+        if statm is None:
+            raise OSError("no /proc/self/statm")
+        vm_pages, rss_pages = (int(x) for x in statm.split()[:2])
         fams.append(
             Family("process_virtual_memory_bytes", "Virtual memory size in bytes.").add(
                 vm_pages * PAGE
@@ -208,14 +245,12 @@ def process_families() -> list[Family]:
                 rss_pages * PAGE
             )
         )
-        with open(f"{SELF}/stat", "rb") as f:
-            start_ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
-        if _BOOT is not None:
+        if (start := _start_time()) is not None:
             fams.append(
                 Family(
                     "process_start_time_seconds",
                     "Start time of the process since unix epoch in seconds.",
-                ).add(_BOOT + start_ticks / TICKS)
+                ).add(start)
             )
         fams.append(Family("process_open_fds", "Number of open file descriptors.").add(open_fds()))
     except (OSError, ValueError, IndexError):
@@ -226,19 +261,7 @@ def process_families() -> list[Family]:
             soft if soft != resource.RLIM_INFINITY else float("inf")
         )
     )
-    major, minor, patch = platform.python_version_tuple()
-    fams.append(
-        Family("python_info", "Python platform information").add(
-            1,
-            {
-                "implementation": platform.python_implementation(),
-                "major": major,
-                "minor": minor,
-                "patchlevel": patch,
-                "version": platform.python_version(),
-            },
-        )
-    )
+    fams.append(Family("python_info", "Python platform information").add(1, _PYTHON))
     return fams
 
 

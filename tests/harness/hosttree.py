@@ -14,8 +14,12 @@ import shutil
 import struct
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dnsfleet.hostfs import HostFS
+
+if TYPE_CHECKING:
+    import pytest
 
 HERE = Path(__file__).resolve().parent.parent  # tests/
 FIXTURES = HERE / "fixtures"
@@ -43,6 +47,20 @@ class TreeWriter:
 
     def fs(self) -> HostFS:
         return host_fs(self.root)
+
+
+def held_reads_fail_once_removed(monkeypatch: pytest.MonkeyPatch, err: int) -> None:
+    """A held descriptor (hostfs.HeldFiles) of a removed fixture file fails its read with
+    ``err``, as the kernel fails one whose entry is gone (a process that exited: ESRCH; a
+    /proc/net entry of an unloaded module: EIO), instead of reading the unlinked file."""
+    real = os.pread
+
+    def pread(fd: int, n: int, offset: int) -> bytes:
+        if os.fstat(fd).st_nlink == 0:
+            raise OSError(err, os.strerror(err))
+        return real(fd, n, offset)
+
+    monkeypatch.setattr(os, "pread", pread)
 
 
 def host_fs(root: Path) -> HostFS:

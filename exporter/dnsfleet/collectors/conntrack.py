@@ -14,7 +14,7 @@ from __future__ import annotations
 from dnsfleet.collectors.base import CollectorError, host_collector
 from dnsfleet.config import Config
 from dnsfleet.exposition import Family
-from dnsfleet.hostfs import HostFS, HostReadError
+from dnsfleet.hostfs import HeldFiles, HostFS, HostReadError
 from dnsfleet.parsers.conntrack import ConntrackStat, parse_conntrack_stat, parse_sysctl_count
 
 STAT = ("net", "stat", "nf_conntrack")
@@ -61,15 +61,37 @@ def families(stat: ConntrackStat | None, count: int | None, limit: int | None) -
     return fams
 
 
+# The three files of the host tree read last, held open and read again at offset 0
+# (hostfs.HeldFiles): the statistics are a seq_file (a pread at 0 starts it again, as for
+# /proc/irq) and the two sysctls are read by proc_sys_read at the offset given. With
+# nf_conntrack unloaded the held reads fail (the entries' removal: EIO, ENOENT) and the
+# paths, opened afresh, are missing; loaded again, they are found. An open, a read and a
+# close of each were most of the collector. The statistics have a ~150-byte line per CPU:
+# STAT_READ holds them for a few hundred CPUs (more are read afresh each scrape).
+STAT_READ = 64 * 1024
+_HELD: dict[HostFS, tuple[list[str], HeldFiles]] = {}
+
+
+def _read(fs: HostFS) -> list[bytes | None]:
+    entry = _HELD.get(fs)
+    if entry is None:
+        for _, old in _HELD.values():
+            old.close()
+        _HELD.clear()
+        paths = [str(fs.proc(*STAT)), str(fs.proc(*COUNT)), str(fs.proc(*MAX))]
+        entry = _HELD[fs] = (paths, HeldFiles(size=STAT_READ))
+    return fs.read_held(entry[1], entry[0])
+
+
 def collect(fs: HostFS, config: Config) -> list[Family]:
     del config
     try:
-        text = fs.read_optional(fs.proc(*STAT))
-        stat = None if text is None else parse_conntrack_stat(text)
-        count_text = fs.read_optional(fs.proc(*COUNT))
-        count = None if count_text is None else parse_sysctl_count(count_text, COUNT[-1])
-        max_text = fs.read_optional(fs.proc(*MAX))
-        limit = None if max_text is None else parse_sysctl_count(max_text, MAX[-1])
+        stat_raw, count_raw, max_raw = (
+            None if b is None else b.decode("utf-8", errors="replace") for b in _read(fs)
+        )
+        stat = None if stat_raw is None else parse_conntrack_stat(stat_raw)
+        count = None if count_raw is None else parse_sysctl_count(count_raw, COUNT[-1])
+        limit = None if max_raw is None else parse_sysctl_count(max_raw, MAX[-1])
     except (HostReadError, ValueError) as e:
         raise CollectorError(str(e)) from e
     return families(stat, count, limit)

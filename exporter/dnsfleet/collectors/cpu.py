@@ -25,9 +25,15 @@ from dataclasses import dataclass
 from typing import cast
 
 from dnsfleet.collectors.base import CollectorError, host_collector
-from dnsfleet.collectors.cputopology import SETTINGS, Topology, per_cpu_files, state_order
+from dnsfleet.collectors.cputopology import (
+    SETTINGS,
+    Topology,
+    per_cpu_files,
+    state_order,
+    system_files,
+)
 from dnsfleet.config import Config
-from dnsfleet.exposition import Family
+from dnsfleet.exposition import Family, Labels
 from dnsfleet.hostfs import HostFS, HostReadError
 from dnsfleet.parsers.cpuidle import (
     STATE_FILES,
@@ -156,14 +162,15 @@ def collect(fs: HostFS, config: Config) -> list[Family]:
 
 
 def _collect(fs: HostFS) -> list[Family]:
-    topo, raw = per_cpu_files(fs)
+    system = system_files(fs)
+    topo, raw = per_cpu_files(fs, system)
     idle, governors = read_cpus(fs, topo, raw)
     pm_qos = _pm_qos_families(fs, idle)
     driver = topo.driver
     return [
         *pm_qos,
         *_idle_state_families(idle),
-        *_driver_families(fs, driver),
+        *_driver_families(driver, system[4] or system[5] or ""),
         *_governor_families(governors),
         *_tuned_families(fs),
         *_intel_idle_families(fs, driver),
@@ -173,7 +180,7 @@ def _collect(fs: HostFS) -> list[Family]:
 def _pm_qos_families(fs: HostFS, idle: list[CpuIdle]) -> list[Family]:
     fams: list[Family] = []
     pm_qos = read_pm_qos(fs)
-    if fs.exists(fs.dev("cpu_dma_latency")) or pm_qos is not None:
+    if pm_qos is not None or fs.exists(fs.dev("cpu_dma_latency")):
         fams.append(
             Family(
                 "dnsfleet_pm_qos_readable",
@@ -232,24 +239,18 @@ def _idle_state_families(idle: list[CpuIdle]) -> list[Family]:
             a[2] += t
             a[3] += usage
     for name, (lat, en, t, usage) in agg.items():
-        sl = {"state": name}
-        exit_lat.add(lat / US, sl)
-        enabled.add(en, sl)
-        residency.add(t / US, sl)
-        entries.add(usage, sl)
+        sl = Labels((("state", name),))  # one label set for the state's four series
+        exit_lat.add_raw(sl, lat / US)
+        enabled.add_raw(sl, en)
+        residency.add_raw(sl, t / US)
+        entries.add_raw(sl, usage)
     fams += [exit_lat, enabled, residency, entries]
     return fams
 
 
-def _driver_families(fs: HostFS, driver: str | None) -> list[Family]:
+def _driver_families(driver: str | None, governor: str) -> list[Family]:
     fams: list[Family] = []
-    cpuidle_dir = fs.sys("devices", "system", "cpu", "cpuidle")
     if driver is not None:
-        governor = (
-            fs.read_optional(cpuidle_dir / "current_governor")
-            or fs.read_optional(cpuidle_dir / "current_governor_ro")
-            or ""
-        )
         fams.append(
             Family(
                 "dnsfleet_cpuidle_driver_info",

@@ -77,21 +77,46 @@ class Topology:
 _TOPOLOGY: dict[HostFS, Topology] = {}
 
 
-def topology(fs: HostFS) -> Topology:
+# Under /sys/devices/system/cpu, read every scrape: what the layout is kept on (the
+# driver, then the CPU sets), then the cpuidle governor, which cpu.py reports (writable at
+# run time: current_governor, current_governor_ro without cpuidle_sysfs_switch). All are
+# attributes of the cpu subsystem and cpuidle, held open and read again at offset 0
+# (hostfs.HeldFiles) like the per-CPU files: an open, a read and a close of each every
+# scrape were a third of the collector on a host without cpuidle states.
+SYSTEM_FILES = (
+    "cpuidle/current_driver",
+    "online",
+    "present",
+    "possible",
+    "cpuidle/current_governor",
+    "cpuidle/current_governor_ro",
+)
+# The host tree read last: its held files, and their paths (the same object each scrape).
+_SYSTEM: dict[HostFS, tuple[list[str], HeldFiles]] = {}
+
+
+def system_files(fs: HostFS) -> list[str | None]:
+    """The SYSTEM_FILES as read now, in order (None: missing)."""
+    entry = _SYSTEM.get(fs)
+    if entry is None:
+        for _, old in _SYSTEM.values():
+            old.close()
+        _SYSTEM.clear()
+        base = fs.sys("devices", "system", "cpu")
+        entry = _SYSTEM[fs] = ([f"{base}/{f}" for f in SYSTEM_FILES], HeldFiles())
+    raw = fs.read_held(entry[1], entry[0])
+    return [None if b is None else b.decode("utf-8", errors="replace") for b in raw]
+
+
+def topology(fs: HostFS, system: list[str | None] | None = None) -> Topology:
     """The CPUs' layout, read again only when a cheap file that changes with it does: CPU
     hotplug rewrites ``online`` and ``present`` (a CPU directory appears or goes with
     ``present``), and loading or switching the cpuidle driver (its states and their exit
     latencies) changes ``current_driver``. On a 128-CPU host the directory listings and the
-    driver's state files were read on every scrape."""
-    base = fs.sys("devices", "system", "cpu")
-    driver = fs.read_optional(base / "cpuidle" / "current_driver")
-    key = (
-        fs,
-        fs.read_optional(base / "online"),
-        fs.read_optional(base / "present"),
-        fs.read_optional(base / "possible"),
-        driver,
-    )
+    driver's state files were read on every scrape. ``system``: :func:`system_files` as
+    read this scrape (read now when not given)."""
+    driver, online, present, possible = (system_files(fs) if system is None else system)[:4]
+    key = (fs, online, present, possible, driver)
     cached = _TOPOLOGY.get(fs)
     if cached is not None and cached.key == key:
         return cached
@@ -151,11 +176,13 @@ def _read_topology(fs: HostFS, key: tuple[object, ...], driver: str | None) -> T
     return Topology(key=key, cpus=cpus, driver=driver, shared=None, paths=paths)
 
 
-def per_cpu_files(fs: HostFS) -> tuple[Topology, list[bytes | None]]:
+def per_cpu_files(
+    fs: HostFS, system: list[str | None] | None = None
+) -> tuple[Topology, list[bytes | None]]:
     """The layout, and each CPU's ``per_cpu`` files in turn as read this scrape (None:
     missing). When the first CPU's state names or exit latencies no longer read as they
-    did, the layout is read again, and the files with it."""
-    topo = topology(fs)
+    did, the layout is read again, and the files with it. ``system``: as :func:`topology`."""
+    topo = topology(fs, system)
     raw = fs.read_held(topo.held, topo.paths)
     n = len(topo.static)
     if tuple(raw[:n]) != topo.static:

@@ -5,10 +5,16 @@ cache sharing (kept while the CPUs stand)."""
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Iterable, Sequence
 
 from dnsfleet.hostfs import HeldFiles, HostFS
-from dnsfleet.parsers.interrupts import parse_cpu_list
+from dnsfleet.parsers.interrupts import (
+    Interrupts,
+    IrqLine,
+    parse_cpu_list,
+    parse_per_cpu_count,
+)
 from dnsfleet.parsers.procstat import parse_stat_processor
 
 # Under /proc/irq/<irq>: where the IRQ may go, and where it goes (4.13 and later).
@@ -27,31 +33,81 @@ def cpu_list(data: bytes | None) -> frozenset[int] | None:
 _parse_cpu_list = functools.lru_cache(maxsize=1024)(parse_cpu_list)
 
 
+# The comm files of the host tree read last, held open (hostfs.HeldFiles), with the PIDs
+# and paths they were read for. /proc/<pid>/comm shows the task's name as it is at each
+# read (comm_show in fs/proc/base.c, a single_open seq_file: a pread at offset 0 shows it
+# again), so a process that exec()s under its PID (a wrapper script that becomes the
+# resolver) shows its new name through the held descriptor at the next scrape. The
+# descriptor's inode holds the process's struct pid, not its number: once that process is
+# gone its read fails (ESRCH, also when the number went to a new process) and the path is
+# opened afresh, which finds the PID's new process or nothing. A scrape is one listing of
+# /proc (new processes) and one pread per process, where it was an open, a read and a close
+# (about a third of the cost, and of a 2,000-process host's ms). One entry: one host tree.
+_COMMS: dict[HostFS, tuple[list[int], list[str], HeldFiles]] = {}
+
+
 def process_pids(fs: HostFS, names: Iterable[str]) -> dict[str, list[int]]:
     """PIDs by comm for the given process names, in one pass over /proc."""
-    want = set(names)
-    found: dict[str, list[int]] = {n: [] for n in want}
+    want = {n.encode("utf-8"): n for n in names}
+    found: dict[str, list[int]] = {n: [] for n in want.values()}
     pids = list(fs.pids())
+    entry = _COMMS.get(fs)
+    if entry is None:
+        for _, _, old in _COMMS.values():
+            old.close()
+        _COMMS.clear()
+        entry = ([], [], HeldFiles())
+    # The same processes as last scrape: the same paths, which HeldFiles reads back with a
+    # pread each and no lookup.
+    paths = entry[1] if pids == entry[0] else [f"{fs.procfs}/{pid}/comm" for pid in pids]
+    _COMMS[fs] = (pids, paths, entry[2])
     # A process that exited between listing and reading (ESRCH) reads as missing.
-    comms = fs.read_many(fs.procfs, [f"{pid}/comm" for pid in pids], unreadable_as_missing=True)
+    comms = fs.read_held(entry[2], paths, prune=True, unreadable_as_missing=True)
     for pid, comm in zip(pids, comms, strict=True):
-        if comm is not None and (c := comm.decode("utf-8", errors="replace").rstrip("\n")) in want:
-            found[c].append(pid)
+        if comm is not None and (name := want.get(comm.rstrip(b"\n"))) is not None:
+            found[name].append(pid)
     return found
 
 
-def thread_cpus(fs: HostFS, pids: list[int]) -> list[int]:
-    """The CPU each thread of the processes last ran on."""
-    cpus = []
+# The stat files of the resolver's threads on the host tree read last, held open, with
+# their paths. /proc/<pid>/task/<tid>/stat is a single_open seq_file (proc_single_show): a
+# pread at offset 0 shows the thread as it is now (``processor`` moves with every
+# migration); a thread that exits fails the held read (ESRCH, its struct pid gone) and its
+# path, opened afresh, is missing. A line is ~300 bytes: THREAD_STAT_READ holds any.
+# Listed every scrape: threads come and go. One entry: one host tree.
+THREAD_STAT_READ = 2048
+_THREADS: dict[HostFS, tuple[list[str], HeldFiles]] = {}
+
+
+def thread_cpus(fs: HostFS, pids: list[int]) -> list[list[int]]:
+    """For each process in turn, the CPU each of its threads last ran on."""
     proc = str(fs.proc())
+    paths: list[str] = []
+    counts = []
     for pid in pids:
         task = f"{proc}/{pid}/task"
         tids = fs.listdir(task)
-        # A thread that exited between listing and reading reads as missing.
-        for stat in fs.read_many(task, [f"{t}/stat" for t in tids], unreadable_as_missing=True):
+        paths += [f"{task}/{t}/stat" for t in tids]
+        counts.append(len(tids))
+    entry = _THREADS.get(fs)
+    if entry is None:
+        for _, old in _THREADS.values():
+            old.close()
+        _THREADS.clear()
+        entry = ([], HeldFiles(size=THREAD_STAT_READ))
+    if paths == entry[0]:
+        paths = entry[0]  # the same object: HeldFiles reads it back without a lookup
+    _THREADS[fs] = (paths, entry[1])
+    # A thread that exited between listing and reading reads as missing.
+    stats = iter(fs.read_held(entry[1], paths, prune=True, unreadable_as_missing=True))
+    out = []
+    for n in counts:
+        cpus = []
+        for stat in itertools.islice(stats, n):
             if stat is not None:
                 cpus.append(parse_stat_processor(stat.decode("utf-8", errors="replace")))
-    return cpus
+        out.append(cpus)
+    return out
 
 
 # CPU -> cache level -> CPUs sharing it, for the host tree read last, while its CPUs stand:
@@ -92,6 +148,60 @@ def _cache_levels(fs: HostFS, cache: str) -> dict[str, frozenset[int]]:
         if (cpus := cpu_list(shared)) is not None:
             levels.setdefault(lvl, set()).update(cpus)
     return {k: frozenset(v) for k, v in sorted(levels.items())}
+
+
+# /sys/kernel/irq/<irq>/{actions,per_cpu_count} (Linux 4.17+) of the NICs' MSI vectors and
+# the CPU sets, held open and read again at offset 0 (sysfs attributes), with their paths.
+# /proc/interrupts is made whole on every read, every IRQ on every online CPU (56 us of
+# kernel time a scrape on a 2-CPU VM for 35 lines; ~300 KB of text on a 128-CPU host with
+# 350 IRQs) where the collector wants its vectors' counts only. per_cpu_count has a count
+# per possible CPU; the online CPUs' are /proc/interrupts' columns. A page holds it for a
+# few hundred CPUs (IRQ_READ: 8 KiB, for 4 KiB pages and more): a file cut short, or one
+# missing (an older kernel, a vector freed), sends the scrape to /proc/interrupts.
+IRQ_FILES = ("actions", "per_cpu_count")
+IRQ_READ = 8192
+_IRQS: dict[HostFS, tuple[list[str], HeldFiles]] = {}
+
+
+@functools.lru_cache(maxsize=64)
+def _cpu_tuple(text: bytes) -> tuple[int, ...]:
+    return tuple(sorted(parse_cpu_list(text.decode("ascii", errors="replace"))))
+
+
+def sysfs_interrupts(fs: HostFS, irqs: Iterable[str]) -> Interrupts | None:
+    """The IRQs' lines as /proc/interrupts would give them (counts of the online CPUs and
+    action names; no description), from /sys/kernel/irq; None where it cannot."""
+    kirq = str(fs.sys("kernel", "irq"))
+    if not fs.exists(kirq):
+        return None  # before 4.17: not a failed open of each vector's files every scrape
+    order = sorted(irqs, key=int)
+    cpu = str(fs.sys("devices", "system", "cpu"))
+    paths = [f"{cpu}/online", f"{cpu}/possible"]
+    paths += [f"{kirq}/{irq}/{f}" for irq in order for f in IRQ_FILES]
+    entry = _IRQS.get(fs)
+    if entry is None:
+        for _, old in _IRQS.values():
+            old.close()
+        _IRQS.clear()
+        entry = ([], HeldFiles(size=IRQ_READ))
+    if paths == entry[0]:
+        paths = entry[0]  # the same object: HeldFiles reads it back without a lookup
+    _IRQS[fs] = (paths, entry[1])
+    raw = fs.read_held(entry[1], paths, prune=True)
+    if any(r is None for r in raw):
+        return None
+    online, possible = _cpu_tuple(raw[0] or b""), _cpu_tuple(raw[1] or b"")
+    lines = []
+    for k, irq in enumerate(order):
+        actions, count = raw[2 + 2 * k], raw[3 + 2 * k]
+        counts = parse_per_cpu_count(
+            (count or b"").decode("ascii", errors="replace"), possible=possible, online=online
+        )
+        if counts is None:
+            return None
+        names = (actions or b"").decode("utf-8", errors="replace").strip()
+        lines.append(IrqLine(irq, counts, "", names.replace(",", ", ")))
+    return Interrupts(cpus=online, lines=tuple(lines))
 
 
 # The affinity lists of the host tree read last, held open (hostfs.HeldFiles): irqbalance

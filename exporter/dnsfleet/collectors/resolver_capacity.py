@@ -10,11 +10,10 @@ state file is re-read only when its mtime or size changes.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 
 from dnsfleet.capacity.model import State, read_state
-from dnsfleet.collectors.base import CollectContext, Collector
+from dnsfleet.collectors.base import CollectContext, Collector, on_host_lane
 from dnsfleet.config import Config, Target
 from dnsfleet.exposition import Family, Labels, labelset
 
@@ -150,7 +149,10 @@ def _with_figures(ctx: CollectContext, measured: State) -> Resolvers:
 
 
 async def collect(ctx: CollectContext) -> list[Family]:
-    measured = await asyncio.to_thread(_load, ctx)
+    # The stat (and, when it changed, the read) of the file on the host lane, beside the
+    # host collectors' reads: a thread of its own each scrape (asyncio.to_thread) cost a
+    # hand-off and a wake of the loop of its own, ~50 us, for a stat of ~4 us.
+    measured = await on_host_lane(ctx, lambda: _load(ctx))
     chosen = _with_figures(ctx, measured)
     ctx.findings.add(*capacity_figures(ctx.config, measured, chosen))
     return capacity_families(ctx.config, measured, chosen)

@@ -169,3 +169,21 @@ def parse_cpu_list(text: str) -> frozenset[int]:
             raise ValueError(f"invalid CPU list {text[:60]!r}")
         out.update(range(lo, hi + 1))
     return frozenset(out)
+
+
+def parse_per_cpu_count(
+    text: str, *, possible: tuple[int, ...], online: tuple[int, ...]
+) -> tuple[int, ...] | None:
+    """/sys/kernel/irq/<irq>/per_cpu_count (Linux 4.17+): the IRQ's count on every
+    *possible* CPU in order, joined by ``,`` (``per_cpu_count_show`` in kernel/irq/irqdesc.c).
+    Returns the counts of the ``online`` CPUs, in that order: the columns /proc/interrupts
+    shows (``for_each_online_cpu``). None when the file does not hold one count per possible
+    CPU: the kernel cuts it at a page (a few hundred CPUs of ten-digit counts)."""
+    fields = text.strip().split(",")
+    if len(fields) != len(possible) or not all(f.isdigit() for f in fields):
+        return None
+    by_cpu = dict(zip(possible, fields, strict=True))
+    try:
+        return tuple(int(by_cpu[c]) for c in online)
+    except KeyError:
+        return None  # an online CPU that is not possible: not this kernel's file
