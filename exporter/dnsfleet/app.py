@@ -338,30 +338,32 @@ class Exporter:
             )
             self.scrapes_total += 1
             record = self.prober.record(results)
-        rest: list[Family | TextFamily] = [
-            *collected,
-            *exporter_families(
-                reload_successful=self.reload_status.successful,
-                reload_timestamp=self.reload_status.timestamp,
-                targets=len(cfg.targets),
-                probes_total=self.prober.probes_total,
-                scrapes_total=self.scrapes_total,
-                web_reload=self.web_config_status() if self.web_config_status else None,
-                probe_concurrency=self.max_concurrent_probes(cfg),
-                internal_errors=self.prober.internal_errors,
-            ),
-        ]
-        if self.loop_lag is not None:
-            rest.append(self.loop_lag.family())
-        took = loop.time() - start
-        wall = time.time()
-        rest.append(scrape_duration_family(took))
-        rest.append(cycle_end_family(wall))
-        rest.extend(process_families())
-        # Kept until a newer cycle of at least its budget completes: a request that cannot
-        # wait for a cycle in flight is answered with it (see scrape_families). The probe
-        # families as their record, not their text: 0.3 MB instead of 3.4 MB at 1,000 targets.
-        self._keep(_Kept(budget, record, rest))
+            rest: list[Family | TextFamily] = [
+                *collected,
+                *exporter_families(
+                    reload_successful=self.reload_status.successful,
+                    reload_timestamp=self.reload_status.timestamp,
+                    targets=len(cfg.targets),
+                    probes_total=self.prober.probes_total,
+                    scrapes_total=self.scrapes_total,
+                    web_reload=self.web_config_status() if self.web_config_status else None,
+                    probe_concurrency=self.max_concurrent_probes(cfg),
+                    internal_errors=self.prober.internal_errors,
+                ),
+            ]
+            if self.loop_lag is not None:
+                rest.append(self.loop_lag.family())
+            took = loop.time() - start
+            wall = time.time()
+            rest.append(scrape_duration_family(took))
+            rest.append(cycle_end_family(wall))
+            rest.extend(process_families())
+            # Kept until a newer cycle of at least its budget completes: a request that cannot
+            # wait for a cycle in flight is answered with it (see scrape_families). The probe
+            # families as their record, not their text: 0.3 MB instead of 3.4 MB at 1,000 targets.
+            # The record it replaces is freed before the collector resumes: resumed with both
+            # alive, it traversed the new one's objects at once (11.7 ms of a 10,000-target cycle).
+            self._keep(_Kept(budget, record, rest))
         fams = _exposition(record, rest)
         self.last_facts = PageFacts.of(
             ctx.findings, canary_readings(self.prober.watch), wall=wall, duration=took
