@@ -103,6 +103,14 @@ def join_labels(*parts: Labels) -> Labels:
 
 
 def format_value(value: float) -> str:
+    if type(value) is float:
+        # The common value, a finite float with a fraction (a duration, a sum of them), is
+        # its repr. The repr of a float the rule below writes otherwise ends in "0" (an
+        # integral one under 1e16: "2.0") or in "n" or "f" (NaN, the infinities): those
+        # take the general way, as do a few others ending in "0" ("1e-10").
+        text = float.__repr__(value)
+        if text[-1] not in "0fn":
+            return text
     if math.isnan(value):
         return "NaN"
     if math.isinf(value):
