@@ -11,8 +11,9 @@ CPU milliseconds per body, min-median-max over the rounds, the candidates altern
 within each round; every gzip body is checked to decompress to the text. "gzip alone" is
 the deflater on the text already written (what exposition.gzip_parts adds to a scrape).
 
-``--checkout``: the per-target part alone, A/B: each checkout's Prober.record() and the
-text of the record's per-target families (proberecord.py), in a child process with that
+``--checkout``: the per-target part alone, A/B: each checkout's Prober.record(), the
+text of the record's per-target families (proberecord.py) as a scrape takes it
+(exposition.text_parts), and gzip_parts on that text, in a child process with that
 checkout's ``exporter/`` first on the path, the checkouts alternating round by round. The
 fleet's durations vary per target (a finite non-integer float each, as real ones are);
 glibc and the collector are tuned as the exporter tunes them (malloc.py), the heap
@@ -110,7 +111,7 @@ import gc, hashlib, json, random, statistics, sys, time
 from dataclasses import replace
 from bench.bench_expoproto import fleet
 from dnsfleet import malloc
-from dnsfleet.exposition import TextFamily
+from dnsfleet.exposition import TextFamily, gzip_parts, text_parts
 malloc.tune()
 malloc.tune_gc()
 n, reps = int(sys.argv[1]), int(sys.argv[2])
@@ -118,7 +119,7 @@ prober = fleet(n)
 rng = random.Random(3)
 for st in prober.states.values():
     st.last = replace(st.last, duration=rng.lognormvariate(-6, 1))
-rec, txt = [], []
+rec, txt, gz = [], [], []
 digest = ""
 for _ in range(reps):
     gc.collect()
@@ -126,12 +127,17 @@ for _ in range(reps):
     t = time.process_time()
     record = prober.record()
     t1 = time.process_time()
-    text = [f.lines for f in record.families() if isinstance(f, TextFamily)]
+    text = list(text_parts([f for f in record.families() if isinstance(f, TextFamily)]))
     t2 = time.process_time()
+    gzip_parts(text)
+    t3 = time.process_time()
     rec.append((t1 - t) * 1e6 / n)
     txt.append((t2 - t1) * 1e6 / n)
+    gz.append((t3 - t2) * 1e6 / n)
     digest = hashlib.sha256("".join(text).encode()).hexdigest()
+    del text
 print(json.dumps({"record": statistics.median(rec), "text": statistics.median(txt),
+                  "gzip": statistics.median(gz),
                   "digest": digest, "exporter": sys.modules["dnsfleet"].__file__}))
 """
 
@@ -151,7 +157,7 @@ def checkouts(paths: list[Path], sizes: list[int], rounds: int) -> None:
                 got = json.loads(out.stdout)
                 assert str(path.resolve()) in got["exporter"], got["exporter"]
                 digests.add(got["digest"])
-                for part in ("record", "text"):
+                for part in ("record", "text", "gzip"):
                     figures.setdefault((n, path, part), []).append(got[part])
             assert len(digests) == 1, "the checkouts wrote different text"
     print(f"{'targets':>8} {'checkout':<28} {'part':<7} us per target, min-median-max of {rounds}")
