@@ -9,7 +9,7 @@ kept here beside the row it writes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from itertools import accumulate, chain, repeat
 from operator import attrgetter, itemgetter
@@ -104,18 +104,13 @@ class FailureCounter:
         return tuple((i, 0 if i in born else n) for i, n in self.counts.items())
 
 
-def _counter_texts(rows: list[RecordRow]) -> tuple[str, str, str, str, str]:
-    """The counter families' text: failures, attempts, bogus queries, latency, EDE."""
-    labels = [row[0] for row in rows]
-    attempts = _column(_ATTEMPTS_NAME, map(_TEXT, labels), map(format, map(_PROBES, rows)))
+def _counter_texts(rows: list[RecordRow]) -> tuple[str, list[str], str, list[str], str]:
+    """The counter families' text: failures, attempts, bogus queries, latency, EDE; the
+    largest in pieces of :data:`_PIECE` targets."""
     bogus = "".join([_BOGUS.format(labels.text, n) for labels, *_, n in rows if n is not None])
     failures = "".join(
         [_FAILURE_LINE[i](labels.prefix, n) for labels, _, _, fails, *_ in rows for i, n in fails]
     )
-    # accumulate unpacked straight into each target's f-string: a tuple of it first cost
-    # more than the accumulating.
-    cumulative = map(accumulate, map(_BUCKETS, rows))
-    hist = "".join(LATENCY.lines(zip(labels, cumulative, map(_SUM, rows), strict=True)))
     ede = "".join(
         [
             f'{_EDE_TOTAL_NAME}{{{labels.prefix}code="{code}"}} {n}\n'
@@ -123,13 +118,24 @@ def _counter_texts(rows: list[RecordRow]) -> tuple[str, str, str, str, str]:
             for code, n in counts
         ]
     )
-    return failures, attempts, bogus, hist, ede
+    pieces = [rows[i : i + _PIECE] for i in range(0, len(rows), _PIECE)]
+    return failures, list(map(_attempts, pieces)), bogus, list(map(_latency, pieces)), ede
 
 
-def _column(name: str, labels: Iterable[str], values: Iterable[str]) -> str:
-    """One line per target, ``name{labels} value``, joined in C (no format call a line)."""
-    pieces = zip(repeat(name + "{"), labels, repeat("} "), values, repeat("\n"))
+def _attempts(rows: list[RecordRow]) -> str:
+    """One line per target joined in C (no format call a line)."""
+    labels = map(_TEXT, map(_LABELS, rows))
+    probes = map(format, map(_PROBES, rows))
+    pieces = zip(repeat(_ATTEMPTS_NAME + "{"), labels, repeat("} "), probes, repeat("\n"))
     return "".join(chain.from_iterable(pieces))
+
+
+def _latency(rows: list[RecordRow]) -> str:
+    # accumulate unpacked straight into each target's f-string: a tuple of it first cost
+    # more than the accumulating.
+    cumulative = map(accumulate, map(_BUCKETS, rows))
+    series = zip(map(_LABELS, rows), cumulative, map(_SUM, rows), strict=True)
+    return "".join(LATENCY.lines(series))
 
 
 class _Texts:
@@ -140,12 +146,12 @@ class _Texts:
 
     def __init__(self, rows: list[RecordRow]) -> None:
         self._rows = rows
-        self._got: dict[str, str] | None = None
+        self._got: dict[str, str | list[str]] | None = None
 
-    def reader(self, name: str) -> Callable[[], str]:
+    def reader(self, name: str) -> Callable[[], str | list[str]]:
         return lambda: self.all()[name]
 
-    def all(self) -> dict[str, str]:
+    def all(self) -> dict[str, str | list[str]]:
         got = self._got
         if got is None:
             rows = self._rows
@@ -203,7 +209,11 @@ _HEADS: list[tuple[str, str, MetricType]] = [
         "counter",
     ),
 ]
+# Targets per piece of the largest families' text: a piece of the latency histogram's
+# (~1.4 KB a target) stays under glibc's mmap threshold (malloc.py), its memory reused.
+_PIECE = 32
 _TEXT = attrgetter("text")
+_LABELS = itemgetter(0)
 _PROBES = itemgetter(2)
 _BUCKETS = itemgetter(4)
 _SUM = itemgetter(5)
