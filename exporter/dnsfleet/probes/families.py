@@ -7,10 +7,10 @@ Families of per-target state across scrapes (counters, the latency histogram) st
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import lru_cache
-from itertools import chain, repeat
-from operator import attrgetter
+from itertools import chain, compress, repeat
+from operator import attrgetter, is_not
 
 from dnsfleet.exposition import TextFamily, compile_template, format_value, render
 from dnsfleet.probes.ede import code_label
@@ -29,7 +29,7 @@ def label_prefix(labels: str) -> str:
 # while it succeeded. Zeros for the other reasons told a query nothing (a reason that is
 # not the failing one is 0), at 14 series per target; when the target recovers,
 # Prometheus marks the series stale at the next scrape.
-_FAILURE_LINE = {
+_FAILURE_LINE: dict[Reason | None, Callable[..., str]] = {
     r: compile_template("failure", "p", f'{_FAILURE_GAUGE}{{{{{{p}}reason="{r.value}"}}}} 1\n')
     for r in REASONS
 }
@@ -37,6 +37,7 @@ _FAILURE_LINE = {
 
 _SUCCESS = attrgetter("success")
 _DURATION = attrgetter("duration")
+_REASON = attrgetter("reason")
 _BIT = {True: "1", False: "0"}
 
 
@@ -44,15 +45,13 @@ def probe_result_families(rows: Iterable[tuple[str, ProbeResult | None]]) -> lis
     """Pure: the per-probe gauges for (labels, result) rows. /metrics and /probe share it;
     /probe passes empty labels."""
     rows = list(rows)
-    probed = [(f"{{{labels}}} " if labels else " ", r) for labels, r in rows if r is not None]
-    # Each column's values read and formatted in C, one pass a column (no call a line).
-    heads = [head for head, _ in probed]
+    probed = [(labels, r) for labels, r in rows if r is not None]
+    # Each column's values read and formatted in C, one pass a column (no call a line);
+    # the failing few picked out in C too.
+    heads = [f"{{{labels}}} " if labels else " " for labels, _ in probed]
     results = [r for _, r in probed]
-    failing = [
-        _FAILURE_LINE[r.reason](label_prefix(labels))
-        for labels, r in rows
-        if r is not None and r.reason is not None
-    ]
+    failed = compress(probed, map(is_not, map(_REASON, results), repeat(None)))
+    failing = [_FAILURE_LINE[r.reason](label_prefix(labels)) for labels, r in failed]
 
     def column(name: str, values: Iterable[str]) -> str:
         pieces = zip(repeat(name), heads, values, repeat("\n"))
