@@ -125,7 +125,8 @@ for _ in range(reps):
     gc.collect()
     malloc.trim()
     t = time.process_time()
-    record = prober.record()
+    with malloc.collector_paused():  # as app.py takes it, in the cycle
+        record = prober.record()
     t1 = time.process_time()
     text = list(text_parts([f for f in record.families() if isinstance(f, TextFamily)]))
     t2 = time.process_time()
