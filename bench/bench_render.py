@@ -5,20 +5,35 @@ at level 1, as /metrics used; python-isal's igzip, what it uses now; zlib-ng if
 installed), and the protobuf body (which writes no text).
 
     PYTHONPATH=. .venv/bin/python bench/bench_render.py [--targets 1000,10000] [--rounds 7]
+    PYTHONPATH=. .venv/bin/python bench/bench_render.py --checkout OLD --checkout . [--rounds 5]
 
 CPU milliseconds per body, min-median-max over the rounds, the candidates alternating
 within each round; every gzip body is checked to decompress to the text. "gzip alone" is
 the deflater on the text already written (what exposition.gzip_parts adds to a scrape).
+
+``--checkout``: the per-target part alone, A/B: each checkout's Prober.record(), the
+text of the record's per-target families (proberecord.py) as a scrape takes it
+(exposition.text_parts), and gzip_parts on that text, in a child process with that
+checkout's ``exporter/`` first on the path, the checkouts alternating round by round. The
+fleet's durations vary per target (a finite non-integer float each, as real ones are);
+glibc and the collector are tuned as the exporter tunes them (malloc.py), the heap
+trimmed before each repetition as before each scrape.
+Prints microseconds per target, min-median-max over the rounds of each round's median.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 import zlib
 from collections.abc import Callable
+from pathlib import Path
 
 from bench.bench_expoproto import fleet
 from bench.common import mmm
@@ -89,12 +104,79 @@ def one(n: int, rounds: int) -> None:
             print(f"  gzip alone, {name} / zlib: {its / zlib_ms:.2f}")
 
 
+# One checkout's round (--checkout): us per target for record() and the text, median of
+# a few repetitions, and a digest of the text (the checkouts must write the same bytes).
+CHILD = """
+import gc, hashlib, json, random, statistics, sys, time
+from dataclasses import replace
+from bench.bench_expoproto import fleet
+from dnsfleet import malloc
+from dnsfleet.exposition import TextFamily, gzip_parts, text_parts
+malloc.tune()
+malloc.tune_gc()
+n, reps = int(sys.argv[1]), int(sys.argv[2])
+prober = fleet(n)
+rng = random.Random(3)
+for st in prober.states.values():
+    st.last = replace(st.last, duration=rng.lognormvariate(-6, 1))
+rec, txt, gz = [], [], []
+digest = ""
+for _ in range(reps):
+    gc.collect()
+    malloc.trim()
+    t = time.process_time()
+    with malloc.collector_paused():  # as app.py takes it, in the cycle
+        record = prober.record()
+    t1 = time.process_time()
+    text = list(text_parts([f for f in record.families() if isinstance(f, TextFamily)]))
+    t2 = time.process_time()
+    gzip_parts(text)
+    t3 = time.process_time()
+    rec.append((t1 - t) * 1e6 / n)
+    txt.append((t2 - t1) * 1e6 / n)
+    gz.append((t3 - t2) * 1e6 / n)
+    digest = hashlib.sha256("".join(text).encode()).hexdigest()
+    del text
+print(json.dumps({"record": statistics.median(rec), "text": statistics.median(txt),
+                  "gzip": statistics.median(gz),
+                  "digest": digest, "exporter": sys.modules["dnsfleet"].__file__}))
+"""
+
+
+def checkouts(paths: list[Path], sizes: list[int], rounds: int) -> None:
+    figures: dict[tuple[int, Path, str], list[float]] = {}
+    bench_root = Path(__file__).resolve().parent.parent
+    for n in sizes:
+        for _ in range(rounds):
+            digests = set()
+            for path in paths:
+                env = dict(os.environ, PYTHONPATH=f"{path.resolve() / 'exporter'}:{bench_root}")
+                out = subprocess.run(
+                    [sys.executable, "-c", CHILD, str(n), "7" if n <= 2000 else "3"],
+                    env=env, capture_output=True, text=True, check=True,
+                )  # fmt: skip
+                got = json.loads(out.stdout)
+                assert str(path.resolve()) in got["exporter"], got["exporter"]
+                digests.add(got["digest"])
+                for part in ("record", "text", "gzip"):
+                    figures.setdefault((n, path, part), []).append(got[part])
+            assert len(digests) == 1, "the checkouts wrote different text"
+    print(f"{'targets':>8} {'checkout':<28} {'part':<7} us per target, min-median-max of {rounds}")
+    for (n, path, part), us in figures.items():
+        print(f"{n:>8} {path!s:<28} {part:<7} {mmm(us, '.3f'):>24}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--targets", default="1000,10000")
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--checkout", action="append", type=Path, default=[])
     args = ap.parse_args()
-    for n in (int(x) for x in args.targets.split(",")):
+    sizes = [int(x) for x in args.targets.split(",")]
+    if args.checkout:
+        checkouts(args.checkout, sizes, args.rounds)
+        return
+    for n in sizes:
         one(n, args.rounds)
 
 

@@ -226,7 +226,7 @@ def test_a_protobuf_scrape_writes_no_text(monkeypatch: pytest.MonkeyPatch) -> No
     written: list[int] = []
     counter_texts = proberecord._counter_texts
 
-    def counting(rows: list[RecordRow]) -> tuple[str, str, str, str, str]:
+    def counting(rows: list[RecordRow]) -> tuple[str, list[str], str, list[str], str]:
         written.append(len(rows))
         return counter_texts(rows)
 

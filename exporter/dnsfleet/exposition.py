@@ -103,6 +103,13 @@ def join_labels(*parts: Labels) -> Labels:
 
 
 def format_value(value: float) -> str:
+    if type(value) is float:
+        # A finite float with a fraction (a duration, a sum of them) is its repr. One the
+        # rule below writes otherwise has a repr ending in "0" (integral under 1e16: "2.0"),
+        # "n" or "f" (NaN, infinities): those go the general way, as do others ("1e-10").
+        text = float.__repr__(value)
+        if text[-1] not in "0fn":
+            return text
     if math.isnan(value):
         return "NaN"
     if math.isinf(value):
@@ -167,8 +174,8 @@ class TextFamily:
     name: str
     help: str
     type: MetricType
-    # complete sample lines, each ending in a newline, or what returns them (:attr:`lines`)
-    source: str | Callable[[], str]
+    # complete sample lines or what returns them (:attr:`lines`), whole or in :meth:`parts`
+    source: str | Callable[[], str | list[str]]
     # A histogram's native buckets by series label text (only protobuf carries them).
     native: Mapping[str, NativeSnapshot] | None = None
     # The family's Metric messages as protobuf, written by its producer from its typed
@@ -177,8 +184,14 @@ class TextFamily:
 
     @property
     def lines(self) -> str:
+        return "".join(self.parts())
+
+    def parts(self) -> list[str]:
+        """The lines in the pieces their producer wrote, which :func:`text_parts` sends
+        unjoined: a large family whole is an mmap faulted in anew at every scrape (malloc.py)."""
         source = self.source
-        return source if isinstance(source, str) else source()
+        got = source if isinstance(source, str) else source()
+        return [got] if isinstance(got, str) else got
 
     @property
     def samples(self) -> str:
@@ -213,12 +226,11 @@ def render(families: Iterable[Family | TextFamily]) -> str:
 def text_parts(families: Iterable[Family | TextFamily]) -> Iterator[str]:
     """:func:`render`'s text piece by piece (a family's lines not copied behind its head)."""
     for f in families:
-        if not f.samples:
-            continue
         if isinstance(f, TextFamily):
-            yield _head(f)
-            yield f.lines
-        else:
+            if any(parts := f.parts()):
+                yield _head(f)
+                yield from parts
+        elif f.samples:
             yield _render_one(f)
 
 
@@ -372,12 +384,17 @@ def _unique(
     return out
 
 
-def compile_template(name: str, params: str, text: str) -> Callable[..., str]:
+def compile_template(
+    name: str, params: str, text: str, *, each: str = "", unless: tuple[str, str] | None = None
+) -> Callable[..., str]:
     """A function that returns ``text`` as an f-string over ``params``. CPython builds an
     f-string in one step, where str.format parses its template on every call: the 16-line
     histogram block of a target renders 2.5 times faster so. ``text`` is made of constants
     (metric names, bucket bounds, reason names); labels and values come in as arguments,
-    never as code."""
+    never as code. ``each`` (a comprehension's ``target in iterable``, a constant too): a
+    list of it for each, no call per item; ``unless``: (a condition, the text if false)."""
+    line = f"f{text!r}" if unless is None else f"f{text!r} if {unless[0]} else f{unless[1]!r}"
     namespace: dict[str, Callable[..., str]] = {}
-    exec(f"def {name}({params}):\n    return f{text!r}\n", namespace)
+    body = f"[{line} for {each}]" if each else line
+    exec(f"def {name}({params}):\n    return {body}\n", namespace)
     return namespace[name]

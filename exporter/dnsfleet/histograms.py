@@ -8,6 +8,7 @@ import math
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from itertools import accumulate
+from typing import cast
 
 from dnsfleet.exposition import Family, Labels, compile_template, format_value, le_text
 
@@ -43,29 +44,35 @@ class HistogramWriter:
     """The writer of one histogram family with fixed bucket bounds. Counts come in per
     bucket (one per bound, then the overflow above the last), as an observer keeps them
     (:meth:`index`); the writer accumulates them. :meth:`add` writes typed samples into a
-    :class:`Family`; :meth:`text` writes the same samples as exposition lines in one
-    f-string call, for the per-target families of a large scrape (see compile_template)."""
+    :class:`Family`; :meth:`lines` writes the same samples of many series as exposition
+    text, one f-string per series in one compiled comprehension (see compile_template),
+    for the per-target families of a large scrape."""
 
-    __slots__ = ("_bare", "_block", "bounds", "name")
+    __slots__ = ("_lines", "bounds", "name")
 
     def __init__(self, name: str, bounds: Sequence[float]) -> None:
         self.name = name
         self.bounds = tuple(bounds)
         les = (*(le_text(b) for b in self.bounds), "+Inf")
-        params = "p, l, s, " + ", ".join(f"a{i}" for i in range(len(les)))
-        # {p} is the labels ahead of le (with their comma), {l} the labels alone; doubled
-        # braces are the exposition's own.
+        counts = ", ".join(f"a{i}" for i in range(len(les)))
+        # {l.prefix} is the labels ahead of le (with their comma), {l.text} the labels
+        # alone; doubled braces are the exposition's own. A series without labels has
+        # bare _sum and _count lines.
         buckets = "".join(
-            f'{name}_bucket{{{{{{p}}le="{le}"}}}} {{a{i}}}\n' for i, le in enumerate(les)
+            f'{name}_bucket{{{{{{l.prefix}}le="{le}"}}}} {{a{i}}}\n' for i, le in enumerate(les)
         )
         last = f"{{a{len(les) - 1}}}"
-        self._block = compile_template(
+        labelled = f"{buckets}{name}_sum{{{{{{l.text}}}}}} {{fmt(s)}}\n"
+        labelled += f"{name}_count{{{{{{l.text}}}}}} {last}\n"
+        bare = f"{buckets}{name}_sum {{fmt(s)}}\n{name}_count {last}\n"
+        # One comprehension over the series: no call per series, each series' cumulative
+        # counts unpacked into the f-string's fields.
+        self._lines = compile_template(
             "histogram",
-            params,
-            f"{buckets}{name}_sum{{{{{{l}}}}}} {{s}}\n{name}_count{{{{{{l}}}}}} {last}\n",
-        )
-        self._bare = compile_template(
-            "histogram", params, f"{buckets}{name}_sum {{s}}\n{name}_count {last}\n"
+            "series, fmt",
+            labelled,
+            each=f"l, ({counts}), s in series",
+            unless=("l.text", bare),
         )
 
     def index(self, value: float) -> int:
@@ -82,6 +89,11 @@ class HistogramWriter:
             count=cumulative[-1],
         )
 
+    def lines(self, series: Iterable[tuple[Labels, Iterable[float], float]]) -> list[str]:
+        """Each series' lines as one string: ``series`` are (labels, cumulative counts, one
+        per bound then +Inf's, sum)."""
+        return cast(list[str], self._lines(series, format_value))  # with each: a list
+
     def text(self, labels: Labels, counts: Sequence[float], total: float) -> str:
-        block = self._block if labels.text else self._bare
-        return block(labels.prefix, labels.text, format_value(total), *accumulate(counts))
+        """One series' lines from its counts per bucket."""
+        return self._lines([(labels, accumulate(counts), total)], format_value)[0]

@@ -360,17 +360,17 @@ class Prober:
         the memory of its rendered text. ``results``: the cycle's own result per target
         (another cycle of a shorter budget may have finished meanwhile); a target it did
         not probe (added by a reload meanwhile) shows its last result."""
-        results = results or {}
+        cycle = (results or {}).get
         return ProbeRecord(
             rows=[
                 (
                     st.labels,
-                    results.get(key, st.last),
+                    cycle(key, st.last),
                     st.probes,
                     st.failures.row(),
                     tuple(st.buckets),
                     st.latency_sum,
-                    tuple(st.ede_counts.items()),
+                    tuple(st.ede_counts.items()) if st.ede_counts else (),  # most have none
                     st.sent if st.bogus else None,
                 )
                 for key, st in self.states.items()

@@ -1,15 +1,18 @@
 """The record of the fleet's per-target state at the end of a cycle, and its families:
 the probe-result gauges, failures by reason, attempts, expect_bogus queries, the latency
-histogram and EDE counts, each written with one format call per target from templates
-shared by every target. Copied (counters as tuples) so that a later cycle does not change
-it: app.py keeps complete cycles as records, in a tenth of the memory of their rendered
-text. The state it copies lives in prober.py (``TargetState``); its failures counters are a
-:class:`FailureCounter`, kept here beside the row it writes."""
+histogram and EDE counts, each written from templates shared by every target, at most one
+f-string per target and no Python call per target where C can do the loop. Copied
+(counters as tuples) so that a later cycle does not change it: app.py keeps complete
+cycles as records, in a tenth of the memory of their rendered text. The state it copies
+lives in prober.py (``TargetState``); its failures counters are a :class:`FailureCounter`,
+kept here beside the row it writes."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from itertools import accumulate, chain, compress, repeat
+from operator import attrgetter, is_not, itemgetter
 
 from dnsfleet.config import Target
 from dnsfleet.exposition import Family, MetricType, TextFamily, compile_template
@@ -101,25 +104,45 @@ class FailureCounter:
         return tuple((i, 0 if i in born else n) for i, n in self.counts.items())
 
 
-def _counter_texts(rows: list[RecordRow]) -> tuple[str, str, str, str, str]:
-    """The counter families' text: failures, attempts, bogus queries, latency, EDE."""
-    attempts = "".join([_ATTEMPTS.format(labels.text, probes) for labels, _, probes, *_ in rows])
-    bogus = "".join([_BOGUS.format(labels.text, n) for labels, *_, n in rows if n is not None])
+def _counter_texts(rows: list[RecordRow]) -> tuple[str, list[str], str, list[str], str]:
+    """The counter families' text: failures, attempts, bogus queries, latency, EDE; the
+    largest in pieces of :data:`_PIECE` targets."""
+    # The few rows each of these families has a line for, picked out in C: a Python pass
+    # over every row (a star unpacking each) cost as much as the lines.
+    sent = map(is_not, map(_SENT, rows), repeat(None))
+    bogus = "".join([_BOGUS.format(row[0].text, row[7]) for row in compress(rows, sent)])
     failures = "".join(
-        [_FAILURE_LINE[i](labels.prefix, n) for labels, _, _, fails, *_ in rows for i, n in fails]
-    )
-    text = LATENCY.text
-    hist = "".join(
-        [text(labels, buckets, latency_sum) for labels, _, _, _, buckets, latency_sum, *_ in rows]
+        [
+            _FAILURE_LINE[i](row[0].prefix, n)
+            for row in compress(rows, map(_FAILS, rows))
+            for i, n in row[3]
+        ]
     )
     ede = "".join(
         [
-            f'{_EDE_TOTAL_NAME}{{{labels.prefix}code="{code}"}} {n}\n'
-            for labels, *_, counts, _ in rows
-            for code, n in counts
+            f'{_EDE_TOTAL_NAME}{{{row[0].prefix}code="{code}"}} {n}\n'
+            for row in compress(rows, map(_EDE, rows))
+            for code, n in row[6]
         ]
     )
-    return failures, attempts, bogus, hist, ede
+    pieces = [rows[i : i + _PIECE] for i in range(0, len(rows), _PIECE)]
+    return failures, list(map(_attempts, pieces)), bogus, list(map(_latency, pieces)), ede
+
+
+def _attempts(rows: list[RecordRow]) -> str:
+    """One line per target joined in C (no format call a line)."""
+    labels = map(_TEXT, map(_LABELS, rows))
+    probes = map(format, map(_PROBES, rows))
+    pieces = zip(repeat(_ATTEMPTS_NAME + "{"), labels, repeat("} "), probes, repeat("\n"))
+    return "".join(chain.from_iterable(pieces))
+
+
+def _latency(rows: list[RecordRow]) -> str:
+    # accumulate unpacked straight into each target's f-string: a tuple of it first cost
+    # more than the accumulating.
+    cumulative = map(accumulate, map(_BUCKETS, rows))
+    series = zip(map(_LABELS, rows), cumulative, map(_SUM, rows), strict=True)
+    return "".join(LATENCY.lines(series))
 
 
 class _Texts:
@@ -130,12 +153,12 @@ class _Texts:
 
     def __init__(self, rows: list[RecordRow]) -> None:
         self._rows = rows
-        self._got: dict[str, str] | None = None
+        self._got: dict[str, str | list[str]] | None = None
 
-    def reader(self, name: str) -> Callable[[], str]:
+    def reader(self, name: str) -> Callable[[], str | list[str]]:
         return lambda: self.all()[name]
 
-    def all(self) -> dict[str, str]:
+    def all(self) -> dict[str, str | list[str]]:
         got = self._got
         if got is None:
             rows = self._rows
@@ -193,7 +216,17 @@ _HEADS: list[tuple[str, str, MetricType]] = [
         "counter",
     ),
 ]
-_ATTEMPTS = _ATTEMPTS_NAME + "{{{}}} {}\n"
+# Targets per piece of the largest families' text: a piece of the latency histogram's
+# (~1.4 KB a target) stays under glibc's mmap threshold (malloc.py), its memory reused.
+_PIECE = 32
+_TEXT = attrgetter("text")
+_LABELS = itemgetter(0)
+_PROBES = itemgetter(2)
+_BUCKETS = itemgetter(4)
+_SUM = itemgetter(5)
+_FAILS = itemgetter(3)
+_EDE = itemgetter(6)
+_SENT = itemgetter(7)
 _BOGUS = _BOGUS_NAME + "{{{}}} {}\n"
 _FAILURE_LINE = [
     compile_template("failures", "p, n", f'{_FAILURES_NAME}{{{{{{p}}reason="{r.value}"}}}} {{n}}\n')
