@@ -193,6 +193,12 @@ def test_any_family_encodes_as_the_protobuf_package_does(
         ('a="1",le="0.5"', 'a="1"', 'le="0.5"'),
         ('a="x\\",le=\\"y",b="2"', 'a="x\\",le=\\"y"', 'b="2"'),
         ('a="1,b=2",reason="timeout"', 'a="1,b=2"', 'reason="timeout"'),
+        # A value that ends in "=" has a '="' at its closing quote.
+        ('A=",="', "", 'A=",="'),
+        ('a="1",b=",=",c="x="', 'a="1",b=",="', 'c="x="'),
+        # A quote after an escaped backslash closes its value; after an escaped quote not.
+        ('a="x\\\\",b=",="', 'a="x\\\\"', 'b=",="'),
+        ('a="1",b="\\",="', 'a="1"', 'b="\\",="'),
     ],
 )
 def test_split_last(text: str, head: str, last: str) -> None:

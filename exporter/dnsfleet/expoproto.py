@@ -3,11 +3,9 @@ length as a varint (``encoding=delimited``), what Prometheus asks for first when
 histograms are on (``--enable-feature=native-histograms`` in 2.x,
 ``scrape_native_histograms`` in 3.x).
 
-Written by hand: the messages are five small ones and the wire format is varints,
-little-endian doubles and length-prefixed bytes. The tests decode every kind of family
-with the protobuf package from the upstream schema and compare the bytes with the
-package's own; bench/bench_expoproto.py measures this against building the same messages with
-the package.
+Written by hand (five small messages of varints, little-endian doubles and length-prefixed
+bytes): the tests compare every kind of family with the bytes of the protobuf package on the
+upstream schema, and bench/bench_expoproto.py measures this against the package.
 
 A :class:`TextFamily` whose producer gave it a protobuf writer (``TextFamily.proto``:
 the per-target families, written straight from the prober's record by recordproto.py) is
@@ -104,9 +102,12 @@ def label_bytes(pairs: Iterable[tuple[str, str]]) -> bytes:
 
 
 def split_last(text: str) -> tuple[str, str]:
-    """Label text as (the labels ahead of the last one, the last one). The last ``="`` is
-    the last label's opening quote: inside a value a quote is always escaped."""
-    opening = text.rfind('="')
+    """Label text as (the labels ahead of the last one, the last one): the comma nearest
+    before the last value's opening quote, the last quote ahead of the closing one that no
+    backslash escapes (a value ending in ``=`` makes its closing quote a ``="``)."""
+    opening = text.rfind('"', 0, len(text) - 1)
+    while opening > 0 and (opening - len(text[:opening].rstrip("\\"))) % 2:
+        opening = text.rfind('"', 0, opening)
     comma = text.rfind(",", 0, opening)
     return (text[:comma], text[comma + 1 :]) if comma >= 0 else ("", text)
 
@@ -279,10 +280,9 @@ def _side(counts: Mapping[int, int], span_tag: int, delta_tag: int) -> bytes:
     return b"".join(spans) + b"".join(map(_DELTAS[delta_tag].__getitem__, steps))
 
 
-# A histogram's lines as HistogramWriter writes them, ``le`` last: a bucket's labels
-# ahead of ``le``, its ``le`` and its count; or, for a bucket line with ``le`` elsewhere,
-# its whole label text (third group). Inside a value a quote is escaped, so ``,le="``
-# is where the last label starts.
+# A histogram's lines as HistogramWriter writes them, ``le`` last: a bucket's labels ahead
+# of ``le`` (the greedy group: the last ``,le="`` before the closing brace), its ``le`` and
+# its count; or, for a bucket line with ``le`` elsewhere, its whole label text.
 _BUCKET_LINE = re.compile(
     r'^[^{ \n]*_bucket\{(?:(?:(.*),)?le="([^"\n]*)"|(.*))\} ([^ \n]+)$', re.MULTILINE
 )
