@@ -307,7 +307,8 @@ def read_sections(  # noqa: C901, PLR0912 (the hot record walker: one pass, no c
                     raise Malformed("more than one OPT record")
                 opts += 1
                 rcode_high = (ttl >> 24) << 4
-                options = read_options(data, pos, pos + rdlen)
+                if rdlen:  # else no options, the usual OPT: what read_options says
+                    options = read_options(data, pos, pos + rdlen)
             pos += rdlen
     except Malformed:
         if not truncated:
