@@ -245,7 +245,7 @@ def parse_response(data: bytes, query: Query, qid: int) -> Response | None:
         counts=(an, ns, ar),
         qtype=query.qtype,
         qclass=query.qclass,
-        truncated=bool(flags & FLAG_TC),
+        truncated=flags & FLAG_TC != 0,
     )
     rcode = (flags & 0x000F) | rcode_high
     text = ede_text(raw_text) if raw_text else ""
