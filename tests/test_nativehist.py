@@ -6,6 +6,7 @@ client_golang does; and the spans and deltas the exposition carries."""
 from __future__ import annotations
 
 import math
+import sys
 from fractions import Fraction
 
 import pytest
@@ -231,3 +232,41 @@ def test_observe_agrees_with_bucket_key(values: list[float], schema: int) -> Non
     want = reference_state(values, schema)
     assert got[:3] == want[:3] and got[4:] == want[4:]
     assert got[3] == want[3] or (math.isnan(got[3]) and math.isnan(want[3]))  # type: ignore[arg-type]
+
+
+def one_observation_key(value: float, schema: int) -> int:
+    """The bucket ``observe`` counts one positive ``value`` in, at ``schema``."""
+    h = NativeHistogram(schema=schema)
+    h.observe(value)
+    assert h.count == 1 and not h.negative and not h.zero_count and list(h.positive.values()) == [1]
+    return next(iter(h.positive))
+
+
+def edges(schema: int) -> list[float]:
+    """Powers of two, the float bounds of the buckets (``2**(i / 2**schema)`` as the float
+    the bucket maths compares with), and each one's neighbours on both sides."""
+    found = []
+    for exp in range(-30, 31):
+        for i in range(1 << max(schema, 0)):
+            bound = math.ldexp(2.0 ** (i / (1 << max(schema, 0))), exp)
+            found += [bound, math.nextafter(bound, 0.0), math.nextafter(bound, math.inf)]
+    return found
+
+
+@pytest.mark.parametrize("schema", range(MIN_SCHEMA, 9))
+def test_observe_fast_path_keys_bounds_and_powers_of_two(schema: int) -> None:
+    """``observe`` works a positive finite value's key out inline (every probe's latency):
+    the same key as bucket_key at the values where one bucket ends and the next begins."""
+    for v in edges(schema):
+        assert one_observation_key(v, schema) == bucket_key(v, schema), (v, schema)
+
+
+@given(
+    st.one_of(
+        st.floats(min_value=2.0**-127, max_value=sys.float_info.max),
+        st.floats(min_value=1e-7, max_value=100.0),
+    ),
+    st.integers(min_value=MIN_SCHEMA, max_value=8),
+)
+def test_observe_fast_path_matches_bucket_key(value: float, schema: int) -> None:
+    assert one_observation_key(value, schema) == bucket_key(value, schema)

@@ -210,7 +210,7 @@ def test_after_plain_probe_is_after_probe_without_queries() -> None:
     awaited, plain = ResolverWatch(), ResolverWatch()
     awaited.configure(cfg)
     plain.configure(cfg)
-    for nsid in (b"ns-a", None, b"ns-a", b"ns-b", None):
+    for nsid in (b"ns-a", None, b"ns-a", b"", b"ns-b", None):
         result = _answer(nsid)
         asyncio.run(awaited.after_probe(target, module, result, deadline=0.0))
         plain.after_plain_probe(target, result)

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from dnsfleet.config import Module, parse_address
-from dnsfleet.probes import Reason, query_for, sharedsock, udp, udpbatch
+from dnsfleet.probes import Reason, batchslot, query_for, sharedsock, udp, udpbatch
 from dnsfleet.probes.result import Exchange
 from tests.harness.loops import both
 from tests.harness.loops import run as run_on
@@ -249,14 +249,14 @@ def test_full_send_buffer_waits_and_a_send_error_is_one_targets(
 ) -> None:
     nowhere = free_port()
     made: list[Flaky] = []
-    init = udpbatch._Shared.__init__
+    init = batchslot.Shared.__init__
 
-    def flaky_init(self: udpbatch._Shared, family: socket.AddressFamily, rcvbuf: int) -> None:
+    def flaky_init(self: batchslot.Shared, family: socket.AddressFamily, rcvbuf: int) -> None:
         init(self, family, rcvbuf)
         made.append(Flaky(self.sock, full=40, unreachable_port=nowhere))
         self.sock = made[-1]  # type: ignore[assignment]
 
-    monkeypatch.setattr(udpbatch._Shared, "__init__", flaky_init)
+    monkeypatch.setattr(batchslot.Shared, "__init__", flaky_init)
     items = [item(unbound.address, timeout=5.0) for _ in range(30)]
     items.insert(11, item(f"127.0.0.1:{nowhere}", timeout=5.0))
     got = run_batch(items, concurrency=30)
@@ -397,3 +397,24 @@ def test_icmp_errno_from_the_error_queue(
     ancdata: list[tuple[int, int, bytes]], expected: int | None
 ) -> None:
     assert sharedsock.icmp_errno(ancdata) == expected
+
+
+@pytest.mark.integration
+def test_a_pool_that_cannot_be_made_ends_each_probe_with_its_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sockets refused part way through a pool (EMFILE): the ones made are closed, and every
+    probe of that family ends as a network error that names the refusal, once each."""
+    made: list[socket.socket] = []
+
+    def refusing(family: socket.AddressFamily, rcvbuf: int) -> socket.socket:
+        if len(made) == 2:
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        made.append(socket.socket(family, socket.SOCK_DGRAM))
+        return made[-1]
+
+    monkeypatch.setattr(batchslot, "open_socket", refusing)
+    got = run_batch([item("127.0.0.1:53")] * 200, concurrency=100)
+    assert len(made) == 2 and all(s.fileno() == -1 for s in made)
+    detail = f"socket: {os.strerror(errno.EMFILE)}"
+    assert {(ex.error, ex.detail) for ex in got} == {(Reason.NETWORK_ERROR, detail)}

@@ -245,7 +245,7 @@ def parse_response(data: bytes, query: Query, qid: int) -> Response | None:
         counts=(an, ns, ar),
         qtype=query.qtype,
         qclass=query.qclass,
-        truncated=bool(flags & FLAG_TC),
+        truncated=flags & FLAG_TC != 0,
     )
     rcode = (flags & 0x000F) | rcode_high
     text = ede_text(raw_text) if raw_text else ""
@@ -307,7 +307,8 @@ def read_sections(  # noqa: C901, PLR0912 (the hot record walker: one pass, no c
                     raise Malformed("more than one OPT record")
                 opts += 1
                 rcode_high = (ttl >> 24) << 4
-                options = read_options(data, pos, pos + rdlen)
+                if rdlen:  # else no options, the usual OPT: what read_options says
+                    options = read_options(data, pos, pos + rdlen)
             pos += rdlen
     except Malformed:
         if not truncated:

@@ -36,6 +36,8 @@ def _bounds(schema: int) -> tuple[float, ...]:
 
 
 _BOUNDS = {s: _bounds(s) for s in range(1, 9)}
+_INF = math.inf
+_frexp = math.frexp
 
 
 def bucket_key(value: float, schema: int) -> int:
@@ -127,15 +129,29 @@ class NativeHistogram:
     def observe(self, value: float) -> None:
         self.count += 1
         self.sum += value
-        if math.isnan(value):
+        schema = self.schema
+        if 0.0 <= self.zero_threshold < value < _INF and schema > 0:
+            # bucket_key for what every probe's latency is (positive, finite, above the
+            # zero threshold; NaN fails every comparison) without its calls and tests:
+            # len(_BOUNDS[schema]) is 1 << schema.
+            frac, exp = _frexp(value)
+            key = bisect_left(_BOUNDS[schema], frac) + ((exp - 1) << schema)
+            side = self.positive
+        elif math.isnan(value):
             # client_golang counts a NaN in count and sum only: it belongs to no bucket.
             return
-        if abs(value) <= self.zero_threshold:
+        elif abs(value) <= self.zero_threshold:
             self.zero_count += 1
             return
-        side = self.positive if value > 0 else self.negative
-        key = bucket_key(value, self.schema)
-        side[key] = side.get(key, 0) + 1
+        else:
+            side = self.positive if value > 0 else self.negative
+            key = bucket_key(value, schema)
+        n = side.get(key)
+        if n is not None:
+            side[key] = n + 1
+            return
+        side[key] = 1
+        # A new bucket: the only time the count can pass the bound.
         while len(self.positive) + len(self.negative) > MAX_BUCKETS and self.schema > MIN_SCHEMA:
             self._halve()
 

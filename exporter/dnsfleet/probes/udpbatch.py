@@ -18,16 +18,15 @@ import errno
 import heapq
 import os
 import socket
-import struct
 import time
-from collections import deque
+from array import array
 from collections.abc import Callable, Sequence
 from operator import itemgetter
 
 from dnsfleet import eventloop
 from dnsfleet.dnswire import Malformed, Query, parse_response
 from dnsfleet.probes import sharedsock, udp
-from dnsfleet.probes.batchslot import Slot, expired, since
+from dnsfleet.probes.batchslot import Shared, Slot, expired, since
 from dnsfleet.probes.reasons import Reason, classify_oserror
 from dnsfleet.probes.result import Exchange
 from dnsfleet.probes.sharedsock import Sockaddr, by_id, shareable
@@ -41,21 +40,6 @@ MAX_SOCKETS = 16  # ... up to this many per family and batch
 MAX_ID_DRAWS = 64
 _SEND_RETRIES = 2
 _FAMILY = itemgetter(1)
-
-
-class _Shared:
-    """A socket of the pool. ``peers``: a target's sockaddr (as recvfrom spells it) to its
-    probe, or to its probes by ID if it has several here (a dict each: +3 MB at 10,000
-    targets); an ended probe stays, so its late answer is dropped without a count."""
-
-    __slots__ = ("errored", "fd", "peers", "pending", "sock")
-
-    def __init__(self, family: socket.AddressFamily, rcvbuf: int) -> None:
-        sock = self.sock = sharedsock.open_socket(family, rcvbuf)
-        self.fd = sock.fileno()
-        self.peers: dict[Sockaddr, Slot | dict[int, Slot]] = {}
-        self.pending: deque[tuple[Slot, Sockaddr]] = deque()
-        self.errored = False  # an error was read since the socket was last watched anew
 
 
 class SharedBatch:
@@ -83,35 +67,37 @@ class SharedBatch:
         self.rewatch = eventloop.drops_reader_on_error(loop)
         self.next_item = 0
         self.starting = False
-        self.pools: dict[socket.AddressFamily, list[_Shared] | OSError] = {}
+        self.pools: dict[socket.AddressFamily, list[Shared]] = {}
+        self.failed: dict[socket.AddressFamily, OSError] = {}  # a family without a pool
         self.buf = bytearray(MAX_DATAGRAM)
         self.view = memoryview(self.buf)
-        self.random: list[int] = []
+        self.random = array("H")
 
-    def _draws(self) -> list[int]:
+    def _draws(self) -> array[int]:
         """Random 16-bit numbers from the kernel's CSPRNG, 4,096 per getrandom(2); at least
-        two (a socket and an ID) when it returns."""
+        two (a socket and an ID) when it returns. An array: no int object made for a draw
+        until it is taken (list(struct.unpack(...)) cost 4 times as much a refill)."""
         if len(self.random) < 2:
-            self.random = list(struct.unpack("4096H", os.urandom(8192)))
+            self.random = array("H", os.urandom(8192))
         return self.random
 
-    def _pool(self, family: socket.AddressFamily) -> list[_Shared] | OSError:
+    def _pool(self, family: socket.AddressFamily) -> list[Shared] | None:
         pool = self.pools.get(family)
-        if pool is not None:
+        if pool is not None or family in self.failed:
             return pool
         count = list(map(_FAMILY, self.items)).count(family)
         size = min(MAX_SOCKETS, -(-count // PROBES_PER_SOCKET))
         per_socket = -(-min(count, self.concurrency) // size)
         rcvbuf = sharedsock.rcvbuf_for(per_socket)
-        made: list[_Shared] = []
+        made: list[Shared] = []
         try:
             for _ in range(size):
-                made.append(_Shared(family, rcvbuf))
+                made.append(Shared(family, rcvbuf))
         except OSError as e:
             for s in made:
                 s.sock.close()
-            self.pools[family] = e
-            return e
+            self.failed[family] = e
+            return None
         for s in made:
             self.loop.add_reader(s.fd, self._batched, self._readable, s)
         self.pools[family] = made
@@ -126,7 +112,8 @@ class SharedBatch:
             self.next_item += 1
             sockaddr, family, query, timeout = items[i]
             now = loop.time()
-            budget = min(timeout, deadline - now)
+            left = deadline - now
+            budget = timeout if timeout < left else left  # min() without its call
             if budget <= 0:
                 assert self.on_result is not None
                 self.on_result(i, None)
@@ -149,13 +136,12 @@ class SharedBatch:
         if not self.in_flight and self.next_item >= total and not self.finished.done():
             self.finished.set_result(None)
 
-    def _place(
-        self, slot: Slot, sockaddr: Sockaddr, family: socket.AddressFamily
-    ) -> _Shared | None:
+    def _place(self, slot: Slot, sockaddr: Sockaddr, family: socket.AddressFamily) -> Shared | None:
         """Pick a random socket of the pool and a random ID free for the target on it."""
         pool = self.pools.get(family) or self._pool(family)
-        if isinstance(pool, OSError):
-            self._end(slot, Exchange(None, Reason.NETWORK_ERROR, 0.0, f"socket: {pool.strerror}"))
+        if pool is None:
+            error = self.failed[family].strerror
+            self._end(slot, Exchange(None, Reason.NETWORK_ERROR, 0.0, f"socket: {error}"))
             return None
         draws = self.random if len(self.random) > 1 else self._draws()
         shared = pool[draws.pop() % len(pool)]
@@ -175,9 +161,10 @@ class SharedBatch:
         self._end(slot, Exchange(None, Reason.NETWORK_ERROR, 0.0, "no free query ID"))
         return None
 
-    def _send(self, shared: _Shared, slot: Slot, sockaddr: Sockaddr) -> bool:
+    def _send(self, shared: Shared, slot: Slot, sockaddr: Sockaddr) -> bool:
         """Send the query; False when the socket's buffer is full (the caller queues it)."""
-        for attempt in range(_SEND_RETRIES + 1):
+        attempt = 0  # a loop without range's iterator: most sends succeed at once
+        while True:
             try:
                 shared.sock.sendto(slot.query.with_id(slot.qid), sockaddr)
             except (BlockingIOError, InterruptedError):
@@ -190,15 +177,15 @@ class SharedBatch:
                 # fails the next send (sock_alloc_send_pskb checks sk_err): read the error
                 # queue, which gives it to its own probe, and send again.
                 if attempt < _SEND_RETRIES and self._drain_errors(shared):
+                    attempt += 1
                     continue
                 detail = e.strerror or str(e)
                 self._end(slot, Exchange(None, classify_oserror(e), since(slot), detail))
                 return True
             slot.sent = True
             return True
-        return True
 
-    def _writable(self, shared: _Shared) -> None:
+    def _writable(self, shared: Shared) -> None:
         pending = shared.pending
         while pending:
             slot, sockaddr = pending[0]
@@ -220,7 +207,7 @@ class SharedBatch:
         if not was:
             self._refill()
 
-    def _readable(self, shared: _Shared, woken: bool = True) -> None:
+    def _readable(self, shared: Shared, woken: bool = True) -> None:
         sock, buf = shared.sock, self.buf
         drain = True  # woken with nothing to read: EPOLLERR, an ICMP error on the queue
         for _ in range(READ_BURST):
@@ -241,7 +228,7 @@ class SharedBatch:
             shared.errored = False
             self.loop.call_soon(self._watch, shared)
 
-    def _watch(self, shared: _Shared) -> None:
+    def _watch(self, shared: Shared) -> None:
         """Watch the socket again: uvloop stopped at the error it reported, its reader and
         writer each run once (eventloop.drops_reader_on_error)."""
         if shared.sock.fileno() >= 0:
@@ -251,7 +238,7 @@ class SharedBatch:
                 self.loop.remove_writer(shared.fd)
                 self.loop.add_writer(shared.fd, self._writable, shared)
 
-    def _datagram(self, shared: _Shared, peer: Sockaddr, n: int) -> None:
+    def _datagram(self, shared: Shared, peer: Sockaddr, n: int) -> None:
         ids = shared.peers.get(peer)
         if ids is None:
             return  # not from a target of ours: the connected socket's kernel dropped these
@@ -274,9 +261,13 @@ class SharedBatch:
         if resp is None:
             slot.ignored += 1
             return
-        self._end(slot, Exchange(resp, None, time.monotonic() - slot.start))
+        # _end without its call: a datagram is read inside _batched, which refills after.
+        slot.ended = True
+        self.in_flight -= 1
+        if self.on_result is not None:
+            self.on_result(slot.index, Exchange(resp, None, time.monotonic() - slot.start))
 
-    def _drain_errors(self, shared: _Shared) -> int:
+    def _drain_errors(self, shared: Shared) -> int:
         """Give each queued ICMP error to the probe whose query it returns; how many read."""
         got = 0
         for report in sharedsock.queued_errors(shared.sock, READ_BURST):
@@ -324,7 +315,7 @@ class SharedBatch:
             # An answer the kernel already holds counts (the loop may run late on a busy
             # machine, and the timer and the datagram come due in the same round).
             for pool in self.pools.values():
-                for shared in pool if isinstance(pool, list) else ():
+                for shared in pool:
                     self._readable(shared, woken=False)
         while expiries and expiries[0][0] <= now:
             _, _, slot = heapq.heappop(expiries)
@@ -341,12 +332,13 @@ class SharedBatch:
             self.timer = None
         self.on_result = None
         for pool in self.pools.values():
-            for shared in pool if isinstance(pool, list) else ():
+            for shared in pool:
                 self.loop.remove_reader(shared.fd)
                 if shared.pending:
                     self.loop.remove_writer(shared.fd)
                 shared.sock.close()
         self.pools.clear()
+        self.failed.clear()
         self.expiries.clear()
         self.items = ()
 

@@ -108,6 +108,9 @@ class ResolverWatch:
         """:meth:`after_probe` for a module with neither a canary nor an identity query
         (the prober's batch): nothing to ask in the same round, so nothing to await (a
         coroutine per target cost more than the bookkeeping)."""
+        r = result.response
+        if r is None or not r.nsid:
+            return  # no identity in the round (_backend says None): nothing to note
         st = self.states.get((target.address, target.module))
         if st is not None:
             self.observe_backend(st, _backend(result, None, None, None, None))
