@@ -1,17 +1,20 @@
 """The rules a promtool scenario needs, out of the rule files it names. `promtool test rules`
-evaluates every rule of every group at every evaluation step, and most of its time is spent
-parsing and running rules whose results no check reads (the SLO sources a scenario gives no
-input for, the alerts of other severities): three days at 15 s took minutes.
+evaluates every group of its rule files at every evaluation_interval step, from 0 to the
+last eval_time (prometheus.io/docs/prometheus/latest/configuration/unit_testing_rules/;
+cmd/promtool/unittest.go), and most of its time is spent parsing and running rules whose
+results no check reads (the SLO sources a scenario gives no input for, the probe records no
+alert reads): three days at 15 s took minutes.
 
-Two rules of Prometheus' semantics make dropping such rules exact. Rules see each other only
-through the storage (what a recording rule writes, and an alerting rule's ALERTS series), so a
-rule whose results no check reads, directly or through other rules, changes no checked value.
-And a selector of a series name that nothing writes selects nothing, which every function,
-aggregation and operator kept in EMPTY gives on as nothing (a binary operation with an empty
-vector on one side, or both of `or`, is empty), so a rule reading only such series writes
+Prometheus' semantics make dropping such rules exact. Rules see each other only through the
+series they write: a recording rule's, and an alerting rule's ALERTS and ALERTS_FOR_STATE
+(.../configuration/recording_rules/, .../alerting_rules/), so a rule whose series no check
+reads, directly or through other rules, changes no checked value; the others keep their
+order and are evaluated at the same steps. And a selector of a series name that nothing
+writes selects nothing, which every function, aggregation and operator in EMPTY gives on as
+nothing (a binary operation between vectors keeps only matched entries, `or` is empty only
+when both sides are: .../querying/operators/), so a rule reading only such series writes
 nothing at any step. A rule with anything else (`vector`, `absent`, `time`, a function not
-listed, no series at all) is kept as if it read a live series.
-(https://prometheus.io/docs/prometheus/latest/querying/operators/ and .../functions/)
+listed, a selector without a name, no series at all) is kept as if it read a live series.
 """
 
 from __future__ import annotations
