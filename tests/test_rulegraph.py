@@ -138,3 +138,19 @@ def test_nothing_keeps_every_alert_its_input_can_raise() -> None:
 def test_check_helpers_read_alerts() -> None:
     for expr, _, _ in (quiet("critical", "1m"), fires("warning", "1m"), nothing("1m")):
         assert rulegraph.reads(expr).alerts
+
+
+@pytest.mark.parametrize(
+    ("expr", "names"),
+    [
+        ("1-errors:ratio_rate5m", {"errors:ratio_rate5m"}),
+        ("1-dnsfleet:slo:ratio > 0.5", {"dnsfleet:slo:ratio"}),
+        ("2+hits_total*3", {"hits_total"}),
+        ("x offset 1h30m > 1e-3 * 2.5E+2 + 5ms", {"x"}),
+    ],
+)
+def test_a_number_ends_where_a_name_begins(expr: str, names: set[str]) -> None:
+    """``1-errors`` is one minus a series: the number is not ``1-e`` (an exponent with no
+    digits) nor ``1-d`` (a duration), which would leave the series' name cut short and the
+    rule reading it dropped as dead."""
+    assert rulegraph.reads(expr).names == names

@@ -37,7 +37,8 @@ EMPTY = frozenset((
 # fmt: on
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"' r"|'(?:[^'\\]|\\.)*'")
 _LABEL_LIST = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
-_TOKEN = re.compile(r"[0-9][0-9.eE+-]*[smhdwy]*|([A-Za-z_:][A-Za-z0-9_:]*)(\s*\()?")
+# A number's exponent has its digits: in `1-errors` the number is `1`, not `1-e`.
+_TOKEN = re.compile(r"[0-9][0-9.]*(?:[eE][+-]?[0-9]+)?[smhdwy]*|([A-Za-z_:][A-Za-z0-9_:]*)(\s*\()?")
 _ALERTS = re.compile(r"\bALERTS(?:_FOR_STATE)?\b\s*(\{[^}]*\})?")
 _MATCHER = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"')
 
