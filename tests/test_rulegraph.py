@@ -36,6 +36,7 @@ def test_reads_names_not_labels_functions_or_windows() -> None:
         "0.5",
         "foo(x)",
         'x or sum({__name__=~"y_.*"})',
+        'x or {job="a"}',
     ],
 )
 def test_a_rule_that_may_give_samples_from_nothing_is_kept_as_live(expr: str) -> None:
@@ -154,3 +155,24 @@ def test_a_number_ends_where_a_name_begins(expr: str, names: set[str]) -> None:
     digits) nor ``1-d`` (a duration), which would leave the series' name cut short and the
     rule reading it dropped as dead."""
     assert rulegraph.reads(expr).names == names
+
+
+def test_a_selector_without_a_name_keeps_every_rule_it_may_select() -> None:
+    """A kept rule (or a check) reading ``{__name__=~...}`` may read any rule's series."""
+    docs: list[dict[str, Any]] = [
+        {
+            "groups": [
+                {
+                    "name": "a",
+                    "rules": [
+                        {"record": "x:a", "expr": "sum(rate(in_total[5m]))"},
+                        {"alert": "Some", "expr": "x:a > 1"},
+                        {"record": "x:count", "expr": 'count({__name__=~"x:.*"})'},
+                        {"alert": "Few", "expr": "x:count < 2"},
+                    ],
+                }
+            ]
+        }
+    ]
+    rulegraph.needed(docs, {"in_total"}, ['ALERTS{alertname="Few"}'])
+    assert _names(docs) == ["x:a/", "Some/", "x:count/", "Few/"]
