@@ -167,3 +167,24 @@ def test_a_larger_size_holds_larger_files_and_reads_beyond_it_whole(tmp_path: Pa
     assert held.read(paths) == [b"u" * 1024, b"b" * 3000]
     assert len(held) == 0
     held.close()
+
+
+def test_prune_at_the_cap_closes_what_was_not_asked_for(tmp_path: Path) -> None:
+    """At the cap not every path asked for is held: what was held for a path no longer
+    asked for (a process gone, an IRQ freed) is closed all the same, and its room goes to
+    the paths asked for now, not to the gone ones for good."""
+    held = HeldFiles(cap=room(2))
+    paths = files(tmp_path, 4)
+    before = open_fds()
+    held.read(paths[:2], prune=True)
+    assert open_fds() == before + 2
+    # The first gone, three asked for: one more than the cap holds.
+    assert held.read(paths[1:], prune=True) == [b"1\n", b"2\n", b"3\n"]
+    assert paths[0] not in held._fds
+    assert len(held) <= 2 and open_fds() == before + len(held)
+    held.read(paths[2:], prune=True)
+    assert paths[1] not in held._fds
+    held.read(paths[2:], prune=True)  # the room freed goes to the paths asked for
+    assert sorted(held._fds) == paths[2:]
+    held.close()
+    assert open_fds() == before

@@ -143,6 +143,9 @@ def test_where_sysfs_cannot_say_proc_interrupts_does(
         ("1,2,3,4\n", (0, 1, 2, 3), (0, 2), (1, 3)),  # CPUs 1 and 3 offline
         ("5,6\n", (0, 4), (4,), (6,)),  # sparse possible CPUs
         ("1,2,3\n", (0, 1, 2, 3), (0, 1), None),  # cut short at a page
+        # Cut at a page inside the last count ("1,2,3,4567" as "1,2,3,45"): as many counts
+        # as possible CPUs, but the newline the kernel writes after them is missing.
+        ("1,2,3,45", (0, 1, 2, 3), (0, 1, 2, 3), None),
         ("1,x,3\n", (0, 1, 2), (0, 1), None),
         ("1,2\n", (0, 1), (0, 1, 2), None),  # an online CPU that is not possible
     ],

@@ -36,6 +36,7 @@ def test_reads_names_not_labels_functions_or_windows() -> None:
         "0.5",
         "foo(x)",
         'x or sum({__name__=~"y_.*"})',
+        'x or {job="a"}',
     ],
 )
 def test_a_rule_that_may_give_samples_from_nothing_is_kept_as_live(expr: str) -> None:
@@ -138,3 +139,40 @@ def test_nothing_keeps_every_alert_its_input_can_raise() -> None:
 def test_check_helpers_read_alerts() -> None:
     for expr, _, _ in (quiet("critical", "1m"), fires("warning", "1m"), nothing("1m")):
         assert rulegraph.reads(expr).alerts
+
+
+@pytest.mark.parametrize(
+    ("expr", "names"),
+    [
+        ("1-errors:ratio_rate5m", {"errors:ratio_rate5m"}),
+        ("1-dnsfleet:slo:ratio > 0.5", {"dnsfleet:slo:ratio"}),
+        ("2+hits_total*3", {"hits_total"}),
+        ("x offset 1h30m > 1e-3 * 2.5E+2 + 5ms", {"x"}),
+    ],
+)
+def test_a_number_ends_where_a_name_begins(expr: str, names: set[str]) -> None:
+    """``1-errors`` is one minus a series: the number is not ``1-e`` (an exponent with no
+    digits) nor ``1-d`` (a duration), which would leave the series' name cut short and the
+    rule reading it dropped as dead."""
+    assert rulegraph.reads(expr).names == names
+
+
+def test_a_selector_without_a_name_keeps_every_rule_it_may_select() -> None:
+    """A kept rule (or a check) reading ``{__name__=~...}`` may read any rule's series."""
+    docs: list[dict[str, Any]] = [
+        {
+            "groups": [
+                {
+                    "name": "a",
+                    "rules": [
+                        {"record": "x:a", "expr": "sum(rate(in_total[5m]))"},
+                        {"alert": "Some", "expr": "x:a > 1"},
+                        {"record": "x:count", "expr": 'count({__name__=~"x:.*"})'},
+                        {"alert": "Few", "expr": "x:count < 2"},
+                    ],
+                }
+            ]
+        }
+    ]
+    rulegraph.needed(docs, {"in_total"}, ['ALERTS{alertname="Few"}'])
+    assert _names(docs) == ["x:a/", "Some/", "x:count/", "Few/"]

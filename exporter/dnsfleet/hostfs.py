@@ -259,11 +259,13 @@ class HeldFiles:
                         return list(data)
             self._run = None
             out = self._read(paths, unreadable_as_missing)
-            if prune and len(self._fds) > len(paths):
+            every = len(self._fds) >= len(paths) and all(p in self._fds for p in paths)
+            # Not every path held (the cap): a held one may be one no longer asked for.
+            if prune and (len(self._fds) > len(paths) or not every):
                 asked = set(paths)
                 for path in [p for p in self._fds if p not in asked]:
                     _close_held(self._fds.pop(path))
-            if len(self._fds) >= len(paths) and all(p in self._fds for p in paths):
+            if every:
                 self._run = (paths, [self._fds[p] for p in paths])
             return out
         finally:

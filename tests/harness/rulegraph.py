@@ -14,7 +14,8 @@ writes selects nothing, which every function, aggregation and operator in EMPTY 
 nothing (a binary operation between vectors keeps only matched entries, `or` is empty only
 when both sides are: .../querying/operators/), so a rule reading only such series writes
 nothing at any step. A rule with anything else (`vector`, `absent`, `time`, a function not
-listed, a selector without a name, no series at all) is kept as if it read a live series.
+listed, a selector without a name, no series at all) is kept as if it read a live series,
+and a rule or check with a selector without a name keeps every rule, as it may read any.
 """
 
 from __future__ import annotations
@@ -37,26 +38,34 @@ EMPTY = frozenset((
 # fmt: on
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"' r"|'(?:[^'\\]|\\.)*'")
 _LABEL_LIST = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
-_TOKEN = re.compile(r"[0-9][0-9.eE+-]*[smhdwy]*|([A-Za-z_:][A-Za-z0-9_:]*)(\s*\()?")
+# A number's exponent has its digits: in `1-errors` the number is `1`, not `1-e`.
+_TOKEN = re.compile(r"[0-9][0-9.]*(?:[eE][+-]?[0-9]+)?[smhdwy]*|([A-Za-z_:][A-Za-z0-9_:]*)(\s*\()?")
 _ALERTS = re.compile(r"\bALERTS(?:_FOR_STATE)?\b\s*(\{[^}]*\})?")
+# A selector's braces and the word before them: no word, or a keyword, is no series name.
+_BRACE = re.compile(r"([A-Za-z0-9_:]*)\s*\{")
+_KEYWORDS = frozenset(("", "and", "or", "unless", "bool"))
 _MATCHER = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"')
 
 
 @dataclass(frozen=True)
 class Reads:
-    """What an expression reads: series names, the ALERTS selectors' matchers, and whether
-    it may give samples from no series at all."""
+    """What an expression reads: series names, the ALERTS selectors' matchers, whether
+    it may give samples from no series at all, and whether it has a selector without a
+    name (``anything``: it may read any rule's series)."""
 
     names: frozenset[str]
     alerts: tuple[tuple[tuple[str, str, str], ...], ...]
     makes: bool
+    anything: bool = False
 
 
 def reads(expr: str) -> Reads:
     alerts = tuple(tuple(_MATCHER.findall(m)) for m in _ALERTS.findall(expr))
     bare = _STRING.sub('""', expr)
-    # A selector without a series name ({__name__=~"..."}) may select anything.
-    makes = re.search(r"(?:^|[^A-Za-z0-9_:\s])\s*\{", bare) is not None
+    # A selector without a series name ({__name__=~"..."}, after an operator or a keyword
+    # too: `x or {a="b"}`) may select anything.
+    anything = any(m[1] in _KEYWORDS for m in _BRACE.finditer(bare))
+    makes = anything
     bare = _LABEL_LIST.sub(" ", re.sub(r"\{[^}]*\}|\[[^\]]*\]", " ", bare))
     names: set[str] = set()
     for m in _TOKEN.finditer(bare):
@@ -67,7 +76,7 @@ def reads(expr: str) -> Reads:
             makes = True
         else:
             names.add(word)
-    return Reads(frozenset(names), alerts, makes or not names)
+    return Reads(frozenset(names), alerts, makes or not names, anything)
 
 
 def _alert_matches(matchers: Iterable[tuple[str, str, str]], rule: dict[str, Any]) -> bool:
@@ -113,9 +122,9 @@ def needed(rule_docs: list[dict[str, Any]], inputs: Iterable[str], checks: Itera
             if id(r) in wanted or id(r) not in alive:
                 continue
             if "record" in r:
-                hit = r["record"] in what.names
+                hit = what.anything or r["record"] in what.names
             else:
-                hit = any(_alert_matches(m, r) for m in what.alerts)
+                hit = what.anything or any(_alert_matches(m, r) for m in what.alerts)
             if hit:
                 wanted.add(id(r))
                 todo.append(info[id(r)])

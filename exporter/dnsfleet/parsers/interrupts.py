@@ -178,7 +178,11 @@ def parse_per_cpu_count(
     *possible* CPU in order, joined by ``,`` (``per_cpu_count_show`` in kernel/irq/irqdesc.c).
     Returns the counts of the ``online`` CPUs, in that order: the columns /proc/interrupts
     shows (``for_each_online_cpu``). None when the file does not hold one count per possible
-    CPU: the kernel cuts it at a page (a few hundred CPUs of ten-digit counts)."""
+    CPU: the kernel cuts it at a page (a few hundred CPUs of ten-digit counts). A cut inside
+    the last count leaves as many fields, the last one short: the newline the kernel writes
+    after the counts is what shows the file whole."""
+    if not text.endswith("\n"):
+        return None
     fields = text.strip().split(",")
     if len(fields) != len(possible) or not all(f.isdigit() for f in fields):
         return None
