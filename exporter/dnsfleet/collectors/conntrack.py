@@ -12,9 +12,10 @@ Emits every ``dnsfleet_conntrack_*`` family (collector label ``conntrack``).
 from __future__ import annotations
 
 from dnsfleet.collectors.base import CollectorError, host_collector
+from dnsfleet.collectors.treeheld import TreeHeld
 from dnsfleet.config import Config
 from dnsfleet.exposition import Family
-from dnsfleet.hostfs import HeldFiles, HostFS, HostReadError
+from dnsfleet.hostfs import HostFS, HostReadError
 from dnsfleet.parsers.conntrack import ConntrackStat, parse_conntrack_stat, parse_sysctl_count
 
 STAT = ("net", "stat", "nf_conntrack")
@@ -69,18 +70,11 @@ def families(stat: ConntrackStat | None, count: int | None, limit: int | None) -
 # close of each were most of the collector. The statistics have a ~150-byte line per CPU:
 # STAT_READ holds them for a few hundred CPUs (more are read afresh each scrape).
 STAT_READ = 64 * 1024
-_HELD: dict[HostFS, tuple[list[str], HeldFiles]] = {}
+_HELD = TreeHeld(size=STAT_READ)
 
 
 def _read(fs: HostFS) -> list[bytes | None]:
-    entry = _HELD.get(fs)
-    if entry is None:
-        for _, old in _HELD.values():
-            old.close()
-        _HELD.clear()
-        paths = [str(fs.proc(*STAT)), str(fs.proc(*COUNT)), str(fs.proc(*MAX))]
-        entry = _HELD[fs] = (paths, HeldFiles(size=STAT_READ))
-    return fs.read_held(entry[1], entry[0])
+    return _HELD.read(fs, lambda: [str(fs.proc(*STAT)), str(fs.proc(*COUNT)), str(fs.proc(*MAX))])
 
 
 def collect(fs: HostFS, config: Config) -> list[Family]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from dnsfleet.collectors.treeheld import TreeHeld
 from dnsfleet.hostfs import HeldFiles, HostFS
 from dnsfleet.parsers.cpuidle import PER_CPU_STATE_FILES, STATIC_STATE_FILES, parse_state_static
 from dnsfleet.parsers.interrupts import parse_cpu_list
@@ -91,20 +92,13 @@ SYSTEM_FILES = (
     "cpuidle/current_governor",
     "cpuidle/current_governor_ro",
 )
-# The host tree read last: its held files, and their paths (the same object each scrape).
-_SYSTEM: dict[HostFS, tuple[list[str], HeldFiles]] = {}
+_SYSTEM = TreeHeld()
 
 
 def system_files(fs: HostFS) -> list[str | None]:
     """The SYSTEM_FILES as read now, in order (None: missing)."""
-    entry = _SYSTEM.get(fs)
-    if entry is None:
-        for _, old in _SYSTEM.values():
-            old.close()
-        _SYSTEM.clear()
-        base = fs.sys("devices", "system", "cpu")
-        entry = _SYSTEM[fs] = ([f"{base}/{f}" for f in SYSTEM_FILES], HeldFiles())
-    raw = fs.read_held(entry[1], entry[0])
+    base = fs.sys("devices", "system", "cpu")
+    raw = _SYSTEM.read(fs, lambda: [f"{base}/{f}" for f in SYSTEM_FILES])
     return [None if b is None else b.decode("utf-8", errors="replace") for b in raw]
 
 

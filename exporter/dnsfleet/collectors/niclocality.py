@@ -8,7 +8,8 @@ import functools
 import itertools
 from collections.abc import Iterable, Sequence
 
-from dnsfleet.hostfs import HeldFiles, HostFS
+from dnsfleet.collectors.treeheld import TreeHeld
+from dnsfleet.hostfs import HostFS
 from dnsfleet.parsers.interrupts import (
     Interrupts,
     IrqLine,
@@ -42,8 +43,8 @@ _parse_cpu_list = functools.lru_cache(maxsize=1024)(parse_cpu_list)
 # gone its read fails (ESRCH, also when the number went to a new process) and the path is
 # opened afresh, which finds the PID's new process or nothing. A scrape is one listing of
 # /proc (new processes) and one pread per process, where it was an open, a read and a close
-# (about a third of the cost, and of a 2,000-process host's ms). One entry: one host tree.
-_COMMS: dict[HostFS, tuple[list[int], list[str], HeldFiles]] = {}
+# (about a third of the cost, and of a 2,000-process host's ms).
+_COMMS = TreeHeld()
 
 
 def process_pids(fs: HostFS, names: Iterable[str]) -> dict[str, list[int]]:
@@ -51,18 +52,14 @@ def process_pids(fs: HostFS, names: Iterable[str]) -> dict[str, list[int]]:
     want = {n.encode("utf-8"): n for n in names}
     found: dict[str, list[int]] = {n: [] for n in want.values()}
     pids = list(fs.pids())
-    entry = _COMMS.get(fs)
-    if entry is None:
-        for _, _, old in _COMMS.values():
-            old.close()
-        _COMMS.clear()
-        entry = ([], [], HeldFiles())
-    # The same processes as last scrape: the same paths, which HeldFiles reads back with a
-    # pread each and no lookup.
-    paths = entry[1] if pids == entry[0] else [f"{fs.procfs}/{pid}/comm" for pid in pids]
-    _COMMS[fs] = (pids, paths, entry[2])
     # A process that exited between listing and reading (ESRCH) reads as missing.
-    comms = fs.read_held(entry[2], paths, prune=True, unreadable_as_missing=True)
+    comms = _COMMS.read(
+        fs,
+        lambda: [f"{fs.procfs}/{pid}/comm" for pid in pids],
+        key=pids,  # the same processes as last scrape: the same paths
+        prune=True,
+        unreadable_as_missing=True,
+    )
     for pid, comm in zip(pids, comms, strict=True):
         if comm is not None and (name := want.get(comm.rstrip(b"\n"))) is not None:
             found[name].append(pid)
@@ -76,7 +73,7 @@ def process_pids(fs: HostFS, names: Iterable[str]) -> dict[str, list[int]]:
 # path, opened afresh, is missing. A line is ~300 bytes: THREAD_STAT_READ holds any.
 # Listed every scrape: threads come and go. One entry: one host tree.
 THREAD_STAT_READ = 2048
-_THREADS: dict[HostFS, tuple[list[str], HeldFiles]] = {}
+_THREADS = TreeHeld(size=THREAD_STAT_READ)
 
 
 def thread_cpus(fs: HostFS, pids: list[int]) -> list[list[int]]:
@@ -89,17 +86,8 @@ def thread_cpus(fs: HostFS, pids: list[int]) -> list[list[int]]:
         tids = fs.listdir(task)
         paths += [f"{task}/{t}/stat" for t in tids]
         counts.append(len(tids))
-    entry = _THREADS.get(fs)
-    if entry is None:
-        for _, old in _THREADS.values():
-            old.close()
-        _THREADS.clear()
-        entry = ([], HeldFiles(size=THREAD_STAT_READ))
-    if paths == entry[0]:
-        paths = entry[0]  # the same object: HeldFiles reads it back without a lookup
-    _THREADS[fs] = (paths, entry[1])
     # A thread that exited between listing and reading reads as missing.
-    stats = iter(fs.read_held(entry[1], paths, prune=True, unreadable_as_missing=True))
+    stats = iter(_THREADS.read(fs, lambda: paths, prune=True, unreadable_as_missing=True))
     out = []
     for n in counts:
         cpus = []
@@ -160,7 +148,7 @@ def _cache_levels(fs: HostFS, cache: str) -> dict[str, frozenset[int]]:
 # missing (an older kernel, a vector freed), sends the scrape to /proc/interrupts.
 IRQ_FILES = ("actions", "per_cpu_count")
 IRQ_READ = 8192
-_IRQS: dict[HostFS, tuple[list[str], HeldFiles]] = {}
+_IRQS = TreeHeld(size=IRQ_READ)
 
 
 @functools.lru_cache(maxsize=64)
@@ -178,16 +166,7 @@ def sysfs_interrupts(fs: HostFS, irqs: Iterable[str]) -> Interrupts | None:
     cpu = str(fs.sys("devices", "system", "cpu"))
     paths = [f"{cpu}/online", f"{cpu}/possible"]
     paths += [f"{kirq}/{irq}/{f}" for irq in order for f in IRQ_FILES]
-    entry = _IRQS.get(fs)
-    if entry is None:
-        for _, old in _IRQS.values():
-            old.close()
-        _IRQS.clear()
-        entry = ([], HeldFiles(size=IRQ_READ))
-    if paths == entry[0]:
-        paths = entry[0]  # the same object: HeldFiles reads it back without a lookup
-    _IRQS[fs] = (paths, entry[1])
-    raw = fs.read_held(entry[1], paths, prune=True)
+    raw = _IRQS.read(fs, lambda: paths, prune=True)
     if any(r is None for r in raw):
         return None
     online, possible = _cpu_tuple(raw[0] or b""), _cpu_tuple(raw[1] or b"")
@@ -209,16 +188,12 @@ def sysfs_interrupts(fs: HostFS, irqs: Iterable[str]) -> Interrupts | None:
 # seq_file files that show again when read at offset 0 (fs/seq_file.c), and an IRQ freed
 # (its /proc/irq/<irq> removed) fails a held descriptor's read, then its path is read
 # afresh. One entry: one host tree at a time.
-_HELD: dict[HostFS, HeldFiles] = {}
+_HELD = TreeHeld()
 
 
 def irq_affinities(fs: HostFS, irqs: Sequence[str]) -> list[bytes | None]:
     """Each IRQ's AFFINITY files in turn, as read now (None: missing)."""
-    held = _HELD.get(fs)
-    if held is None:
-        for old in _HELD.values():
-            old.close()
-        _HELD.clear()
-        held = _HELD[fs] = HeldFiles()
     root = str(fs.proc("irq"))
-    return fs.read_held(held, [f"{root}/{irq}/{f}" for irq in irqs for f in AFFINITY], prune=True)
+    return _HELD.read(
+        fs, lambda: [f"{root}/{irq}/{f}" for irq in irqs for f in AFFINITY], prune=True
+    )
