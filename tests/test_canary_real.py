@@ -146,7 +146,11 @@ def test_unbound_serve_expired(tmp_path: Path, stale_pair: tuple[Named, Unbound]
     n.start()
     # unbound keeps a server that timed out as down for a while (its infra cache) and goes
     # on serving stale until it tries again: on a loaded machine past this test's window.
-    # Forgetting that now makes "the upstream is back" a fact, not a race.
+    # Its requestlist still holds the lookups begun while the upstream was down, retrying
+    # with back-off, and each new query joins one of them (a fresh-clone run served stale
+    # through the whole window after flush_infra alone). Forgetting both now makes "the
+    # upstream is back" a fact, not a race.
+    u.control("flush_requestlist")
     u.control("flush_infra", "all")
     back = watch(exp, 4, every=2.0)
     assert c.resets == 0, str([t for _, t in down + back])
